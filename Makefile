@@ -1,0 +1,49 @@
+# The few commands a person needs. Everything installs itself on first use.
+#   make demo   run the main job end to end
+#   make test   install, start the services, lint, run the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+RAGSTREAM := $(BIN)/ragstream
+POSTGRES ?=
+UP_FLAGS := $(if $(POSTGRES),--postgres,)
+PYTEST_ARGS ?=
+
+.PHONY: install up down status lint test unit demo clean-local
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+up: install
+	$(RAGSTREAM) infra up $(UP_FLAGS)
+
+down: install
+	$(RAGSTREAM) infra down
+
+status: install
+	$(RAGSTREAM) infra status
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: install
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# pytest exits 5 when it collects no test; make treats that as the failure it is.
+test: install
+	$(RAGSTREAM) infra up --postgres
+	$(MAKE) lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+demo: up
+	$(RAGSTREAM) db upgrade
+	$(RAGSTREAM) health
+	$(RAGSTREAM) infra status

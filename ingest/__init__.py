@@ -1,0 +1,1 @@
+"""The write path: parse, chunk, embed, index incrementally; Celery bulk jobs."""

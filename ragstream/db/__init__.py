@@ -1,0 +1,25 @@
+"""SQL metadata store: SQLAlchemy 2 models, engine factory and Alembic migrations."""
+
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from ragstream.db.models import (
+    Base,
+    Document,
+    IngestJob,
+    IngestJobItem,
+    QueryLog,
+    WebhookAttempt,
+    WebhookDelivery,
+)
+
+__all__ = [
+    "Base",
+    "Document",
+    "IngestJob",
+    "IngestJobItem",
+    "QueryLog",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "make_engine",
+    "make_session_factory",
+    "upgrade_head",
+]

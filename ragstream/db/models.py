@@ -1,0 +1,166 @@
+"""SQLAlchemy 2 models of the metadata store.
+
+Tables: the document registry (one row per ``(tenant, doc_id)``, versioned by content hash),
+ingest jobs and their per-document items, the query log (one row per ``request_id``) and
+webhook deliveries with every attempt. Every timestamp is timezone-aware UTC.
+
+The schema is owned by Alembic (``ragstream/migrations``); ``Base.metadata`` is only the
+autogenerate source and is never used to create tables directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> dt.datetime:
+    """Return the current time as a timezone-aware UTC datetime."""
+    return dt.datetime.now(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base; JSON columns map ``dict[str, Any]`` / ``list[Any]``."""
+
+    type_annotation_map = {  # noqa: RUF012 - SQLAlchemy reads this class attribute
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        dt.datetime: DateTime(timezone=True),
+    }
+
+
+class Document(Base):
+    """A document of the knowledge base, identified by ``(tenant, doc_id)``.
+
+    ``content_hash`` is the SHA-256 (hex) of the normalised text; ``version`` counts indexed
+    versions, starting at 1. ``status`` is one of ``indexed``, ``deleted`` or ``failed``.
+    """
+
+    __tablename__ = "documents"
+    __table_args__ = (UniqueConstraint("tenant", "doc_id", name="uq_documents_tenant_doc"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    doc_id: Mapped[str] = mapped_column(String(512))
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(32), default="indexed")
+    source: Mapped[str | None] = mapped_column(Text)
+    title: Mapped[str | None] = mapped_column(Text)
+    chunk_ids: Mapped[list[Any]] = mapped_column(default=list)
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class IngestJob(Base):
+    """A bulk ingestion job (Celery). ``status``: pending, running, succeeded, failed."""
+
+    __tablename__ = "ingest_jobs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
+    total_documents: Mapped[int] = mapped_column(Integer, default=0)
+    done_documents: Mapped[int] = mapped_column(Integer, default=0)
+    failed_documents: Mapped[int] = mapped_column(Integer, default=0)
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    callback_url: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column()
+    finished_at: Mapped[dt.datetime | None] = mapped_column()
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column()
+
+    items: Mapped[list[IngestJobItem]] = relationship(
+        back_populates="job", cascade="all, delete-orphan"
+    )
+
+
+class IngestJobItem(Base):
+    """One document of a bulk job. ``status``: pending, indexed, unchanged, deleted, failed."""
+
+    __tablename__ = "ingest_job_items"
+    __table_args__ = (UniqueConstraint("job_id", "path", name="uq_job_items_job_path"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("ingest_jobs.id", ondelete="CASCADE"), index=True
+    )
+    path: Mapped[str] = mapped_column(Text)
+    doc_id: Mapped[str | None] = mapped_column(String(512))
+    status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+    job: Mapped[IngestJob] = relationship(back_populates="items")
+
+
+class QueryLog(Base):
+    """One query, keyed by ``request_id`` (idempotent writes de-duplicate replays).
+
+    ``status``: pending, answered, failed. ``trace`` holds per-stage timings in ms.
+    """
+
+    __tablename__ = "query_log"
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    query: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
+    answer: Mapped[str | None] = mapped_column(Text)
+    citations: Mapped[list[Any]] = mapped_column(default=list)
+    trace: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    completed_at: Mapped[dt.datetime | None] = mapped_column()
+
+
+class WebhookDelivery(Base):
+    """One logical webhook delivery; ``webhook_id`` is stable so receivers de-duplicate.
+
+    ``status``: pending, succeeded, failed.
+    """
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    event_type: Mapped[str] = mapped_column(String(64))
+    url: Mapped[str] = mapped_column(Text)
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column()
+
+    attempts: Mapped[list[WebhookAttempt]] = relationship(
+        back_populates="delivery", cascade="all, delete-orphan"
+    )
+
+
+class WebhookAttempt(Base):
+    """One HTTP attempt of a delivery: status code (None on a transport error), error, latency."""
+
+    __tablename__ = "webhook_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[int] = mapped_column(
+        ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), index=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    latency_ms: Mapped[float | None] = mapped_column()
+    attempted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+    delivery: Mapped[WebhookDelivery] = relationship(back_populates="attempts")

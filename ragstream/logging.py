@@ -1,0 +1,38 @@
+"""structlog configuration: key/value events, console or JSON rendering, UTC ISO timestamps."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+from ragstream.settings import LoggingSettings
+
+
+def configure_logging(settings: LoggingSettings) -> None:
+    """Configure structlog and the standard library root logger once per process.
+
+    Args:
+        settings: level (``DEBUG``..``ERROR``) and format (``console`` or ``json``).
+    """
+    level = logging.getLevelNamesMapping().get(settings.level.upper(), logging.INFO)
+    renderer: structlog.typing.Processor
+    if settings.format == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")

@@ -1,0 +1,129 @@
+"""The one settings tree of ragstream.
+
+Every value can be set from the environment as ``RAGSTREAM_<SECTION>__<FIELD>`` (for example
+``RAGSTREAM_KAFKA__BOOTSTRAP_SERVERS=127.0.0.1:9092``) or from a ``.env`` file in the working
+directory. Nothing else in the code base reads the environment: build :class:`Settings` once at
+start-up (:func:`get_settings`) and pass it down.
+
+The defaults match what ``infra/`` starts on loopback (see ``ragstream infra up``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The repository root when running from a checkout (``pip install -e .``).
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class KafkaSettings(BaseModel):
+    """Apache Kafka client and local-broker settings."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    client_id: str = "ragstream"
+    request_timeout_ms: int = 30_000
+
+
+class ElasticsearchSettings(BaseModel):
+    """Elasticsearch client settings."""
+
+    url: str = "http://127.0.0.1:9200"
+    index_alias: str = "ragstream-chunks"
+    request_timeout_s: float = 30.0
+
+
+class RedisSettings(BaseModel):
+    """Redis (Celery broker and result backend, caches, idempotency keys)."""
+
+    url: str = "redis://127.0.0.1:6379/0"
+
+
+class DatabaseSettings(BaseModel):
+    """SQL metadata store. ``url=None`` means the embedded SQLite file under ``.local/``."""
+
+    url: str | None = None
+    echo: bool = False
+
+
+class ApiSettings(BaseModel):
+    """HTTP gateway (FastAPI + uvicorn)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+
+class CelerySettings(BaseModel):
+    """Celery worker tuning. ``visibility_timeout_s`` must exceed the longest task."""
+
+    visibility_timeout_s: int = 4 * 3600
+    concurrency: int = 2
+    flower_port: int = 5555
+
+
+class LoggingSettings(BaseModel):
+    """structlog output: ``console`` for people, ``json`` for log shippers."""
+
+    level: str = "INFO"
+    format: str = Field(default="console", pattern="^(console|json)$")
+
+
+class InfraSettings(BaseModel):
+    """Local single-node services that ``ragstream infra up`` installs and starts.
+
+    All data, logs and PID files live under ``local_dir`` (git-ignored).
+    """
+
+    local_dir: Path = PROJECT_ROOT / ".local"
+    host: str = "127.0.0.1"
+    kafka_version: str = "4.1.1"
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    kafka_heap_mb: int = 1024
+    elasticsearch_version: str = "8.19.21"
+    elasticsearch_port: int = 9200
+    elasticsearch_transport_port: int = 9300
+    elasticsearch_heap_mb: int = 2048
+    java_home: Path = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+    redis_port: int = 6379
+    postgres: bool = False
+    postgres_port: int = 5433
+    postgres_bin_dir: Path = Path("/usr/lib/postgresql/15/bin")
+    service_user: str = "ragstream"
+    start_timeout_s: float = 120.0
+
+
+class Settings(BaseSettings):
+    """Root of the settings tree. Build once with :func:`get_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RAGSTREAM_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="ignore",
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
+    redis: RedisSettings = RedisSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    api: ApiSettings = ApiSettings()
+    celery: CelerySettings = CelerySettings()
+    logging: LoggingSettings = LoggingSettings()
+    infra: InfraSettings = InfraSettings()
+
+    @property
+    def database_url(self) -> str:
+        """SQLAlchemy URL of the metadata store (SQLite under ``.local/`` by default)."""
+        if self.database.url:
+            return self.database.url
+        return f"sqlite:///{self.infra.local_dir / 'ragstream.db'}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Return the process-wide settings, read from the environment on first call."""
+    return Settings()

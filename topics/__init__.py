@@ -1,0 +1,1 @@
+"""The event contract: topic registry, event schemas, keys, serde, producer/consumer factories."""

@@ -1,0 +1,1 @@
+"""The read path and the runtime: the batching consumer loop and the worker pools."""
