@@ -26,6 +26,15 @@ class KafkaSettings(BaseModel):
     bootstrap_servers: str = "127.0.0.1:9092"
     client_id: str = "ragstream"
     request_timeout_ms: int = 30_000
+    #: Prefix of every topic name (tests and side-by-side deployments use their own).
+    topic_prefix: str = ""
+    compression_type: str = "lz4"
+    linger_ms: int = 5
+    max_request_size: int = 1_048_576
+    delivery_timeout_ms: int = 120_000
+    #: A consumer that does not poll within this interval leaves its group (Kafka default 300 s).
+    max_poll_interval_ms: int = 300_000
+    session_timeout_ms: int = 45_000
 
 
 class ElasticsearchSettings(BaseModel):
@@ -62,6 +71,34 @@ class CelerySettings(BaseModel):
     visibility_timeout_s: int = 4 * 3600
     concurrency: int = 2
     flower_port: int = 5555
+
+
+class PoolSettings(BaseModel):
+    """One worker pool's batching, retry and metrics settings.
+
+    ``max_batch`` events or ``max_wait_ms`` after the first, whichever comes first; a batch's
+    processing (retries included) is budgeted to ``max_batch_duration_ms``.
+    """
+
+    max_batch: int = Field(default=32, ge=1)
+    max_wait_ms: int = Field(default=10, ge=0)
+    max_batch_duration_ms: int = Field(default=120_000, ge=1)
+    retry_max_attempts: int = Field(default=4, ge=1)
+    retry_base_ms: float = 100.0
+    retry_cap_ms: float = 5_000.0
+    #: Port of the pool process's Prometheus endpoint; 0 disables it.
+    metrics_port: int = 0
+
+
+class PoolsSettings(BaseModel):
+    """Settings of each worker pool (``RAGSTREAM_POOLS__RETRIEVAL__MAX_BATCH=16``)."""
+
+    ingest: PoolSettings = PoolSettings(max_batch=16, max_wait_ms=50, metrics_port=9101)
+    retrieval: PoolSettings = PoolSettings(max_batch=32, max_wait_ms=10, metrics_port=9102)
+    rerank: PoolSettings = PoolSettings(max_batch=16, max_wait_ms=10, metrics_port=9103)
+    generation: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9104)
+    delivery: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=20, metrics_port=9105)
+    echo: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=5)
 
 
 class LoggingSettings(BaseModel):
@@ -112,6 +149,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = DatabaseSettings()
     api: ApiSettings = ApiSettings()
     celery: CelerySettings = CelerySettings()
+    pools: PoolsSettings = PoolsSettings()
     logging: LoggingSettings = LoggingSettings()
     infra: InfraSettings = InfraSettings()
 

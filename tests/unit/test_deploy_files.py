@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
 import pytest
 import typer.main
 import yaml
@@ -17,17 +16,15 @@ K8S_DIR = PROJECT_ROOT / "infra" / "k8s"
 RAGSTREAM_IMAGE = "ragstream:latest"
 
 
-def _resolve(args: list[str]) -> click.Command:
+def _resolve(args: list[str]) -> Any:
     """Walk the click command tree along ``args``; fail if a command or option is unknown."""
-    command: click.Command = typer.main.get_command(app)
-    ctx = click.Context(command)
+    command: Any = typer.main.get_command(app)
     rest = list(args)
-    while isinstance(command, click.Group) and rest:
+    while hasattr(command, "commands") and rest:
         name = rest.pop(0)
-        sub = command.get_command(ctx, name)
+        sub = command.commands.get(name)
         assert sub is not None, f"`ragstream {' '.join(args)}`: no command {name!r}"
         command = sub
-        ctx = click.Context(command, parent=ctx)
     known = {opt for p in command.params for opt in getattr(p, "opts", [])}
     for token in rest:
         if token.startswith("--"):

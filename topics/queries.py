@@ -1,0 +1,72 @@
+"""``rag.queries``: query requests, keyed by ``request_id``.
+
+Filters are structured (term or range on known fields) so user text never reaches a query-string
+parser; the retrieval stage turns them into Elasticsearch ``term``/``terms``/``range`` clauses.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from topics.base import Contract, Event, UtcDatetime, new_id
+
+#: Fields a filter may name: top-level chunk fields or ``metadata.<key>``.
+FilterField = Annotated[
+    str, Field(pattern=r"^(doc_id|source|content_type|lang|metadata\.[A-Za-z0-9_]{1,64})$")
+]
+
+
+class TermFilter(Contract):
+    """Match chunks whose ``field`` equals one of ``values`` (1-100 exact strings)."""
+
+    kind: Literal["term"] = "term"
+    field: FilterField
+    values: tuple[Annotated[str, Field(max_length=512)], ...] = Field(min_length=1, max_length=100)
+
+
+class RangeFilter(Contract):
+    """Match chunks whose numeric or date ``field`` lies in ``[gte, lte]`` (either bound open)."""
+
+    kind: Literal["range"] = "range"
+    field: FilterField
+    gte: float | str | None = None
+    lte: float | str | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> RangeFilter:
+        if self.gte is None and self.lte is None:
+            raise ValueError("a range filter needs gte or lte")
+        return self
+
+
+Filter = Annotated[TermFilter | RangeFilter, Field(discriminator="kind")]
+
+
+class QueryRequest(Event):
+    """A question to answer from the tenant's knowledge base.
+
+    ``deadline`` is absolute (UTC): a stage that receives the event after it answers
+    ``DEADLINE_EXCEEDED`` instead of working. ``top_n`` candidates are retrieved, ``top_k``
+    passages are kept after rerank. ``route`` forces a generation tier or lets the router pick.
+    """
+
+    request_id: str = Field(default_factory=new_id, min_length=1, max_length=128)
+    query: str = Field(min_length=1, max_length=4000)
+    deadline: UtcDatetime
+    top_n: int = Field(default=30, ge=1, le=200)
+    top_k: int = Field(default=5, ge=1, le=50)
+    filters: tuple[Filter, ...] = Field(default=(), max_length=20)
+    route: Literal["auto", "small", "large"] = "auto"
+    stream: bool = False
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+    def key(self) -> bytes:
+        """Keyed by ``request_id``."""
+        return self.request_id.encode()
+
+    def expired(self, now: dt.datetime | None = None) -> bool:
+        """True once ``deadline`` has passed."""
+        return (now or dt.datetime.now(dt.UTC)) >= self.deadline

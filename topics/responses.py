@@ -1,0 +1,71 @@
+"""``rag.responses``: final answers and typed errors, keyed by ``request_id``.
+
+Exactly one visible response per ``request_id``: consumers de-duplicate on it, since a replayed
+upstream event may publish the same response twice (at-least-once in, exactly-once out).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from topics.base import Contract, Event
+
+
+class ErrorCode(StrEnum):
+    """Typed error of a failed query."""
+
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    PROMPT_TOO_LONG = "PROMPT_TOO_LONG"
+    BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    INTERNAL = "INTERNAL"
+
+
+class ErrorInfo(Contract):
+    """Error code, a human-readable message and the stage that failed."""
+
+    code: ErrorCode
+    message: str
+    stage: str = ""
+
+
+class Citation(Contract):
+    """A cited passage: ``n`` is its number in the prompt (``[n]`` in the answer)."""
+
+    n: int = Field(ge=1)
+    doc_id: str
+    chunk_id: str
+    title: str = ""
+    source: str = ""
+
+
+class TokenUsage(Contract):
+    """Token counts reported by the serving model."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class QueryResponse(Event):
+    """An answer (``status="answered"``) or a typed error (``status="error"``)."""
+
+    request_id: str = Field(min_length=1, max_length=128)
+    status: Literal["answered", "error"]
+    answer: str = ""
+    citations: tuple[Citation, ...] = ()
+    usage: TokenUsage = TokenUsage()
+    tier: str = ""
+    error: ErrorInfo | None = None
+
+    @model_validator(mode="after")
+    def _error_iff_status_error(self) -> QueryResponse:
+        if (self.status == "error") != (self.error is not None):
+            raise ValueError("error must be set exactly when status is 'error'")
+        return self
+
+    def key(self) -> bytes:
+        """Keyed by ``request_id``."""
+        return self.request_id.encode()

@@ -1,0 +1,6 @@
+"""The consumer runtime every pool uses: batching, retries, DLQ, commits, metrics, shutdown."""
+
+from workers.runtime.handler import Emit, Failed, Handler, Outcome
+from workers.runtime.policy import BatchPolicy, RetryPolicy
+
+__all__ = ["BatchPolicy", "Emit", "Failed", "Handler", "Outcome", "RetryPolicy"]

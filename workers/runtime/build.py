@@ -1,0 +1,51 @@
+"""Wire a handler into a runnable pool process from the settings."""
+
+from __future__ import annotations
+
+import redis
+import structlog
+
+from ragstream.metrics import serve_metrics
+from ragstream.settings import PoolSettings, Settings
+from topics.producer import EventProducer, make_producer
+from topics.registry import TopicRegistry
+from workers.runtime.policy import BatchPolicy, RetryPolicy
+from workers.runtime.pressure import PressureReporter
+from workers.runtime.runner import PoolRunner
+
+log = structlog.get_logger(__name__)
+
+
+def batch_policy(pool: PoolSettings) -> BatchPolicy:
+    """The :class:`BatchPolicy` a pool's settings describe."""
+    return BatchPolicy(pool.max_batch, pool.max_wait_ms, pool.max_batch_duration_ms)
+
+
+def retry_policy(pool: PoolSettings) -> RetryPolicy:
+    """The :class:`RetryPolicy` a pool's settings describe."""
+    return RetryPolicy(pool.retry_max_attempts, pool.retry_base_ms, pool.retry_cap_ms)
+
+
+def build_runner(
+    handler: object,
+    settings: Settings,
+    pool: PoolSettings,
+    *,
+    registry: TopicRegistry | None = None,
+    serve: bool = True,
+) -> PoolRunner[object]:
+    """A :class:`PoolRunner` with its producer, registry, pressure reporter and metrics port."""
+    registry = registry or TopicRegistry(settings.kafka.topic_prefix)
+    producer = EventProducer(make_producer(settings.kafka))
+    runner: PoolRunner[object] = PoolRunner(
+        handler,  # type: ignore[arg-type]
+        kafka=settings.kafka,
+        producer=producer,
+        registry=registry,
+    )
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    runner.attach_pressure(PressureReporter(client, runner.handler.name, runner.member))
+    if serve and pool.metrics_port:
+        serve_metrics(pool.metrics_port)
+        log.info("pool.metrics", port=pool.metrics_port)
+    return runner
