@@ -32,13 +32,19 @@ def _settings() -> Settings:
     return settings
 
 
-def _mount_infra() -> None:
+def _mount_subcommands() -> None:
+    """Attach the command groups that live beside their code (imports stay light)."""
     from infra.cli import app as infra_app
+    from topics.cli import dlq_app, topics_app
+    from workers.bench import bench_app
 
     app.add_typer(infra_app, name="infra", help="Local services: Kafka, Elasticsearch, Redis.")
+    app.add_typer(topics_app, name="topics")
+    app.add_typer(dlq_app, name="dlq")
+    app.add_typer(bench_app, name="bench")
 
 
-_mount_infra()
+_mount_subcommands()
 
 
 @db_app.command("upgrade")

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import redis
 import structlog
 
 from ragstream.metrics import serve_metrics
 from ragstream.settings import PoolSettings, Settings
+from topics.base import Event
 from topics.producer import EventProducer, make_producer
 from topics.registry import TopicRegistry
+from workers.runtime.handler import Handler
 from workers.runtime.policy import BatchPolicy, RetryPolicy
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.runner import PoolRunner
 
 log = structlog.get_logger(__name__)
+
+E = TypeVar("E", bound=Event)
 
 
 def batch_policy(pool: PoolSettings) -> BatchPolicy:
@@ -27,18 +33,18 @@ def retry_policy(pool: PoolSettings) -> RetryPolicy:
 
 
 def build_runner(
-    handler: object,
+    handler: Handler[E],
     settings: Settings,
     pool: PoolSettings,
     *,
     registry: TopicRegistry | None = None,
     serve: bool = True,
-) -> PoolRunner[object]:
+) -> PoolRunner[E]:
     """A :class:`PoolRunner` with its producer, registry, pressure reporter and metrics port."""
     registry = registry or TopicRegistry(settings.kafka.topic_prefix)
     producer = EventProducer(make_producer(settings.kafka))
-    runner: PoolRunner[object] = PoolRunner(
-        handler,  # type: ignore[arg-type]
+    runner: PoolRunner[E] = PoolRunner(
+        handler,
         kafka=settings.kafka,
         producer=producer,
         registry=registry,

@@ -48,10 +48,12 @@ class RetryPolicy:
 
     def delay_ms(self, attempt: int, rng: random.Random | None = None) -> float:
         """Back-off in ms after failed attempt number ``attempt`` (1-based)."""
-        ceiling = min(self.cap_ms, self.base_ms * 2 ** max(0, attempt - 1))
+        ceiling = float(min(self.cap_ms, self.base_ms * 2.0 ** max(0, attempt - 1)))
         if not self.jitter:
             return ceiling
-        return (rng or random).uniform(0.0, ceiling)
+        if rng is not None:
+            return float(rng.uniform(0.0, ceiling))
+        return float(random.uniform(0.0, ceiling))
 
     def exhausted(self, attempts: int) -> bool:
         """True when ``attempts`` failed attempts leave no retry."""

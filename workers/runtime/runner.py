@@ -32,6 +32,7 @@ from kafka.structs import OffsetAndMetadata
 
 from ragstream.errors import PermanentError, RagstreamError
 from ragstream.settings import KafkaSettings
+from topics.base import Event
 from topics.producer import EventProducer
 from topics.registry import TopicRegistry
 from workers.runtime import metrics
@@ -43,7 +44,7 @@ from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Ite
 
 log = structlog.get_logger(__name__)
 
-E = TypeVar("E")
+E = TypeVar("E", bound=Event)
 
 IDLE_POLL_MS = 200
 KEEPALIVE_POLL_MS = 50

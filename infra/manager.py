@@ -1,0 +1,153 @@
+"""Start, stop and inspect all local services: the functions behind ``ragstream infra``."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import time
+from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import structlog
+
+from infra.elasticsearch_service import ElasticsearchService
+from infra.errors import InfraError
+from infra.kafka_service import KafkaService
+from infra.postgres_service import PostgresService
+from infra.redis_service import RedisService
+from infra.service import Service, ServiceStatus
+from ragstream.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+#: Every service name, in start order.
+SERVICE_NAMES = ("redis", "kafka", "elasticsearch", "postgres")
+
+_CLASSES: dict[str, type[Service]] = {
+    "redis": RedisService,
+    "kafka": KafkaService,
+    "elasticsearch": ElasticsearchService,
+    "postgres": PostgresService,
+}
+
+
+def services(
+    settings: Settings, postgres: bool | None = None, only: Collection[str] | None = None
+) -> list[Service]:
+    """Build the service objects to act on, in start order.
+
+    Args:
+        settings: The settings tree.
+        postgres: Include PostgreSQL; ``None`` means ``settings.infra.postgres``.
+        only: Restrict to these names (``postgres`` in ``only`` includes it regardless
+            of ``postgres``).
+
+    Returns:
+        Service objects (nothing is started or installed).
+
+    Raises:
+        InfraError: ``only`` names an unknown service.
+    """
+    unknown = set(only or ()) - set(SERVICE_NAMES)
+    if unknown:
+        raise InfraError(f"unknown service(s) {sorted(unknown)}; choose from {SERVICE_NAMES}")
+    with_postgres = settings.infra.postgres if postgres is None else postgres
+    names = [n for n in SERVICE_NAMES if n != "postgres" or with_postgres]
+    if only:
+        names = [n for n in SERVICE_NAMES if n in only]
+    return [_CLASSES[name](settings) for name in names]
+
+
+@contextlib.contextmanager
+def _exclusive(settings: Settings) -> Iterator[None]:
+    """Hold ``.local/infra.lock`` so that concurrent ``up``/``down`` calls take turns."""
+    local_dir = settings.infra.local_dir
+    local_dir.mkdir(parents=True, exist_ok=True)
+    with (local_dir / "infra.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def up(
+    settings: Settings, postgres: bool | None = None, only: Collection[str] | None = None
+) -> list[ServiceStatus]:
+    """Install (first run) and start the local services; wait until all are healthy.
+
+    Services that already run and answer are left alone, so a second call takes seconds.
+    Ports are checked for every service before anything starts; then all services start
+    at once and are awaited together (Elasticsearch takes the longest, ~15-40 s).
+    Concurrent ``up``/``down`` calls (other processes included) take turns through a lock
+    file, ``.local/infra.lock``.
+
+    Args:
+        settings: The settings tree (``settings.infra`` holds ports, versions, paths).
+        postgres: Also start PostgreSQL; ``None`` means ``settings.infra.postgres``.
+        only: Start only these services (``redis``, ``kafka``, ``elasticsearch``,
+            ``postgres``).
+
+    Returns:
+        One healthy :class:`ServiceStatus` per started service, in start order.
+
+    Raises:
+        PortConflictError: A port is held by a foreign process (nothing was started).
+        ServiceStartError: A service died or stayed unhealthy past
+            ``settings.infra.start_timeout_s``; the others were still awaited.
+        InstallError: apt, Maven, unzip or useradd failed.
+    """
+    chosen = services(settings, postgres, only)
+    started = time.monotonic()
+    with (
+        _exclusive(settings),
+        ThreadPoolExecutor(max_workers=len(chosen), thread_name_prefix="infra-up") as pool,
+    ):
+        for service in chosen:
+            service.check_ports()
+        futures = [pool.submit(service.ensure_up) for service in chosen]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        first = errors[0]
+        if len(errors) == 1 and isinstance(first, InfraError):
+            raise first
+        raise InfraError("\n\n".join(str(e) for e in errors)) from first
+    log.info(
+        "infra up", services=[s.name for s in chosen], seconds=round(time.monotonic() - started, 1)
+    )
+    return [f.result() for f in futures]
+
+
+def down(settings: Settings) -> None:
+    """Stop every local service that runs (PostgreSQL included), in reverse start order.
+
+    Each is stopped by PID (SIGTERM, SIGKILL after 30 s; PostgreSQL with
+    ``pg_ctl stop -m fast``) and its PID file removed. Services that are not running are
+    skipped. Data under ``settings.infra.local_dir`` is kept.
+
+    Args:
+        settings: The settings tree.
+    """
+    with _exclusive(settings):
+        for service in reversed(services(settings, postgres=True)):
+            service.stop()
+
+
+def status(settings: Settings) -> list[ServiceStatus]:
+    """Return the status of each service (PID file plus the real health check).
+
+    PostgreSQL is listed when ``settings.infra.postgres`` is set or when it runs.
+
+    Args:
+        settings: The settings tree.
+
+    Returns:
+        One :class:`ServiceStatus` per service, in start order.
+    """
+    result = []
+    for service in services(settings, postgres=True):
+        state = service.status()
+        if service.name == "postgres" and not settings.infra.postgres and state.pid is None:
+            continue
+        result.append(state)
+    return result

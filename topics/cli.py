@@ -1,0 +1,95 @@
+"""``ragstream topics ...`` and ``ragstream dlq ...`` commands."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragstream.settings import get_settings
+
+topics_app = typer.Typer(
+    help="Topic registry: create topics, write JSON schemas.", no_args_is_help=True
+)
+dlq_app = typer.Typer(help="Dead-letter queues: inspect and replay.", no_args_is_help=True)
+console = Console()
+
+
+@topics_app.command("create")
+def create() -> None:
+    """Create every registry topic and DLQ idempotently; exit 1 if an existing one drifted."""
+    from topics.admin import create_registry_topics
+
+    report = create_registry_topics(get_settings().kafka)
+    table = Table("topic", "state")
+    for name in report.created:
+        table.add_row(name, "[green]created[/green]")
+    for name in report.existing:
+        if name not in report.created:
+            table.add_row(name, "exists")
+    console.print(table)
+    for message in report.drift:
+        console.print(f"[red]drift[/red]: {message}")
+    if report.drift:
+        raise typer.Exit(1)
+
+
+@topics_app.command("list")
+def list_topics() -> None:
+    """Print the registry: name, partitions, retention, key, event model, DLQ."""
+    from topics.registry import TopicRegistry
+
+    settings = get_settings()
+    reg = TopicRegistry(settings.kafka.topic_prefix)
+    table = Table("topic", "partitions", "retention h", "key", "model", "dlq")
+    from topics.registry import TOPICS
+
+    for spec in TOPICS:
+        table.add_row(
+            reg.name(spec),
+            str(spec.partitions),
+            f"{spec.retention_ms / 3_600_000:g}",
+            spec.key,
+            spec.model.__name__,
+            reg.dlq(spec) if spec.consumed else "-",
+        )
+    console.print(table)
+
+
+@topics_app.command("schemas")
+def schemas() -> None:
+    """Rewrite ``topics/schemas/*.schema.json`` from the event models."""
+    from topics.schemas import write_schemas
+
+    for path in write_schemas():
+        console.print(f"wrote {path}")
+
+
+@dlq_app.command("replay")
+def replay(
+    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
+    limit: int | None = typer.Option(None, help="Replay at most this many dead letters."),
+    group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
+) -> None:
+    """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+    from kafka import KafkaConsumer
+
+    from topics.producer import EventProducer, make_producer
+    from workers.runtime.dlq import replay as replay_letters
+
+    settings = get_settings()
+    dlq = topic if topic.endswith(".dlq") else topic + ".dlq"
+    consumer = KafkaConsumer(
+        dlq,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    producer = EventProducer(make_producer(settings.kafka))
+    try:
+        n = replay_letters(consumer, producer, dlq, limit=limit)
+    finally:
+        consumer.close(autocommit=False)
+        producer.close()
+    console.print(f"replayed {n} dead letter(s) from {dlq}")
