@@ -33,7 +33,7 @@ from topics.registry import PhysicalTopic
 from topics.serde import decode
 
 bench_app = typer.Typer(help="Benchmarks that print numbers (never timed tests).")
-console = Console()
+console = Console(width=160)
 
 
 @dataclass
