@@ -36,3 +36,6 @@ def configure_logging(settings: LoggingSettings) -> None:
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+    # Client libraries log every connection at INFO; keep their warnings and errors only.
+    for noisy in ("kafka", "elastic_transport", "urllib3", "httpx"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))

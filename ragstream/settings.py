@@ -101,6 +101,15 @@ class PoolsSettings(BaseModel):
     echo: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=5)
 
 
+class EchoSettings(BaseModel):
+    """Topics of the echo pool (``ragstream worker echo``), used by the bus benchmark."""
+
+    input_topic: str = "bench.echo.in"
+    output_topic: str = "bench.echo.out"
+    group: str = "ragstream-echo"
+    delay_ms: float = 0.0
+
+
 class LoggingSettings(BaseModel):
     """structlog output: ``console`` for people, ``json`` for log shippers."""
 
@@ -150,6 +159,7 @@ class Settings(BaseSettings):
     api: ApiSettings = ApiSettings()
     celery: CelerySettings = CelerySettings()
     pools: PoolsSettings = PoolsSettings()
+    echo: EchoSettings = EchoSettings()
     logging: LoggingSettings = LoggingSettings()
     infra: InfraSettings = InfraSettings()
 

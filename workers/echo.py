@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ragstream.errors import PermanentError, TransientError
 from ragstream.logging import configure_logging
-from ragstream.settings import PoolSettings, get_settings
+from ragstream.settings import PoolSettings, Settings, get_settings
 from topics.bench import EchoEvent
 from topics.registry import TopicRegistry, TopicSpec
+from workers.registry import register_pool
 from workers.runtime.build import batch_policy, build_runner, retry_policy
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 
@@ -74,6 +75,28 @@ def echo_handler(
     )
 
 
+def run_echo_pool(settings: Settings, pool: PoolSettings | None = None) -> Callable[[], None]:
+    """Pool factory of ``ragstream worker echo``: topics and group from ``settings.echo``."""
+    pool = pool or settings.pools.echo
+    handler = echo_handler(
+        echo_topic(settings.echo.input_topic),
+        echo_topic(settings.echo.output_topic),
+        settings.echo.group,
+        pool,
+        delay_ms=settings.echo.delay_ms,
+    )
+    runner = build_runner(handler, settings, pool, registry=TopicRegistry(""))
+
+    def run() -> None:
+        runner.install_signal_handlers()
+        runner.run()
+
+    return run
+
+
+register_pool("echo", run_echo_pool)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run one echo pool process until SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(prog="python -m workers.echo", description=__doc__)
@@ -100,13 +123,21 @@ def main(argv: list[str] | None = None) -> None:
         if v is not None
     }
     pool = settings.pools.echo.model_copy(update=update)
+    echo = settings.echo.model_copy(
+        update={
+            "input_topic": args.input,
+            "output_topic": args.output,
+            "group": args.group,
+            "delay_ms": args.delay_ms,
+        }
+    )
     handler = echo_handler(
-        echo_topic(args.input),
-        echo_topic(args.output),
-        args.group,
+        echo_topic(echo.input_topic),
+        echo_topic(echo.output_topic),
+        echo.group,
         pool,
         stage=args.stage,
-        delay_ms=args.delay_ms,
+        delay_ms=echo.delay_ms,
     )
     runner = build_runner(handler, settings, pool, registry=TopicRegistry(""))
     runner.install_signal_handlers()

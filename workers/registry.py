@@ -17,7 +17,7 @@ from ragstream.settings import Settings
 PoolFactory = Callable[[Settings], Callable[[], None]]
 
 #: Modules that register pools when imported.
-POOL_MODULES: tuple[str, ...] = ()
+POOL_MODULES: tuple[str, ...] = ("workers.echo",)
 
 _POOLS: dict[str, PoolFactory] = {}
 

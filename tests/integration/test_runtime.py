@@ -311,3 +311,27 @@ def test_pressure_signal_reports_lag(settings: Settings, pipe: Pipe, unique_name
     _stop(runner, thread)
     assert read_pressure(client, pool_name).members == 0  # cleared on shutdown
     client.close()
+
+
+def test_batch_slower_than_max_poll_interval_causes_no_rebalance(
+    settings: Settings, pipe: Pipe
+) -> None:
+    """A batch taking twice ``max.poll.interval.ms`` keeps its membership: one call, one commit."""
+    kafka = settings.kafka.model_copy(
+        update={"max_poll_interval_ms": 3000, "session_timeout_ms": 6000}
+    )
+    slow_settings = settings.model_copy(update={"kafka": kafka})
+    produce_echo(settings, pipe.src, [f"e{i}" for i in range(6)])
+
+    def slow(events: list[EchoEvent]) -> Sequence[Outcome]:
+        pipe.calls.append((time.time(), len(events)))
+        time.sleep(6.5)
+        return [Emit(echo_topic(pipe.dst), e) for e in events]
+
+    runner, thread = _start(slow_settings, _handler(pipe, BatchPolicy(6, 2000), fn=slow))
+    assert wait_for(lambda: committed_total(settings, pipe.group, pipe.src) == 6, 60)
+    time.sleep(2)
+    _stop(runner, thread)
+    assert [n for _, n in pipe.calls] == [6]  # processed once: never re-delivered
+    out = consume_all(settings, pipe.dst, lambda r: len(r) >= 6, timeout_s=20)
+    assert len(out) == 6
