@@ -1,0 +1,66 @@
+"""Value types of the write path, shared by parsers, chunking, embedding and indexing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragstream.errors import PermanentError
+
+#: Metadata values kept on documents and chunks (JSON scalars).
+MetaValue = str | int | float | bool | None
+
+
+class ParseError(PermanentError):
+    """A document cannot be parsed (unknown type, empty, corrupt); it fails alone."""
+
+    code = "PARSE_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A run of text under one heading path, e.g. ``("Tutorial", "Lists")``."""
+
+    heading_path: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDocument:
+    """A parsed document: its title, its sections in reading order, and metadata.
+
+    ``doc_id`` is set only by formats whose records carry their own id (JSON/JSONL); the
+    caller names every other document.
+    """
+
+    title: str
+    sections: tuple[Section, ...]
+    content_type: str
+    metadata: dict[str, MetaValue] = field(default_factory=dict)
+    doc_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """All section text joined by blank lines (what the content hash covers)."""
+        return "\n\n".join(s.text for s in self.sections)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk of a document, ready to embed and index.
+
+    Attributes:
+        chunk_no: position in the document, from 0.
+        title: the heading path joined with `` > `` (empty when the document has none).
+        text: the chunk's text (a span of one section).
+        embed_text: what the embedding model sees (title line + text); its token count,
+            special tokens included, never exceeds the model's maximum sequence length.
+        token_count: tokens of ``embed_text`` as the model's tokenizer counts them.
+    """
+
+    chunk_no: int
+    title: str
+    text: str
+    embed_text: str
+    token_count: int
+    metadata: dict[str, Any] = field(default_factory=dict)
