@@ -13,7 +13,7 @@ from celery import Celery
 from ragstream.settings import Settings
 
 #: Modules whose tasks the worker registers (imported by the worker, not by this module).
-TASK_MODULES: list[str] = []
+TASK_MODULES: list[str] = ["ingest.tasks"]
 
 celery_app = Celery("ragstream")
 

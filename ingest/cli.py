@@ -1,0 +1,179 @@
+"""``ragstream ingest``, ``ragstream jobs show|retry`` and ``ragstream index rebuild``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from sqlalchemy.orm import Session, sessionmaker
+
+from ingest import jobs
+from ragstream.db.models import utcnow
+from ragstream.settings import Settings, get_settings
+
+jobs_app = typer.Typer(help="Bulk ingestion jobs.", no_args_is_help=True)
+index_app = typer.Typer(help="The chunk index behind its alias.", no_args_is_help=True)
+console = Console()
+
+
+def _sessions(settings: Settings) -> sessionmaker[Session]:
+    from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+
+    upgrade_head(settings.database_url)
+    return make_session_factory(make_engine(settings.database_url))
+
+
+def ingest_command(
+    paths: list[Path] = typer.Argument(..., help="Directories, files or *.manifest.jsonl."),
+    tenant: str = typer.Option("default", help="Tenant that owns the documents."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow progress until done."),
+) -> None:
+    """Submit a Celery bulk job over PATHS and (by default) show its progress."""
+    from ingest.sources import SourceRejectedError, discover
+    from ingest.tasks import run_job
+
+    settings = get_settings()
+    try:
+        files = discover(paths, settings.ingest.allowed_roots, settings.ingest.extensions)
+    except SourceRejectedError as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(2) from exc
+    if not files:
+        console.print("[yellow]nothing to ingest[/yellow]: no file with a known extension")
+        raise typer.Exit(1)
+    sessions = _sessions(settings)
+    job_id = jobs.create_job(sessions, tenant, files)
+    run_job.delay(job_id)
+    console.print(f"job [bold]{job_id}[/bold]: {len(files)} document(s) for tenant {tenant!r}")
+    if wait:
+        follow(settings, sessions, job_id)
+
+
+def follow(settings: Settings, sessions: sessionmaker[Session], job_id: str) -> jobs.JobProgress:
+    """Show a progress bar until the job finishes; print and return its summary."""
+    from ingest.tasks import reap_stale_jobs
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("docs · {task.fields[chunks]} chunks · {task.fields[rate]} docs/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    t0 = time.monotonic()
+    last_reap = 0.0
+    with Progress(*columns, console=console) as bar:
+        state = jobs.progress(sessions, job_id)
+        task = bar.add_task("ingest", total=state.total, chunks=0, rate="-")
+        while not state.finished:
+            time.sleep(0.5)
+            if time.monotonic() - last_reap > settings.ingest.job_watchdog_interval_s:
+                reap_stale_jobs(settings, sessions)  # the CLI watches too: no worker, no hang
+                last_reap = time.monotonic()
+            state = jobs.progress(sessions, job_id)
+            finished = state.done + state.failed
+            rate = finished / max(1e-9, time.monotonic() - t0)
+            bar.update(task, completed=finished, chunks=state.chunks, rate=f"{rate:.1f}")
+    print_summary(sessions, state, time.monotonic() - t0)
+    return state
+
+
+def print_summary(
+    sessions: sessionmaker[Session], state: jobs.JobProgress, seconds: float | None
+) -> None:
+    """A table of the job's outcome and its first failures."""
+    table = Table("job", "status", "documents", "done", "failed", "chunks", "seconds")
+    colour = {"succeeded": "green", "failed": "red"}.get(state.status, "yellow")
+    table.add_row(
+        state.job_id,
+        f"[{colour}]{state.status}[/{colour}]",
+        str(state.total),
+        str(state.done),
+        str(state.failed),
+        str(state.chunks),
+        f"{seconds:.1f}" if seconds is not None else "-",
+    )
+    console.print(table)
+    if state.error:
+        console.print(f"[red]job error[/red]: {state.error}")
+    fails = jobs.failures(sessions, state.job_id)
+    for path, error in fails[:20]:
+        console.print(f"[red]failed[/red] {path}: {error}")
+    if len(fails) > 20:
+        console.print(f"... and {len(fails) - 20} more (ragstream jobs show {state.job_id})")
+
+
+@jobs_app.command("show")
+def show(job_id: str) -> None:
+    """Print a job's status, counts and every failed document."""
+    sessions = _sessions(get_settings())
+    try:
+        state = jobs.progress(sessions, job_id)
+    except KeyError as exc:
+        console.print(f"[red]error[/red]: no job {job_id}")
+        raise typer.Exit(2) from exc
+    elapsed = None
+    if state.started_at:
+        end = jobs.aware(state.finished_at) if state.finished_at else utcnow()
+        elapsed = (end - jobs.aware(state.started_at)).total_seconds()
+    print_summary(sessions, state, elapsed)
+    for path, error in jobs.failures(sessions, job_id)[20:]:
+        console.print(f"[red]failed[/red] {path}: {error}")
+
+
+@jobs_app.command("retry")
+def retry(job_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> None:
+    """Re-run a job's failed documents only."""
+    from ingest.tasks import enqueue_batches
+
+    settings = get_settings()
+    sessions = _sessions(settings)
+    try:
+        n = jobs.reset_failed(sessions, job_id)
+    except KeyError as exc:
+        console.print(f"[red]error[/red]: no job {job_id}")
+        raise typer.Exit(2) from exc
+    if not n:
+        console.print("no failed documents to retry")
+        return
+    enqueue_batches(job_id, jobs.pending_item_ids(sessions, job_id), settings.ingest.job_batch_size)
+    console.print(f"retrying {n} failed document(s) of job {job_id}")
+    if wait:
+        follow(settings, sessions, job_id)
+
+
+@index_app.command("rebuild")
+def rebuild_command(
+    delete_old: bool = typer.Option(
+        False, help="Delete the previous physical index after the swap."
+    ),
+) -> None:
+    """Build a new physical index from the stored chunks (re-embedded) and swap the alias."""
+    from ingest.factory import build_index_and_embedder
+    from ingest.rebuild import rebuild
+
+    index, embedder = build_index_and_embedder(get_settings())
+    with console.status("copying chunks...") as status:
+        report = rebuild(
+            index,
+            embedder,
+            delete_old=delete_old,
+            on_progress=lambda n: status.update(f"copied {n} chunks"),
+        )
+    console.print(
+        f"alias {index.alias}: {report.old_index} -> [bold]{report.new_index}[/bold]; "
+        f"{report.copied} chunks copied, {report.caught_up} caught up, "
+        f"{report.deleted_after_swap} deleted after the swap, {report.seconds}s"
+    )

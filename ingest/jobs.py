@@ -1,0 +1,210 @@
+"""Bulk ingestion jobs in SQL: create, progress, per-document status, retry and the watchdog.
+
+A job is a row in ``ingest_jobs`` and one row per document in ``ingest_job_items``. Celery
+tasks (:mod:`ingest.tasks`) carry only the job id and item ids. Counters are recomputed from
+the items after every batch, so a redelivered task can never double-count.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from ingest.sources import SourceFile
+from ragstream.db.models import IngestJob, IngestJobItem, utcnow
+
+DONE_STATUSES = ("indexed", "unchanged", "deleted")
+FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """A job's state: document counts, chunks written, and timing."""
+
+    job_id: str
+    tenant: str
+    status: str
+    total: int
+    done: int
+    failed: int
+    chunks: int
+    error: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @property
+    def finished(self) -> bool:
+        """True once the job reached a final status."""
+        return self.status in FINAL_JOB_STATUSES
+
+
+def create_job(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    files: Sequence[SourceFile],
+    callback_url: str | None = None,
+) -> str:
+    """Insert a pending job with one item per file; return the job id (UUID4 string)."""
+    job_id = str(uuid.uuid4())
+    with sessions.begin() as session:
+        session.add(
+            IngestJob(
+                id=job_id, tenant=tenant, total_documents=len(files), callback_url=callback_url
+            )
+        )
+        session.add_all(
+            IngestJobItem(
+                job_id=job_id, path=f.path, doc_id=f.doc_id, title=f.title, metadata_=f.metadata
+            )
+            for f in files
+        )
+    return job_id
+
+
+def pending_item_ids(sessions: sessionmaker[Session], job_id: str) -> list[int]:
+    """Ids of the job's items still pending, in insertion order."""
+    with sessions() as session:
+        stmt = (
+            select(IngestJobItem.id)
+            .where(IngestJobItem.job_id == job_id, IngestJobItem.status == "pending")
+            .order_by(IngestJobItem.id)
+        )
+        return list(session.scalars(stmt))
+
+
+def mark_running(sessions: sessionmaker[Session], job_id: str) -> None:
+    """Set the job running (keeping its first ``started_at``) and beat its heartbeat."""
+    now = utcnow()
+    with sessions.begin() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        job.status = "running"
+        job.started_at = job.started_at or now
+        job.heartbeat_at = now
+        job.finished_at = None
+
+
+def refresh_counters(sessions: sessionmaker[Session], job_id: str) -> JobProgress:
+    """Recompute the job's counters from its items; finish it when nothing is pending."""
+    with sessions.begin() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        counts = dict(
+            session.execute(
+                select(IngestJobItem.status, func.count())
+                .where(IngestJobItem.job_id == job_id)
+                .group_by(IngestJobItem.status)
+            ).all()
+        )
+        chunks = session.scalar(
+            select(func.coalesce(func.sum(IngestJobItem.chunk_count), 0)).where(
+                IngestJobItem.job_id == job_id, IngestJobItem.status == "indexed"
+            )
+        )
+        job.done_documents = sum(counts.get(s, 0) for s in DONE_STATUSES)
+        job.failed_documents = counts.get("failed", 0)
+        job.chunk_count = int(chunks or 0)
+        job.heartbeat_at = utcnow()
+        if counts.get("pending", 0) == 0 and job.status == "running":
+            job.status = "completed_with_failures" if job.failed_documents else "succeeded"
+            job.finished_at = utcnow()
+        return _progress(job)
+
+
+def progress(sessions: sessionmaker[Session], job_id: str) -> JobProgress:
+    """The job's current progress.
+
+    Raises:
+        KeyError: no such job.
+    """
+    with sessions() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        return _progress(job)
+
+
+def failures(sessions: sessionmaker[Session], job_id: str) -> list[tuple[str, str]]:
+    """``(path, error)`` of every failed item of the job."""
+    with sessions() as session:
+        stmt = select(IngestJobItem.path, IngestJobItem.error).where(
+            IngestJobItem.job_id == job_id, IngestJobItem.status == "failed"
+        )
+        return [(p, e or "") for p, e in session.execute(stmt).all()]
+
+
+def reset_failed(sessions: sessionmaker[Session], job_id: str) -> int:
+    """Set the job's failed items back to pending and the job to running; return how many."""
+    with sessions.begin() as session:
+        n = session.execute(  # an UPDATE returns a CursorResult
+            update(IngestJobItem)
+            .where(IngestJobItem.job_id == job_id, IngestJobItem.status == "failed")
+            .values(status="pending", error=None)
+        ).rowcount  # type: ignore[attr-defined]
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        if n:
+            job.status = "running"
+            job.finished_at = None
+            job.heartbeat_at = utcnow()
+        return int(n or 0)
+
+
+def stale_jobs(sessions: sessionmaker[Session], older_than_s: float) -> list[IngestJob]:
+    """Running jobs whose heartbeat is older than ``older_than_s`` seconds."""
+    cutoff = utcnow() - dt.timedelta(seconds=older_than_s)
+    with sessions() as session:
+        stmt = select(IngestJob).where(IngestJob.status == "running")
+        return [j for j in session.scalars(stmt) if aware(j.heartbeat_at or j.created_at) < cutoff]
+
+
+def record_resume(sessions: sessionmaker[Session], job_id: str) -> int:
+    """Count one watchdog resume of the job and beat its heartbeat; return the resume count."""
+    with sessions.begin() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        job.resumes += 1
+        job.heartbeat_at = utcnow()
+        return job.resumes
+
+
+def fail_job(sessions: sessionmaker[Session], job_id: str, reason: str) -> None:
+    """Mark the job failed with ``reason`` (its items keep their status)."""
+    with sessions.begin() as session:
+        job = session.get(IngestJob, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        job.status = "failed"
+        job.error = reason
+        job.finished_at = utcnow()
+
+
+def aware(value: dt.datetime) -> dt.datetime:
+    """``value`` as UTC-aware (SQLite returns naive datetimes)."""
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _progress(job: IngestJob) -> JobProgress:
+    return JobProgress(
+        job.id,
+        job.tenant,
+        job.status,
+        job.total_documents,
+        job.done_documents,
+        job.failed_documents,
+        job.chunk_count,
+        job.error,
+        job.created_at,
+        job.started_at,
+        job.finished_at,
+    )

@@ -1,0 +1,150 @@
+"""Markdown: sections by ATX and setext headings, fenced code kept verbatim, YAML front matter.
+
+A line-based subset of CommonMark (https://spec.commonmark.org/0.31.2/): headings (§4.2, §4.3)
+and fenced code blocks (§4.5) are recognised; everything else is kept as text, markup included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ingest.parsers.text import SectionBuilder, clean_line, first_line, normalize_text
+from ingest.types import MetaValue, ParsedDocument
+
+_FENCE_OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+_FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
+_ATX = re.compile(r"^ {0,3}(?P<marks>#{1,6})(?:[ \t]+(?P<text>.*?))?[ \t]*$")
+_ATX_CLOSING = re.compile(r"(?:^|[ \t]+)#+$")
+_SETEXT = re.compile(r"^ {0,3}(?P<under>=+|-+)[ \t]*$")
+# A paragraph may not start with these (so "- item" + "---" is a list and a rule, not a heading).
+_NOT_PARAGRAPH = re.compile(r"^(?: {4}|\t| {0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$))")
+_FRONT_KEY = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,63})[ \t]*:[ \t]*(?P<value>.*)$")
+_FRONT_END = frozenset({"---", "..."})
+_INT = re.compile(r"^[-+]?\d{1,18}$")
+_FLOAT = re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?$")
+
+
+@dataclass
+class _Fence:
+    char: str
+    length: int
+
+    def closes(self, line: str) -> bool:
+        """A closing fence: the same character, at least as long, nothing after it."""
+        match = _FENCE_CLOSE.match(line)
+        return match is not None and match[1][0] == self.char and len(match[1]) >= self.length
+
+
+def parse_markdown(text: str) -> ParsedDocument:
+    """Parse Markdown into sections keyed by the stack of enclosing headings.
+
+    ``# A`` then ``## B`` gives sections ``("A",)`` and ``("A", "B")``; text before the first
+    heading has path ``()``. ``#`` lines inside ``` or ~~~ fences are code, not headings; fences
+    stay in the text. Front matter (``---`` ... ``---`` first in the file) is removed; its
+    ``key: value`` scalar lines become metadata (``-`` in keys becomes ``_``; lists and nested
+    maps are skipped). Title: front matter ``title``, else the first H1, else the first
+    heading, else the first line.
+
+    Raises:
+        ParseError: nothing but whitespace and front matter.
+    """
+    text = normalize_text(text)
+    metadata, body = _split_front_matter(text)
+    builder = SectionBuilder()
+    h1 = _scan(body, builder)
+    sections = builder.build()
+    title = clean_line(str(metadata.pop("title", "")))
+    if not title:
+        title = h1 or (builder.headings[0] if builder.headings else first_line(sections[0].text))
+    return ParsedDocument(
+        title=title,
+        sections=sections,
+        content_type="markdown",
+        metadata=metadata,
+    )
+
+
+def _scan(body: str, builder: SectionBuilder) -> str | None:
+    """Feed ``body`` to ``builder`` line by line; return the first H1's text, if any."""
+    lines: list[str] = []
+    para_start: int | None = None  # index in ``lines`` where the open paragraph began
+    fence: _Fence | None = None
+    h1: str | None = None
+    for line in body.split("\n"):
+        if fence is not None:
+            lines.append(line)
+            if fence.closes(line):
+                fence = None
+            continue
+        heading = _heading(line, lines, para_start)
+        if heading is not None:
+            level, title, keep = heading
+            builder.add("\n".join(lines[:keep]))
+            lines, para_start = [], None
+            builder.heading(level, title)
+            if level == 1 and h1 is None and clean_line(title):
+                h1 = clean_line(title)
+            continue
+        lines.append(line)
+        opened = _FENCE_OPEN.match(line)
+        if opened and not (opened["fence"][0] == "`" and "`" in opened["info"]):
+            fence, para_start = _Fence(opened["fence"][0], len(opened["fence"])), None
+        elif not line.strip():
+            para_start = None
+        elif para_start is None and not _NOT_PARAGRAPH.match(line):
+            para_start = len(lines) - 1
+    builder.add("\n".join(lines))
+    return h1
+
+
+def _heading(line: str, lines: list[str], para_start: int | None) -> tuple[int, str, int] | None:
+    """Return ``(level, title, lines to keep before it)`` when ``line`` ends or is a heading."""
+    atx = _ATX.match(line)
+    if atx:
+        title = _ATX_CLOSING.sub("", atx["text"] or "").strip()
+        return len(atx["marks"]), title, len(lines)
+    setext = _SETEXT.match(line)
+    if setext and para_start is not None:
+        title = " ".join(part.strip() for part in lines[para_start:])
+        return (1 if setext["under"][0] == "=" else 2), title, para_start
+    return None
+
+
+def _split_front_matter(text: str) -> tuple[dict[str, MetaValue], str]:
+    """Split leading ``---`` front matter off ``text``; return ``(metadata, rest)``."""
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return {}, text
+    for end in range(1, len(lines)):
+        if lines[end].rstrip() in _FRONT_END:
+            break
+    else:
+        return {}, text  # no closing line: a thematic break, not front matter
+    metadata: dict[str, MetaValue] = {}
+    for line in lines[1:end]:
+        match = _FRONT_KEY.match(line)
+        if match is None:
+            continue
+        value = _scalar(match["value"].strip(), keep_string=match["key"] == "title")
+        if value is not None:
+            metadata[match["key"].replace("-", "_")] = value
+    return metadata, "\n".join(lines[end + 1 :])
+
+
+def _scalar(raw: str, *, keep_string: bool = False) -> MetaValue:
+    """A YAML-ish scalar: quoted string, bool, int, float or plain string; ``None`` to skip."""
+    if not raw or raw[0] in "[{|>&*!#" or raw.lower() in {"~", "null"}:
+        return None
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        return raw[1:-1]
+    value: MetaValue = raw
+    if keep_string:
+        pass
+    elif raw.lower() in {"true", "false"}:
+        value = raw.lower() == "true"
+    elif _INT.match(raw):
+        value = int(raw)
+    elif _FLOAT.match(raw):
+        value = float(raw)
+    return value

@@ -1,0 +1,350 @@
+"""The one ingest pipeline of the stream path (Kafka) and the batch path (Celery).
+
+``apply(ops)`` takes upserts and deletes in order and, per batch: parses, hashes, skips
+unchanged documents (same content hash as the registry: no embedding, no ES write), chunks the
+changed ones, embeds every new chunk in one batched call (through the content-hash cache),
+bulk-indexes the new version, deletes the old version's chunks by id, refreshes once, records
+the registry rows and bumps each touched tenant's index version.
+
+Consistency: a document's new chunks are written before its old chunks are deleted, so during
+an update a search finds at least one version; the outcome is returned only after the deletes
+and the refresh, so once acknowledged a search finds exactly one version. If any new chunk
+fails to index, the chunks already written for it are removed and the old version stays.
+Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from ingest.index import ChunkIndex
+from ingest.parsers import parse
+from ingest.registry import DocumentRegistry
+from ingest.types import Chunk, MetaValue, ParsedDocument, ParseError
+from ingest.versions import IndexVersions
+from ragstream.db.models import Document, utcnow
+
+Status = Literal["indexed", "unchanged", "deleted", "failed"]
+
+
+class Chunks(Protocol):
+    """Splits a parsed document into chunks (see :class:`ingest.chunking.Chunker`)."""
+
+    def chunk(self, doc: ParsedDocument) -> list[Chunk]: ...
+
+
+class Embeds(Protocol):
+    """Embeds texts: ``(n, dim)`` float32, L2-normalised (see :mod:`ingest.embedding`)."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOp:
+    """One upsert (raw ``data`` bytes of a file or inline text) or delete of a document."""
+
+    tenant: str
+    doc_id: str
+    op: Literal["upsert", "delete"] = "upsert"
+    data: bytes = b""
+    filename: str | None = None
+    content_type: str | None = None
+    source: str | None = None
+    title: str | None = None
+    metadata: dict[str, MetaValue] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class IngestOutcome:
+    """What happened to one document. ``timings_ms`` are the batch's stage times."""
+
+    tenant: str
+    doc_id: str
+    status: Status
+    version: int = 0
+    chunk_count: int = 0
+    error: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Doc:
+    op: IngestOp
+    doc_id: str
+    parsed: ParsedDocument
+    content_hash: str
+    previous: Document | None = None
+    chunks: list[Chunk] = field(default_factory=list)
+    chunk_ids: list[str] = field(default_factory=list)
+    version: int = 0
+    outcome: IngestOutcome | None = None
+
+    def finish(self, status: Status, error: str | None = None) -> None:
+        """Set this document's outcome."""
+        ok = status in ("indexed", "unchanged")
+        version = (
+            self.version if status == "indexed" else (self.previous.version if self.previous else 0)
+        )
+        chunks = (
+            len(self.chunks)
+            if status == "indexed"
+            else (self.previous.chunk_count if self.previous and ok else 0)
+        )
+        self.outcome = IngestOutcome(self.op.tenant, self.doc_id, status, version, chunks, error)
+
+
+def content_hash(parsed: ParsedDocument, op: IngestOp) -> str:
+    """SHA-256 (hex) of what gets indexed: text, title, source and metadata."""
+    meta = {**op.metadata, **parsed.metadata}
+    payload = json.dumps(
+        [parsed.text, op.title or parsed.title, op.source, sorted(meta.items(), key=str)],
+        ensure_ascii=False,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def chunk_id(tenant: str, doc_id: str, version: int, chunk_no: int) -> str:
+    """Deterministic chunk ``_id``: 32 hex digits of SHA-256 over its coordinates."""
+    key = f"{tenant}\0{doc_id}\0{version}\0{chunk_no}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+class IngestPipeline:
+    """Applies ingest operations; every component is given, none is constructed here."""
+
+    def __init__(
+        self,
+        chunker: Chunks,
+        embedder: Embeds,
+        index: ChunkIndex,
+        registry: DocumentRegistry,
+        versions: IndexVersions | None = None,
+    ) -> None:
+        self.chunker = chunker
+        self.embedder = embedder
+        self.index = index
+        self.registry = registry
+        self.versions = versions
+
+    def apply(self, ops: Sequence[IngestOp]) -> list[list[IngestOutcome]]:
+        """Apply ``ops`` in order; return the outcomes of each op (one per document).
+
+        A JSON/JSONL file op yields one document per record (``<doc_id>#<record id>``).
+        Never raises for bad input: a document that cannot be parsed, chunked or indexed
+        fails alone. Raises :class:`~ragstream.errors.TransientError` when Elasticsearch is
+        unreachable (nothing is acknowledged then).
+        """
+        results: list[list[IngestOutcome]] = [[] for _ in ops]
+        for wave in _waves(ops):
+            timings: dict[str, float] = {}
+            outcomes = self._apply_wave([ops[i] for i in wave], timings)
+            for i, outs in zip(wave, outcomes, strict=True):
+                for o in outs:
+                    o.timings_ms = timings
+                results[i] = outs
+        return results
+
+    # -- one wave: each (tenant, doc_id) at most once ------------------------------------------
+
+    def _apply_wave(
+        self, ops: list[IngestOp], timings: dict[str, float]
+    ) -> list[list[IngestOutcome]]:
+        t0 = time.perf_counter()
+        per_op: list[list[IngestOutcome]] = [[] for _ in ops]
+        docs = self._parse(ops, per_op)
+        timings["parse"] = _ms(t0)
+        touched: set[str] = set()
+        self._upsert([d for _, d in docs], timings, touched)
+        for i, doc in docs:
+            assert doc.outcome is not None
+            per_op[i].append(doc.outcome)
+        for i, op in enumerate(ops):
+            if op.op == "delete":
+                per_op[i].append(self._delete(op, touched))
+        if touched:
+            t = time.perf_counter()
+            self.index.refresh()
+            timings["refresh"] = _ms(t)
+            if self.versions is not None:
+                for tenant in sorted(touched):
+                    self.versions.bump(tenant)
+        timings["total"] = _ms(t0)
+        return per_op
+
+    @staticmethod
+    def _parse(ops: list[IngestOp], per_op: list[list[IngestOutcome]]) -> list[tuple[int, _Doc]]:
+        """Parse every upsert; a parse failure becomes that op's outcome."""
+        docs: list[tuple[int, _Doc]] = []
+        for i, op in enumerate(ops):
+            if op.op == "delete":
+                continue
+            try:
+                parsed_docs = parse(op.data, filename=op.filename, content_type=op.content_type)
+            except ParseError as exc:
+                per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=str(exc)))
+                continue
+            for n, parsed in enumerate(parsed_docs):
+                doc_id = op.doc_id
+                if len(parsed_docs) > 1 or parsed.doc_id is not None:
+                    doc_id = f"{op.doc_id}#{parsed.doc_id or n}"
+                docs.append((i, _Doc(op, doc_id, parsed, content_hash(parsed, op))))
+        return docs
+
+    def _upsert(self, docs: list[_Doc], timings: dict[str, float], touched: set[str]) -> None:
+        previous = self.registry.get_many((d.op.tenant, d.doc_id) for d in docs)
+        changed: list[_Doc] = []
+        for d in docs:
+            d.previous = previous.get((d.op.tenant, d.doc_id))
+            prev = d.previous
+            if (
+                prev is not None
+                and prev.status == "indexed"
+                and prev.content_hash == d.content_hash
+            ):
+                d.finish("unchanged")
+            else:
+                changed.append(d)
+        if not changed:
+            return
+        t = time.perf_counter()
+        for d in changed:
+            d.chunks = self.chunker.chunk(d.parsed)
+            d.version = (d.previous.version if d.previous else 0) + 1
+            d.chunk_ids = [chunk_id(d.op.tenant, d.doc_id, d.version, c.chunk_no) for c in d.chunks]
+        timings["chunk"] = _ms(t)
+        t = time.perf_counter()
+        vectors = self.embedder.embed([c.embed_text for d in changed for c in d.chunks])
+        timings["embed"] = _ms(t)
+        t = time.perf_counter()
+        self._index_changed(changed, vectors, touched)
+        timings["index"] = _ms(t)
+
+    def _index_changed(
+        self, changed: list[_Doc], vectors: np.ndarray[Any, Any], touched: set[str]
+    ) -> None:
+        bodies: list[dict[str, Any]] = []
+        row = 0
+        now = utcnow().isoformat()
+        for d in changed:
+            for c, cid in zip(d.chunks, d.chunk_ids, strict=True):
+                bodies.append(_body(d, c, cid, vectors[row], now))
+                row += 1
+        report = self.index.bulk_index(bodies)
+        rollback: list[str] = []
+        stale: dict[str, _Doc] = {}
+        for d in changed:
+            failures = [report.failed[c] for c in d.chunk_ids if c in report.failed]
+            if not d.chunks:
+                failures = ["document has no indexable text"]
+            if failures:
+                rollback.extend(c for c in d.chunk_ids if c not in report.failed)
+                d.finish("failed", f"indexing failed: {failures[0]}")
+                continue
+            new_ids = set(d.chunk_ids)
+            old_ids = d.previous.chunk_ids if d.previous else []
+            stale.update({c: d for c in old_ids if c not in new_ids})
+            d.finish("indexed")
+            touched.add(d.op.tenant)
+        if rollback:
+            self.index.delete_ids(rollback)
+        if stale:
+            for cid, reason in self.index.delete_ids(sorted(stale)).failed.items():
+                # The new version is in but an old chunk lingers: report it, keep the ids.
+                stale[cid].finish("failed", f"old chunk {cid} not deleted: {reason}")
+        self.registry.record_many(
+            [
+                (d.op.tenant, d.doc_id, _row_fields(d))
+                for d in changed
+                if d.outcome and d.outcome.status == "indexed"
+            ]
+        )
+
+    def _delete(self, op: IngestOp, touched: set[str]) -> IngestOutcome:
+        prev = self.registry.get_many([(op.tenant, op.doc_id)]).get((op.tenant, op.doc_id))
+        ids = set(prev.chunk_ids if prev else []) | set(
+            self.index.chunk_ids_of(op.tenant, op.doc_id)
+        )
+        report = self.index.delete_ids(sorted(ids))
+        if report.failed:
+            reason = next(iter(report.failed.values()))
+            return IngestOutcome(op.tenant, op.doc_id, "failed", error=f"delete failed: {reason}")
+        self.registry.record(
+            op.tenant,
+            op.doc_id,
+            status="deleted",
+            chunk_ids=[],
+            chunk_count=0,
+            content_hash=None,
+            version=prev.version if prev else 0,
+            error=None,
+        )
+        touched.add(op.tenant)
+        return IngestOutcome(op.tenant, op.doc_id, "deleted", prev.version if prev else 0, 0)
+
+
+def _row_fields(d: _Doc) -> dict[str, Any]:
+    return {
+        "content_hash": d.content_hash,
+        "version": d.version,
+        "status": "indexed",
+        "source": d.op.source,
+        "title": d.op.title or d.parsed.title,
+        "chunk_ids": d.chunk_ids,
+        "chunk_count": len(d.chunks),
+        "error": None,
+        "metadata_": {**d.op.metadata, **d.parsed.metadata},
+    }
+
+
+def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -> dict[str, Any]:
+    meta = {k: v for k, v in {**d.op.metadata, **d.parsed.metadata}.items() if v is not None}
+    return {
+        "tenant": d.op.tenant,
+        "doc_id": d.doc_id,
+        "chunk_id": cid,
+        "chunk_no": c.chunk_no,
+        "version": d.version,
+        "content_hash": d.content_hash,
+        "title": c.title or d.op.title or d.parsed.title,
+        "text": c.text,
+        "embed_title": _embed_title(c),
+        "source": d.op.source or "",
+        "content_type": d.parsed.content_type,
+        "lang": str(d.parsed.metadata.get("lang") or ""),
+        "metadata": {k: str(v) for k, v in meta.items()},
+        "indexed_at": now,
+        "embedding": [float(x) for x in vector],
+    }
+
+
+def _embed_title(c: Chunk) -> str:
+    """The title line the chunker put in front of the text (kept for index rebuilds)."""
+    if c.embed_text.endswith(c.text) and len(c.embed_text) > len(c.text):
+        return c.embed_text[: len(c.embed_text) - len(c.text)].rstrip("\n")
+    return ""
+
+
+def _waves(ops: Sequence[IngestOp]) -> list[list[int]]:
+    """Split op indices into waves where each ``(tenant, doc_id)`` appears at most once,
+    keeping the order of operations on the same document."""
+    waves: list[list[int]] = []
+    last_wave: dict[tuple[str, str], int] = {}
+    for i, op in enumerate(ops):
+        w = last_wave.get((op.tenant, op.doc_id), -1) + 1
+        if w == len(waves):
+            waves.append([])
+        waves[w].append(i)
+        last_wave[(op.tenant, op.doc_id)] = w
+    return waves
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 2)

@@ -1,0 +1,76 @@
+"""The document registry in SQL: one row per ``(tenant, doc_id)``, versioned by content hash.
+
+The registry is the source of truth for "unchanged" (same hash: skip) and for which chunk ids
+belong to the indexed version (deleted by id when the next version is acknowledged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragstream.db.models import Document, utcnow
+
+
+class DocumentRegistry:
+    """Reads and writes :class:`~ragstream.db.models.Document` rows."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Document]:
+        """Rows for ``(tenant, doc_id)`` keys that exist (detached, read-only use)."""
+        wanted = list(set(keys))
+        found: dict[tuple[str, str], Document] = {}
+        with self._sessions() as session:
+            for start in range(0, len(wanted), 500):
+                part = wanted[start : start + 500]
+                stmt = select(Document).where(tuple_(Document.tenant, Document.doc_id).in_(part))
+                for row in session.scalars(stmt):
+                    found[(row.tenant, row.doc_id)] = row
+        return found
+
+    def record(self, tenant: str, doc_id: str, **fields: Any) -> Document:
+        """Insert or update the row of ``(tenant, doc_id)`` with ``fields``; return it."""
+        with self._sessions.begin() as session:
+            row = session.scalars(
+                select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
+            ).one_or_none()
+            if row is None:
+                row = Document(tenant=tenant, doc_id=doc_id, version=0, chunk_ids=[], metadata_={})
+                session.add(row)
+            for name, value in fields.items():
+                setattr(row, name, value)
+            row.updated_at = utcnow()
+        return row
+
+    def record_many(self, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """:meth:`record` for many rows in one transaction."""
+        if not rows:
+            return
+        keys = [(t, d) for t, d, _ in rows]
+        with self._sessions.begin() as session:
+            existing = {
+                (r.tenant, r.doc_id): r
+                for start in range(0, len(keys), 500)
+                for r in session.scalars(
+                    select(Document).where(
+                        tuple_(Document.tenant, Document.doc_id).in_(keys[start : start + 500])
+                    )
+                )
+            }
+            now = utcnow()
+            for tenant, doc_id, fields in rows:
+                row = existing.get((tenant, doc_id))
+                if row is None:
+                    row = Document(
+                        tenant=tenant, doc_id=doc_id, version=0, chunk_ids=[], metadata_={}
+                    )
+                    session.add(row)
+                    existing[(tenant, doc_id)] = row
+                for name, value in fields.items():
+                    setattr(row, name, value)
+                row.updated_at = now

@@ -1,0 +1,117 @@
+"""Where documents come from: allowed roots, directory walks, file lists and JSONL manifests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest.types import MetaValue
+from ragstream.errors import PermanentError
+
+
+class SourceRejectedError(PermanentError):
+    """A source path is outside every allowed root, missing, or too large."""
+
+    code = "SOURCE_REJECTED"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A file to ingest; ``doc_id`` defaults to its resolved absolute path."""
+
+    path: str
+    doc_id: str
+    title: str | None = None
+    metadata: dict[str, MetaValue] = field(default_factory=dict)
+
+
+def resolve_allowed(path: str | Path, roots: Sequence[Path]) -> Path:
+    """Resolve ``path`` (symlinks included) and check it lies under one of ``roots``.
+
+    Raises:
+        SourceRejectedError: outside every root, or not a regular file.
+    """
+    resolved = Path(path).resolve()
+    for root in roots:
+        if resolved.is_relative_to(root.resolve()):
+            if not resolved.is_file():
+                raise SourceRejectedError(f"{path}: not a file")
+            return resolved
+    allowed = ", ".join(str(r) for r in roots)
+    raise SourceRejectedError(f"{path}: outside the allowed roots ({allowed})")
+
+
+def read_source(path: str | Path, roots: Sequence[Path], max_bytes: int) -> bytes:
+    """Read an allowed file of at most ``max_bytes`` bytes.
+
+    Raises:
+        SourceRejectedError: not allowed, missing, unreadable or too large.
+    """
+    resolved = resolve_allowed(path, roots)
+    try:
+        size = resolved.stat().st_size
+        if size > max_bytes:
+            raise SourceRejectedError(f"{path}: {size} bytes exceeds the {max_bytes}-byte limit")
+        return resolved.read_bytes()
+    except OSError as exc:
+        raise SourceRejectedError(f"{path}: cannot read: {exc}") from exc
+
+
+def discover(
+    inputs: Iterable[str | Path], roots: Sequence[Path], extensions: Sequence[str]
+) -> list[SourceFile]:
+    """Expand directories (recursively, by extension), files and ``*.manifest.jsonl`` manifests.
+
+    A manifest has one JSON object per line: ``{"path": ..., "doc_id"?: ..., "title"?: ...,
+    "metadata"?: {...}}``; relative paths are relative to the manifest. Results are sorted,
+    de-duplicated by ``doc_id``; every path is checked against ``roots``.
+
+    Raises:
+        SourceRejectedError: an input is missing or outside the allowed roots, or a manifest
+            line is malformed (naming the line).
+    """
+    found: dict[str, SourceFile] = {}
+    exts = {e.lower() for e in extensions}
+    for raw in inputs:
+        path = Path(raw)
+        if path.is_dir():
+            for f in sorted(path.rglob("*")):
+                if f.is_file() and f.suffix.lower() in exts:
+                    resolved = resolve_allowed(f, roots)
+                    found.setdefault(str(resolved), SourceFile(str(resolved), str(resolved)))
+        elif path.name.endswith(".manifest.jsonl"):
+            for sf in _manifest(path, roots):
+                found.setdefault(sf.doc_id, sf)
+        elif path.is_file():
+            resolved = resolve_allowed(path, roots)
+            found.setdefault(str(resolved), SourceFile(str(resolved), str(resolved)))
+        else:
+            raise SourceRejectedError(f"{raw}: no such file or directory")
+    return sorted(found.values(), key=lambda s: s.doc_id)
+
+
+def _manifest(path: Path, roots: Sequence[Path]) -> list[SourceFile]:
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            target = Path(row["path"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise SourceRejectedError(f"{path}:{n}: bad manifest line: {exc}") from exc
+        if not target.is_absolute():
+            target = path.parent / target
+        resolved = resolve_allowed(target, roots)
+        meta = row.get("metadata") or {}
+        out.append(
+            SourceFile(
+                str(resolved),
+                str(row.get("doc_id") or resolved),
+                row.get("title"),
+                {str(k): v for k, v in meta.items() if isinstance(v, str | int | float | bool)},
+            )
+        )
+    return out

@@ -1,0 +1,241 @@
+"""Chunker semantics with the real MiniLM tokenizer (a local file of the model package)."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from tokenizers import Encoding
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from ingest.chunking import Chunker
+from ingest.embedding import resolve_model_path
+from ingest.types import Chunk, ParsedDocument, Section
+from ragstream.errors import ConfigurationError
+from ragstream.settings import ChunkingSettings
+
+ENGLISH = (
+    "Python is an easy to learn, powerful programming language. It has efficient high-level "
+    "data structures and a simple but effective approach to object-oriented programming. "
+    "Python's elegant syntax and dynamic typing, together with its interpreted nature, make it "
+    "an ideal language for scripting and rapid application development in many areas.\n\n"
+)
+#: Chinese without a single space.
+CJK = (
+    "自然语言处理是计算机科学与人工智能领域中的一个重要方向"
+    "它研究能实现人与计算机之间用自然语言进行有效通信的各种理论和方法。"
+) * 30
+EMOJI = "Deploy 🚀 done ✅ 👍🏽 🇩🇪 👨‍👩‍👧‍👦 ok 😀😃😄😁 " * 120
+ARABIC = (
+    "اللغة العربية هي إحدى أكثر اللغات انتشارا في العالم، ويتحدثها أكثر من ٤٢٢ مليون نسمة. " * 60
+)
+LONG_WORD = "a" * 5000
+BASE64 = base64.b64encode(random.Random(7).randbytes(12_000)).decode()
+#: 90-letter words of ~40 word pieces each: windows must cut inside words.
+PIECES = " ".join(
+    "".join(random.Random(i).choice("bcdfghjklmnpqrstvwxz") for _ in range(90)) for i in range(40)
+)
+HARD_TEXTS = {
+    "english": ENGLISH * 40,
+    "cjk": CJK,
+    "emoji": EMOJI,
+    "arabic": ARABIC,
+    "long_word": LONG_WORD,
+    "base64": BASE64,
+    "word_pieces": PIECES,
+    "mixed": (ENGLISH + CJK[:300] + EMOJI[:200] + ARABIC[:300] + BASE64[:500]) * 5,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(str(resolve_model_path()), local_files_only=True)
+
+
+@pytest.fixture(scope="module")
+def chunker(tokenizer: PreTrainedTokenizerBase) -> Chunker:
+    return Chunker(tokenizer, ChunkingSettings(), max_seq_length=256)
+
+
+@pytest.fixture(scope="module")
+def small(tokenizer: PreTrainedTokenizerBase) -> Chunker:
+    return Chunker(
+        tokenizer, ChunkingSettings(chunk_tokens=48, overlap_tokens=8, title_max_tokens=8)
+    )
+
+
+def doc(*sections: Section, title: str = "Doc") -> ParsedDocument:
+    return ParsedDocument(title=title, sections=sections, content_type="text/plain")
+
+
+def model_count(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
+    """The count the model's own tokenizer API gives, [CLS] and [SEP] included."""
+    return len(tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
+
+
+def by_section(chunks: list[Chunk]) -> Iterator[tuple[int, list[Chunk]]]:
+    sections = sorted({c.metadata["section"] for c in chunks})
+    for s in sections:
+        yield s, [c for c in chunks if c.metadata["section"] == s]
+
+
+def assert_covers(text: str, chunks: list[Chunk]) -> None:
+    """Chunks are verbatim spans that, overlaps aside, cover all non-blank text in order."""
+    position = 0
+    for c in chunks:
+        start, end = c.metadata["char_start"], c.metadata["char_end"]
+        assert text[start:end] == c.text
+        assert not text[position:start].strip(), "text between chunks was dropped"
+        position = max(position, end)
+    assert not text[position:].strip()
+
+
+@pytest.mark.parametrize("name", sorted(HARD_TEXTS))
+@pytest.mark.parametrize("fixture", ["chunker", "small"])
+def test_limit_is_never_exceeded(
+    name: str, fixture: str, request: pytest.FixtureRequest, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    chunker: Chunker = request.getfixturevalue(fixture)
+    text = HARD_TEXTS[name]
+    chunks = chunker.chunk(doc(Section(("Guide", name), text)))
+    assert chunks
+    for c in chunks:
+        assert c.token_count == model_count(tokenizer, c.embed_text) <= chunker.limit
+        assert c.text in text
+    assert_covers(text, chunks)
+
+
+def test_text_without_spaces_is_split(small: Chunker) -> None:
+    chunks = small.chunk(doc(Section((), CJK)))
+    assert len(chunks) > 10
+    assert all(c.token_count <= small.limit for c in chunks)
+    assert "".join(c.text for c in chunks).startswith(CJK[:40])
+
+
+def test_long_title_is_cut_to_title_max_tokens(
+    small: Chunker, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    heading = ("An extremely long chapter heading that goes on and on and on",) * 3
+    chunks = small.chunk(doc(Section(heading, ENGLISH * 3)))
+    assert len(chunks) > 1
+    for c in chunks:
+        assert c.title == " > ".join(heading)
+        title_line, body = c.embed_text.split("\n", 1)
+        assert c.title.startswith(title_line)
+        assert model_count(tokenizer, title_line) - 2 == 8
+        assert body == c.text
+        assert c.token_count <= small.limit
+
+
+def test_consecutive_chunks_of_a_section_overlap(small: Chunker) -> None:
+    text = ENGLISH * 10
+    chunks = small.chunk(doc(Section(("A",), text)))
+    assert len(chunks) > 3
+    for prev, nxt in itertools.pairwise(chunks):
+        assert nxt.metadata["char_start"] < prev.metadata["char_end"]
+        shared = text[nxt.metadata["char_start"] : prev.metadata["char_end"]]
+        assert prev.text.endswith(shared)
+        assert nxt.text.startswith(shared)
+        assert len(shared.split()) >= 3  # about 8 tokens of overlap
+
+
+def test_sections_are_never_merged(small: Chunker) -> None:
+    sections = (
+        Section(("Intro",), "Short intro."),
+        Section(("Intro", "Details"), ENGLISH * 4),
+        Section(("Usage",), "   \n\n  "),  # blank: no chunk
+        Section(("Usage", "Example"), "Run it."),
+    )
+    chunks = small.chunk(doc(*sections))
+    assert [c.chunk_no for c in chunks] == list(range(len(chunks)))
+    seen = [c.metadata["section"] for c in chunks]
+    assert seen == sorted(seen)
+    assert set(seen) == {0, 1, 3}
+    for c in chunks:
+        section = sections[c.metadata["section"]]
+        assert c.title == " > ".join(section.heading_path)
+        assert c.text in section.text
+        assert c.embed_text == f"{c.title}\n{c.text}"
+    assert chunks[0].text == "Short intro."
+    assert chunks[-1].text == "Run it."
+    for index, group in by_section(chunks):
+        assert_covers(sections[index].text, group)
+
+
+def test_document_title_is_the_fallback_title(small: Chunker) -> None:
+    (c,) = small.chunk(doc(Section((), "Body text."), title="The Manual"))
+    assert c.title == "The Manual"
+    assert c.embed_text == "The Manual\nBody text."
+    (c,) = small.chunk(doc(Section((), "Body text."), title=""))
+    assert c.title == ""
+    assert c.embed_text == "Body text."
+
+
+def test_text_is_kept_exactly(small: Chunker) -> None:
+    text = "  Ünïcödé café —\tمرحبا 中文 👍🏽\r\n\n next  "  # noqa: RUF001
+    (c,) = small.chunk(doc(Section((), text)))
+    assert c.text == text.strip()
+
+
+def test_output_is_deterministic(tokenizer: PreTrainedTokenizerBase) -> None:
+    d = doc(*(Section((name,), text) for name, text in sorted(HARD_TEXTS.items())))
+    settings = ChunkingSettings(chunk_tokens=100, overlap_tokens=16)
+    first = Chunker(tokenizer, settings).chunk(d)
+    assert first == Chunker(tokenizer, settings).chunk(d) == Chunker(tokenizer, settings).chunk(d)
+
+
+def test_chunk_tokens_above_the_model_limit_are_capped(tokenizer: PreTrainedTokenizerBase) -> None:
+    chunker = Chunker(tokenizer, ChunkingSettings(chunk_tokens=4096), max_seq_length=256)
+    assert chunker.limit == 256
+    assert max(c.token_count for c in chunker.chunk(doc(Section((), ENGLISH * 20)))) <= 256
+
+
+def test_sizes_without_room_for_text_are_refused(tokenizer: PreTrainedTokenizerBase) -> None:
+    with pytest.raises(ConfigurationError, match="overlap_tokens"):
+        Chunker(tokenizer, ChunkingSettings(chunk_tokens=40, overlap_tokens=8, title_max_tokens=32))
+
+
+def test_a_slow_tokenizer_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="fast tokenizer"):
+        Chunker(object())  # type: ignore[arg-type]
+
+
+def test_from_model_path_reads_the_model_limit() -> None:
+    chunker = Chunker.from_model_path(None, ChunkingSettings(chunk_tokens=512))
+    assert chunker.limit == 256  # sentence_bert_config.json, not the tokenizer's 512
+
+
+def test_a_large_document_is_chunked_in_seconds(chunker: Chunker) -> None:
+    sections = tuple(Section(("Part", str(i)), ENGLISH * 40) for i in range(50))  # ~0.7 MB
+    started = time.perf_counter()
+    chunks = chunker.chunk(doc(*sections))
+    assert time.perf_counter() - started < 10
+    assert len(chunks) >= 50
+
+
+def test_the_final_count_check_shrinks_chunks_the_estimate_let_through(
+    tokenizer: PreTrainedTokenizerBase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slices can tokenize differently at their edges; the recount on the final strings wins."""
+    chunker = Chunker(tokenizer, ChunkingSettings(chunk_tokens=64, overlap_tokens=8))
+    budget = Chunker._budget
+    monkeypatch.setattr(Chunker, "_budget", lambda self, title: budget(self, title) + 6)
+    rechecked: list[str] = []
+    exact = Chunker._exact_spans
+
+    def spy(self: Chunker, text: str, enc: Encoding, title: Any) -> list[tuple[int, int]]:
+        rechecked.append(text)
+        return exact(self, text, enc, title)
+
+    monkeypatch.setattr(Chunker, "_exact_spans", spy)
+    text = ENGLISH * 10 + PIECES
+    chunks = chunker.chunk(doc(Section(("Guide",), text), Section(("Short",), "Fits.")))
+    assert len(rechecked) == 1  # only the long section was re-split
+    assert all(model_count(tokenizer, c.embed_text) == c.token_count <= 64 for c in chunks)
+    assert_covers(text, chunks[:-1])
+    assert chunks[-1].text == "Fits."

@@ -1,0 +1,1 @@
+"""Worker pools: each module registers one pool with :mod:`workers.registry`."""

@@ -1,0 +1,117 @@
+"""The ingest pool (stream path): ``rag.ingest`` requests in, one ``rag.ingest.results`` each.
+
+Upserts carry inline text or a source path under an allowed root; deletes carry neither. A
+request that cannot be served (path outside the roots, unparsable file) becomes a ``failed``
+result with the reason: it is answered, not dead-lettered. Elasticsearch being unreachable is
+transient: the batch is retried and not committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ingest.pipeline import IngestOp, IngestOutcome, IngestPipeline
+from ingest.sources import SourceRejectedError, read_source
+from ragstream.settings import IngestSettings, PoolSettings, Settings
+from topics.ingest import IngestRequest, IngestResult
+from topics.registry import INGEST, INGEST_RESULTS
+from workers.registry import register_pool
+from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
+
+
+def to_op(event: IngestRequest, settings: IngestSettings) -> IngestOp:
+    """The pipeline operation of ``event``.
+
+    Raises:
+        SourceRejectedError: ``source_path`` is outside the allowed roots or unreadable.
+    """
+    if event.op == "delete":
+        return IngestOp(event.tenant, event.doc_id, "delete")
+    filename: str | None = None
+    content_type: str | None = event.content_type
+    if event.text is not None:
+        data = event.text.encode()
+        content_type = content_type or "text"
+    else:
+        assert event.source_path is not None
+        data = read_source(event.source_path, settings.allowed_roots, settings.max_document_bytes)
+        filename = event.source_path
+    return IngestOp(
+        event.tenant,
+        event.doc_id,
+        "upsert",
+        data=data,
+        filename=filename,
+        content_type=content_type,
+        source=event.source or event.source_path,
+        title=event.title,
+        metadata=dict(event.metadata),
+    )
+
+
+def result_event(event: IngestRequest, outcome: IngestOutcome) -> IngestResult:
+    """The result event of one document outcome (id derived from the request's id)."""
+    return IngestResult(
+        event_id=derive_event_id(event.event_id, f"ingest:{outcome.doc_id}"),
+        tenant=event.tenant,
+        doc_id=outcome.doc_id,
+        request_event_id=event.event_id,
+        status=outcome.status,
+        version=outcome.version,
+        chunk_count=outcome.chunk_count,
+        error=outcome.error,
+        timings_ms=outcome.timings_ms,
+        trace=event.trace,
+    )
+
+
+def ingest_handler(
+    pipeline: IngestPipeline, settings: IngestSettings, pool: PoolSettings, group: str
+) -> Handler[IngestRequest]:
+    """The ingest pool's handler: one batched :meth:`IngestPipeline.apply` per batch."""
+
+    def fn(events: list[IngestRequest]) -> Sequence[Outcome]:
+        out: list[Outcome] = []
+        ops: list[IngestOp] = []
+        served: list[IngestRequest] = []
+        for e in events:
+            try:
+                ops.append(to_op(e, settings))
+                served.append(e)
+            except SourceRejectedError as exc:
+                failed = IngestOutcome(e.tenant, e.doc_id, "failed", error=str(exc))
+                out.append(Emit(INGEST_RESULTS, result_event(e, failed)))
+        for e, outcomes in zip(served, pipeline.apply(ops), strict=True):
+            out.extend(Emit(INGEST_RESULTS, result_event(e, o)) for o in outcomes)
+        return out
+
+    return Handler(
+        name="ingest",
+        input=INGEST,
+        group=group,
+        outputs=(INGEST_RESULTS,),
+        fn=fn,
+        batch=batch_policy(pool),
+        retry=retry_policy(pool),
+    )
+
+
+def run_ingest_pool(settings: Settings) -> Callable[[], None]:
+    """Pool factory of ``ragstream worker ingest``."""
+    from ingest.factory import build_pipeline
+    from workers.runtime.build import build_runner
+
+    pool = settings.pools.ingest
+    pipeline = build_pipeline(settings)
+    handler = ingest_handler(pipeline, settings.ingest, pool, group="ragstream-ingest")
+    runner = build_runner(handler, settings, pool)
+
+    def run() -> None:
+        runner.install_signal_handlers()
+        runner.run()
+
+    return run
+
+
+register_pool("ingest", run_ingest_pool)
