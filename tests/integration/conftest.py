@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration.ingestkit import chunker, kit, model
+
+__all__ = ["chunker", "kit", "model"]  # shared fixtures
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

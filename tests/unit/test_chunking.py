@@ -177,7 +177,7 @@ def test_document_title_is_the_fallback_title(small: Chunker) -> None:
 
 
 def test_text_is_kept_exactly(small: Chunker) -> None:
-    text = "  Ünïcödé café —\tمرحبا 中文 👍🏽\r\n\n next  "  # noqa: RUF001
+    text = "  Ünïcödé café —\tمرحبا 中文 👍🏽\r\n\n next  "
     (c,) = small.chunk(doc(Section((), text)))
     assert c.text == text.strip()
 

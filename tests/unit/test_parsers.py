@@ -24,7 +24,7 @@ POSTGRES_DOCS = Path("/usr/share/doc/postgresql-doc-15/html")
 
 MULTILINGUAL = (
     "Multilingual sample\n"
-    "中文：你好，世界。日本語：こんにちは。한국어: 안녕하세요.\n"  # noqa: RUF001 (CJK punctuation)
+    "中文：你好，世界。日本語：こんにちは。한국어: 안녕하세요.\n"
     "العربية: مرحبا بالعالم\n"
     "עברית: שלום עולם\n"
     "Emoji: 👩\u200d💻 🎉 🇯🇵 ✅"
@@ -186,7 +186,7 @@ def test_gb18030_is_detected() -> None:
         data.decode("utf-8")
     document = parse_one(data, filename="chinese_gb18030.txt")
     assert document.text == data.decode("gb18030").strip("\n")
-    assert document.title == "标题：编码检测测试"  # noqa: RUF001 (CJK punctuation)
+    assert document.title == "标题：编码检测测试"
 
 
 def test_shift_jis_is_detected() -> None:

@@ -1,0 +1,119 @@
+"""Fixtures for write-path tests: one real model per session, a private index and store each."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from elasticsearch import Elasticsearch
+
+from ingest.chunking import Chunker
+from ingest.embedding import CachedEmbedder, EmbeddingCache, SentenceTransformerEmbedder
+from ingest.index import ChunkIndex
+from ingest.pipeline import IngestPipeline
+from ingest.registry import DocumentRegistry
+from ingest.versions import IndexVersions
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from ragstream.settings import Settings
+
+
+class CountingEmbedder:
+    """Wraps the real model and counts the texts it is asked to embed."""
+
+    def __init__(self, inner: SentenceTransformerEmbedder) -> None:
+        self.inner = inner
+        self.texts = 0
+        self.calls = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def warm_up(self) -> None:
+        self.inner.warm_up()
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        self.calls += 1
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+@pytest.fixture(scope="session")
+def model() -> SentenceTransformerEmbedder:
+    m = SentenceTransformerEmbedder()
+    m.warm_up()
+    return m
+
+
+@pytest.fixture(scope="session")
+def chunker() -> Chunker:
+    return Chunker.from_model_path()
+
+
+class Kit:
+    """A pipeline over a private alias, SQLite file and cache prefix, plus handles to inspect."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        model: SentenceTransformerEmbedder,
+        chunker: Chunker,
+        name: str,
+        tmp: Path,
+    ) -> None:
+        self.es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
+        es_settings = settings.elasticsearch.model_copy(update={"index_alias": name})
+        self.index = ChunkIndex(self.es, es_settings, model.dim)
+        self.index.ensure()
+        url = f"sqlite:///{tmp / 'meta.db'}"
+        upgrade_head(url)
+        self.sessions = make_session_factory(make_engine(url))
+        self.redis = redis.Redis.from_url(settings.redis.url)
+        self.counting = CountingEmbedder(model)
+        cache = EmbeddingCache(self.redis, key_prefix=f"{name}:emb:")
+        self.embedder = CachedEmbedder(self.counting, cache)
+        self.versions = IndexVersions(self.redis)
+        self.pipeline = IngestPipeline(
+            chunker, self.embedder, self.index, DocumentRegistry(self.sessions), self.versions
+        )
+
+    def index_total(self) -> int:
+        stats = self.es.indices.stats(index=self.index.alias, metric="indexing")
+        return int(stats["_all"]["primaries"]["indexing"]["index_total"])
+
+    def chunks(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
+        res = self.es.search(
+            index=self.index.alias,
+            query={
+                "bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}]}
+            },
+            size=1000,
+            source_excludes=["embedding"],
+        )
+        return [h["_source"] for h in res["hits"]["hits"]]
+
+    def close(self) -> None:
+        self.es.indices.delete(index=f"{self.index.alias}-v*")
+        self.es.close()
+        self.redis.close()
+
+
+@pytest.fixture
+def kit(
+    settings: Settings,
+    model: SentenceTransformerEmbedder,
+    chunker: Chunker,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> Iterator[Kit]:
+    k = Kit(settings, model, chunker, unique_name("idx"), tmp_path)
+    yield k
+    k.close()
