@@ -136,7 +136,8 @@ class Chunker:
 
         Args:
             doc: the parsed document. A section's title is its heading path joined with
-                ``" > "``, or ``doc.title`` when the path is empty.
+                ``" > "`` (whitespace runs in headings collapsed to one space), or ``doc.title``
+                when the path is empty.
 
         Returns:
             Chunks numbered from 0 across the document; ``text`` is a verbatim span of its
@@ -165,6 +166,9 @@ class Chunker:
             flat = [(i, title, s, e) for i, title, spans in plans for s, e in spans]
             texts = [_embed_text(title.line, sections[i].text[s:e]) for i, title, s, e in flat]
             counts = self.count_tokens(texts)
+        kept = [row for row in zip(flat, texts, counts, strict=True) if row[2] <= self.limit]
+        if len(kept) < len(flat):  # one token whose text alone is too long: never seen so far
+            log.warning("chunk_over_limit_dropped", n=len(flat) - len(kept), limit=self.limit)
         return [
             Chunk(
                 chunk_no=no,
@@ -174,9 +178,7 @@ class Chunker:
                 token_count=count,
                 metadata={"section": i, "char_start": s, "char_end": e},
             )
-            for no, ((i, title, s, e), text, count) in enumerate(
-                zip(flat, texts, counts, strict=True)
-            )
+            for no, ((i, title, s, e), text, count) in enumerate(kept)
         ]
 
     # -- titles and budgets -------------------------------------------------------------------

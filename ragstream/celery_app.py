@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from ragstream.settings import Settings
+from ragstream.settings import Settings, get_settings
 
 #: Modules whose tasks the worker registers (imported by the worker, not by this module).
 TASK_MODULES: list[str] = ["ingest.tasks"]
@@ -29,6 +29,7 @@ def configure_celery(settings: Settings, app: Celery = celery_app) -> Celery:
     app.conf.update(
         broker_url=settings.redis.url,
         result_backend=settings.redis.url,
+        task_default_queue=settings.celery.queue,
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
@@ -48,3 +49,8 @@ def configure_celery(settings: Settings, app: Celery = celery_app) -> Celery:
         include=TASK_MODULES,
     )
     return app
+
+
+# Configured from the process's settings at import (cheap: no connection is made), so that
+# ``task.delay`` works in any process; tests and tools may reconfigure with other settings.
+configure_celery(get_settings())

@@ -100,9 +100,11 @@ def api(
 @app.command("celery-worker")
 def celery_worker(
     concurrency: int | None = typer.Option(None, help="Worker processes; default: settings."),
-    queues: str = typer.Option("celery", help="Comma-separated queues to consume."),
+    queues: str | None = typer.Option(None, help="Comma-separated queues; default: settings."),
 ) -> None:
     """Run a Celery worker for bulk ingestion jobs and webhook deliveries."""
+    import os
+
     from ragstream.celery_app import configure_celery
 
     settings = _settings()
@@ -111,9 +113,10 @@ def celery_worker(
         [
             "worker",
             f"--concurrency={concurrency or settings.celery.concurrency}",
-            f"--queues={queues}",
+            f"--queues={queues or settings.celery.queue}",
             "--loglevel=INFO",
             "--events",
+            f"--hostname=ragstream-{os.getpid()}@%h",
         ]
     )
 
@@ -126,8 +129,13 @@ def flower(
     """Run Flower, the Celery monitor, for the ragstream Celery app."""
     from ragstream.celery_app import configure_celery
 
+    import os
+
     settings = _settings()
     celery = configure_celery(settings)
+    if address in ("127.0.0.1", "localhost", "::1"):
+        # Flower 2 serves its HTTP API only with auth or this flag; loopback is trusted here.
+        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
     celery.start(
         ["flower", f"--port={port or settings.celery.flower_port}", f"--address={address}"]
     )

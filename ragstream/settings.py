@@ -81,6 +81,8 @@ class CelerySettings(BaseModel):
     #: Worker processes. One by default: each loads the embedding model, and torch already
     #: uses every core of a 2-core machine.
     concurrency: int = 1
+    #: Queue the ragstream tasks are sent to and the worker consumes.
+    queue: str = "ragstream"
     flower_port: int = 5555
 
 
