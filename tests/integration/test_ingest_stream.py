@@ -1,0 +1,107 @@
+"""The stream path: ingest events on Kafka through the ingest pool to results; index rebuild."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from kafka import KafkaProducer
+
+from ingest.rebuild import rebuild
+from ragstream.settings import PoolSettings, Settings
+from tests.integration.ingestkit import Kit
+from tests.integration.kafkakit import consume_all
+from topics.admin import ensure_topics, make_admin
+from topics.ingest import IngestRequest, IngestResult
+from topics.producer import EventProducer, make_producer
+from topics.registry import INGEST, INGEST_RESULTS, TopicRegistry
+from topics.serde import decode, encode
+from workers.pools.ingest import ingest_handler
+from workers.runtime.runner import PoolRunner
+
+
+def test_ingest_events_become_one_result_per_document(
+    settings: Settings, kit: Kit, unique_name: Callable[[str], str]
+) -> None:
+    registry = TopicRegistry(unique_name("st") + ".")
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, registry.physical_topics())
+    admin.close()
+    pool = PoolSettings(max_batch=8, max_wait_ms=200)
+    handler = ingest_handler(kit.pipeline, settings.ingest, pool, group=unique_name("g"))
+    runner = PoolRunner(
+        handler,
+        kafka=settings.kafka,
+        producer=EventProducer(make_producer(settings.kafka)),
+        registry=registry,
+    )
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    events = [
+        IngestRequest(
+            tenant="acme",
+            doc_id="a",
+            op="upsert",
+            text="# A\n\nalpha document",
+            content_type="markdown",
+        ),
+        IngestRequest(tenant="acme", doc_id="b", op="upsert", source_path="/etc/passwd"),
+        IngestRequest(
+            tenant="acme",
+            doc_id="pg-locks",
+            op="upsert",
+            source_path="/usr/share/doc/postgresql-doc-15/html/runtime-config-locks.html",
+        ),
+        IngestRequest(
+            tenant="acme",
+            doc_id="a",
+            op="upsert",
+            text="# A\n\nalpha document",
+            content_type="markdown",
+        ),
+        IngestRequest(tenant="acme", doc_id="a", op="delete"),
+    ]
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    for e in events:
+        producer.send(registry.name(INGEST), key=e.key(), value=encode(e))
+    producer.flush()
+    producer.close()
+    records = consume_all(
+        settings, registry.name(INGEST_RESULTS), lambda r: len(r) >= 5, timeout_s=90
+    )
+    runner.stop()
+    thread.join(timeout=60)
+    results = [decode(IngestResult, r.value) for r in records]
+    by_request = {r.request_event_id: r for r in results}
+    assert len(results) == 5
+    status = [by_request[e.event_id].status for e in events]
+    assert status == ["indexed", "failed", "indexed", "unchanged", "deleted"]
+    assert "outside the allowed roots" in (by_request[events[1].event_id].error or "")
+    assert by_request[events[2].event_id].chunk_count > 0
+    assert kit.chunks("acme", "a") == []
+    assert len(kit.chunks("acme", "pg-locks")) == by_request[events[2].event_id].chunk_count
+
+
+def test_index_rebuild_swaps_the_alias_and_keeps_every_chunk(kit: Kit) -> None:
+    from ingest.pipeline import IngestOp
+
+    ops = [
+        IngestOp(
+            "acme",
+            f"d{i}",
+            data=f"# Doc {i}\n\nbody of document number {i}".encode(),
+            content_type="markdown",
+        )
+        for i in range(5)
+    ]
+    kit.pipeline.apply(ops)
+    old = kit.index.physical_index()
+    before = int(kit.es.count(index=kit.index.alias)["count"])
+    embedded = kit.counting.texts
+    report = rebuild(kit.index, kit.embedder)
+    assert report.old_index == old and report.new_index != old
+    assert kit.index.physical_index() == report.new_index
+    assert report.copied == before == int(kit.es.count(index=kit.index.alias)["count"])
+    assert kit.counting.texts == embedded  # same model: every vector came from the cache
+    hit = kit.es.search(index=kit.index.alias, query={"match": {"text": "number 3"}}, size=1)
+    assert hit["hits"]["hits"][0]["_source"]["doc_id"] == "d3"
