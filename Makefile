@@ -10,7 +10,9 @@ POSTGRES ?=
 UP_FLAGS := $(if $(POSTGRES),--postgres,)
 PYTEST_ARGS ?=
 
-.PHONY: install up down status lint test unit demo clean-local
+MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
+
+.PHONY: install docs up down status lint test unit demo clean-local
 
 install: $(VENV)/.installed
 
@@ -19,6 +21,13 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# The real corpus: the Python 3.11 and PostgreSQL 15 HTML manuals (Debian packages).
+docs:
+	@for f in $(MANUALS); do test -f $$f || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11-doc postgresql-doc-15; \
+	fi
 
 up: install
 	$(RAGSTREAM) infra up $(UP_FLAGS)
@@ -38,12 +47,12 @@ unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # pytest exits 5 when it collects no test; make treats that as the failure it is.
-test: install
+test: install docs
 	$(RAGSTREAM) infra up --postgres
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-demo: up
+demo: docs up
 	$(RAGSTREAM) db upgrade
 	$(RAGSTREAM) health
 	$(RAGSTREAM) infra status

@@ -289,3 +289,17 @@ def bus(
     }
     out.write_text(json.dumps(payload, indent=2))
     console.print(f"wrote {out}")
+
+
+@bench_app.command("ingest")
+def ingest(
+    docs: int = typer.Option(80, help="Pages of the Python manual's library/ in the slice."),
+    out: Path = typer.Option(Path(".local/bench/ingest.json"), help="Where to write the JSON."),
+) -> None:
+    """Benchmark the write path: (a) encode-only limit vs stream, Celery, naive, re-ingests."""
+    from ingest.bench import render, run_ingest_bench, write_json
+
+    results = run_ingest_bench(get_settings(), docs)
+    console.print(render(results))
+    write_json(results, out)
+    console.print(f"wrote {out}")
