@@ -287,7 +287,11 @@ def measure_celery(env: _Env, files: list[Path], edit_fraction: float) -> list[P
                 encoding="utf-8",
             )
         seconds, state = _run_job(env, files)
-        out.append(_result(f"(f) re-ingest after editing {n_edit} doc(s)", state.done, 0, seconds))
+        out.append(
+            _result(
+                f"(f) re-ingest after editing {n_edit} doc(s)", state.done, state.chunks, seconds
+            )
+        )
     finally:
         _stop(worker)
     return out

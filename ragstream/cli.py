@@ -127,9 +127,9 @@ def flower(
     address: str = typer.Option("127.0.0.1", help="Bind address."),
 ) -> None:
     """Run Flower, the Celery monitor, for the ragstream Celery app."""
-    from ragstream.celery_app import configure_celery
-
     import os
+
+    from ragstream.celery_app import configure_celery
 
     settings = _settings()
     celery = configure_celery(settings)
