@@ -56,7 +56,14 @@ class TopicSpec:
 
 QUERIES = TopicSpec("rag.queries", QueryRequest, "request_id", retention_ms=DAY_MS)
 RETRIEVED = TopicSpec("rag.retrieved", RetrievedCandidates, "request_id", retention_ms=DAY_MS)
-RERANKED = TopicSpec("rag.reranked", RerankedPassages, "request_id", retention_ms=DAY_MS)
+#: Reranked passages, one topic per generation tier (each tier has its own pool and backend).
+RERANKED_SMALL = TopicSpec(
+    "rag.reranked.small", RerankedPassages, "request_id", retention_ms=DAY_MS
+)
+RERANKED_LARGE = TopicSpec(
+    "rag.reranked.large", RerankedPassages, "request_id", retention_ms=DAY_MS
+)
+RERANKED_BY_TIER = {"small": RERANKED_SMALL, "large": RERANKED_LARGE}
 RESPONSES = TopicSpec("rag.responses", QueryResponse, "request_id")
 TOKENS = TopicSpec("rag.tokens", AnswerToken, "request_id", retention_ms=HOUR_MS)
 INGEST = TopicSpec("rag.ingest", IngestRequest, "doc_id")
@@ -65,7 +72,8 @@ INGEST_RESULTS = TopicSpec("rag.ingest.results", IngestResult, "doc_id")
 TOPICS: tuple[TopicSpec, ...] = (
     QUERIES,
     RETRIEVED,
-    RERANKED,
+    RERANKED_SMALL,
+    RERANKED_LARGE,
     RESPONSES,
     TOKENS,
     INGEST,

@@ -101,7 +101,8 @@ def test_registry_has_a_dlq_for_every_consumed_topic_and_prefixes_names() -> Non
         assert f"t1-{spec.name}" in names
         if spec.consumed:
             assert f"t1-{spec.name}.dlq" in names
-    required = {"rag.queries", "rag.retrieved", "rag.reranked", "rag.responses", "rag.tokens"}
+    required = {"rag.queries", "rag.retrieved", "rag.reranked.small", "rag.reranked.large"}
+    required |= {"rag.responses", "rag.tokens"}
     assert required | {"rag.ingest", "rag.ingest.results"} <= {s.name for s in TOPICS}
 
 
