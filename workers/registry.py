@@ -17,7 +17,13 @@ from ragstream.settings import Settings
 PoolFactory = Callable[[Settings], Callable[[], None]]
 
 #: Modules that register pools when imported.
-POOL_MODULES: tuple[str, ...] = ("workers.echo", "workers.pools.ingest")
+POOL_MODULES: tuple[str, ...] = (
+    "workers.echo",
+    "workers.pools.ingest",
+    "workers.pools.retrieval",
+    "workers.pools.rerank",
+    "workers.pools.generation",
+)
 
 _POOLS: dict[str, PoolFactory] = {}
 

@@ -39,10 +39,11 @@ def build_runner(
     *,
     registry: TopicRegistry | None = None,
     serve: bool = True,
+    producer: EventProducer | None = None,
 ) -> PoolRunner[E]:
     """A :class:`PoolRunner` with its producer, registry, pressure reporter and metrics port."""
     registry = registry or TopicRegistry(settings.kafka.topic_prefix)
-    producer = EventProducer(make_producer(settings.kafka))
+    producer = producer or EventProducer(make_producer(settings.kafka))
     runner: PoolRunner[E] = PoolRunner(
         handler,
         kafka=settings.kafka,

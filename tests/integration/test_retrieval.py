@@ -1,0 +1,178 @@
+"""Hybrid retrieval on the real model and Elasticsearch: recall of each leg, batching, filters,
+tenant isolation and deletes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from ingest.pipeline import IngestOp
+from ragstream.settings import RetrievalSettings
+from tests.integration.ingestkit import Kit
+from topics.queries import Filter, QueryRequest, RangeFilter, TermFilter
+from topics.retrieved import Candidate
+from workers.retrieval.hybrid import HybridRetriever, QueryRejectedError
+
+DOCS: dict[str, tuple[str, dict[str, str | int]]] = {
+    "wal": (
+        "# Durability\n\nEvery change is first appended to the write-ahead log and flushed to "
+        "stable storage before the data pages are modified. After a power loss, recovery "
+        "replays the log so committed transactions survive.",
+        {"team": "db", "year": 2019},
+    ),
+    "vacuum": (
+        "# Space reclamation\n\nVACUUM reclaims storage occupied by dead tuples and updates "
+        "the visibility map so index-only scans can skip heap fetches.",
+        {"team": "db", "year": 2021},
+    ),
+    "frob": (
+        "# Legacy switches\n\nSetting FROBNICATOR_ZQX9 to on enables the legacy path of the "
+        "scheduler. It is kept for compatibility only.",
+        {"team": "infra", "year": 2023},
+    ),
+    "cats": (
+        "# Pets\n\nCats sleep for most of the day and groom themselves with their rough tongues.",
+        {"team": "zoo", "year": 2020},
+    ),
+    "tls": (
+        "# Encryption\n\nConnections can be encrypted with TLS certificates signed by a "
+        "trusted authority; clients verify the server's host name.",
+        {"team": "infra", "year": 2022},
+    ),
+}
+
+
+def _ingest(kit: Kit, tenant: str, docs: dict[str, tuple[str, dict[str, str | int]]]) -> None:
+    ops = [
+        IngestOp(
+            tenant,
+            doc_id,
+            data=text.encode(),
+            content_type="markdown",
+            source=f"kb://{tenant}/{doc_id}",
+            metadata=dict(meta),
+        )
+        for doc_id, (text, meta) in docs.items()
+    ]
+    outs = [o[0] for o in kit.pipeline.apply(ops)]
+    assert all(o.status == "indexed" for o in outs), outs
+
+
+def _request(text: str, tenant: str = "acme", filters: Sequence[Filter] = ()) -> QueryRequest:
+    return QueryRequest(
+        tenant=tenant,
+        query=text,
+        deadline=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1),
+        top_n=10,
+        filters=tuple(filters),
+    )
+
+
+def _search(kit: Kit, requests: Sequence[QueryRequest]) -> list[list[Candidate]]:
+    retriever = HybridRetriever(kit.es, kit.index.alias, RetrievalSettings())
+    vectors = kit.embedder.embed([r.query for r in requests])
+    return retriever.search_batch(requests, vectors)
+
+
+def _docs(cands: Sequence[Candidate]) -> list[str]:
+    return [c.doc_id for c in cands]
+
+
+@pytest.fixture
+def acme(kit: Kit) -> Kit:
+    _ingest(kit, "acme", DOCS)
+    return kit
+
+
+def test_paraphrase_found_by_knn_and_rare_term_by_bm25(acme: Kit) -> None:
+    paraphrase = _request("how do committed transactions survive when the power goes out?")
+    rare = _request("FROBNICATOR_ZQX9")
+    semantic, exact = _search(acme, [paraphrase, rare])
+    assert "wal" in _docs(semantic[:3])
+    top_wal = next(c for c in semantic if c.doc_id == "wal")
+    assert top_wal.knn_rank == 1
+    assert "frob" in _docs(exact[:3])
+    top_frob = next(c for c in exact if c.doc_id == "frob")
+    assert top_frob.bm25_rank == 1
+    assert top_frob.title and top_frob.source == "kb://acme/frob"
+    assert top_frob.metadata["team"] == "infra"
+    assert all(a.score >= b.score for a, b in itertools.pairwise(exact))
+
+
+def test_sixteen_queries_are_one_msearch(acme: Kit) -> None:
+    questions = ["write-ahead log", "dead tuples", "TLS host name", "cats grooming"] * 4
+    requests = [_request(q) for q in questions]
+    retriever = HybridRetriever(acme.es, acme.index.alias, RetrievalSettings())
+    results = retriever.search_batch(requests, acme.embedder.embed(questions))
+    assert retriever.msearch_calls == 1
+    assert len(results) == 16
+    assert [r[0].doc_id for r in results[:4]] == ["wal", "vacuum", "tls", "cats"]
+    assert all(len(r) <= 10 for r in results)
+
+
+HOSTILE_FILTERS: list[list[Filter]] = [
+    [TermFilter(field="doc_id", values=("secret",))],
+    [TermFilter(field="doc_id", values=("*", "secret*", "a OR tenant:globex", '\\" }'))],
+    [TermFilter(field="metadata.team", values=("*", "?", "globex*", '{"match_all":{}}'))],
+    [RangeFilter(field="doc_id", gte="", lte="\uffff")],
+    [RangeFilter(field="metadata.year", gte="0", lte="9999")],
+    [RangeFilter(field="source", gte="kb://", lte="kb://~")],
+    [],
+]
+
+
+@pytest.mark.parametrize("filters", HOSTILE_FILTERS)
+def test_tenant_isolation_under_hostile_filters(kit: Kit, filters: list[Filter]) -> None:
+    _ingest(kit, "acme", DOCS)
+    globex = {**DOCS, "secret": ("# Secret\n\nGlobex payroll: write-ahead log of salaries.", {})}
+    _ingest(kit, "globex", {k: (t.replace("#", "# Globex", 1), m) for k, (t, m) in globex.items()})
+    globex_ids = {c["chunk_id"] for d in globex for c in kit.chunks("globex", d)}
+    acme_ids = {c["chunk_id"] for d in DOCS for c in kit.chunks("acme", d)}
+    assert globex_ids and acme_ids and not globex_ids & acme_ids
+    questions = ["Globex payroll salaries secret", "write-ahead log", "*", "tenant:globex"]
+    results = _search(kit, [_request(q, filters=filters) for q in questions])
+    for cands in results:
+        found = {c.chunk_id for c in cands}
+        assert not found & globex_ids
+        assert found <= acme_ids
+
+
+def test_metadata_term_and_range_filters(acme: Kit) -> None:
+    q = "database storage and logs"
+    by_team, by_year, both = _search(
+        acme,
+        [
+            _request(q, filters=[TermFilter(field="metadata.team", values=("infra",))]),
+            _request(q, filters=[RangeFilter(field="metadata.year", gte="2021", lte="2022")]),
+            _request(
+                q,
+                filters=[
+                    TermFilter(field="metadata.team", values=("db", "zoo")),
+                    RangeFilter(field="metadata.year", lte="2020"),
+                ],
+            ),
+        ],
+    )
+    assert set(_docs(by_team)) == {"frob", "tls"}
+    assert set(_docs(by_year)) == {"vacuum", "tls"}
+    assert set(_docs(both)) == {"wal", "cats"}
+
+
+def test_deleted_document_never_appears(acme: Kit) -> None:
+    [[out]] = acme.pipeline.apply([IngestOp("acme", "wal", "delete")])
+    assert out.status == "deleted"
+    [cands] = _search(acme, [_request("write-ahead log replay after power loss")])
+    assert cands and "wal" not in _docs(cands)
+
+
+def test_a_search_elasticsearch_refuses_names_its_request(acme: Kit) -> None:
+    good, bad = _request("cats"), _request("dogs")
+    retriever = HybridRetriever(acme.es, acme.index.alias, RetrievalSettings())
+    vectors = np.zeros((2, 7), dtype=np.float32)  # wrong dimension: ES answers 400 per search
+    with pytest.raises(QueryRejectedError, match=good.request_id) as info:
+        retriever.search_batch([good, bad], vectors)
+    assert info.value.position == 0 and retriever.msearch_calls == 1

@@ -1,0 +1,165 @@
+"""Answer caches in Redis: exact and semantic, scoped to a tenant and its index version.
+
+- Exact: ``ragstream:answer:<tenant>:<index_version>:<sha256(normalised query + params)>`` ->
+  the response JSON. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
+  punctuation dropped.
+- Semantic: one hash per ``(tenant, index_version)`` whose fields are request ids and whose
+  values hold the query embedding and the response. A lookup takes the entry with the highest
+  cosine similarity; it is a hit only at or above ``threshold`` (conservative by default).
+
+Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
+older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
+or changed document. Redis errors degrade to misses.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import redis
+import structlog
+from prometheus_client import Counter
+
+from topics.queries import QueryRequest
+from topics.responses import QueryResponse
+
+log = structlog.get_logger(__name__)
+
+CACHE_LOOKUPS = Counter(
+    "ragstream_answer_cache_total", "Answer cache lookups by kind and result.", ["kind", "result"]
+)
+PREFIX = "ragstream:answer:"
+SEM_PREFIX = "ragstream:semcache:"
+PENDING_PREFIX = "ragstream:semcache-pending:"
+
+
+def normalise_query(text: str) -> str:
+    """NFKC, case-folded, whitespace collapsed, trailing ``?!.`` and spaces removed."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return re.sub(r"\s+", " ", folded).strip().rstrip("?!. ")
+
+
+def exact_key(request: QueryRequest, index_version: int) -> str:
+    """Cache key of ``request``: tenant, index version, normalised query and parameters."""
+    params = {
+        "q": normalise_query(request.query),
+        "top_n": request.top_n,
+        "top_k": request.top_k,
+        "filters": [f.model_dump(mode="json") for f in request.filters],
+        "route": request.route,
+    }
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+    return f"{PREFIX}{request.tenant}:{index_version}:{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHit:
+    """A cached response and how it was found (``exact`` or ``semantic``, with similarity)."""
+
+    response: QueryResponse
+    kind: str
+    similarity: float = 1.0
+
+
+class AnswerCache:
+    """Exact and semantic answer caches.
+
+    Args:
+        client: Redis client.
+        ttl_s: expiry of entries, seconds.
+        threshold: minimum cosine similarity of a semantic hit (0.95 by default: paraphrases
+            with the same meaning, not merely the same topic).
+        max_entries: semantic entries kept per ``(tenant, index_version)``.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        ttl_s: int = 24 * 3600,
+        threshold: float = 0.95,
+        max_entries: int = 2000,
+    ) -> None:
+        self._r = client
+        self.ttl_s = ttl_s
+        self.threshold = threshold
+        self.max_entries = max_entries
+
+    def get_exact(self, request: QueryRequest, index_version: int) -> CacheHit | None:
+        """The cached response of an identical (normalised) query, or ``None``."""
+        try:
+            raw = self._r.get(exact_key(request, index_version))
+        except redis.RedisError as exc:
+            log.warning("answer_cache.redis_error", error=str(exc))
+            raw = None
+        CACHE_LOOKUPS.labels("exact", "hit" if raw else "miss").inc()
+        if not raw:
+            return None
+        return CacheHit(QueryResponse.model_validate_json(raw), "exact")
+
+    def get_semantic(
+        self, request: QueryRequest, vector: np.ndarray[Any, Any], index_version: int
+    ) -> CacheHit | None:
+        """The best cached response whose query embedding is within ``threshold``."""
+        try:
+            raw: dict[Any, Any] = self._r.hgetall(_sem_key(request, index_version))
+        except redis.RedisError as exc:
+            log.warning("answer_cache.redis_error", error=str(exc))
+            raw = {}
+        best: tuple[float, Any] | None = None
+        for value in raw.values():
+            entry = json.loads(value)
+            cached = np.frombuffer(base64.b64decode(entry["v"]), dtype=np.float32)
+            sim = float(np.dot(cached, vector))
+            if sim >= self.threshold and (best is None or sim > best[0]):
+                best = (sim, value)
+        CACHE_LOOKUPS.labels("semantic", "hit" if best else "miss").inc()
+        if best is None:
+            return None
+        response = QueryResponse.model_validate(json.loads(best[1])["r"])
+        return CacheHit(response, "semantic", round(best[0], 4))
+
+    def remember_query_vector(self, request: QueryRequest, vector: np.ndarray[Any, Any]) -> None:
+        """Keep the query's embedding until its answer arrives (see :meth:`put`)."""
+        data = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
+        try:
+            self._r.set(PENDING_PREFIX + request.request_id, data, ex=3600)
+        except redis.RedisError as exc:
+            log.warning("answer_cache.redis_error", error=str(exc))
+
+    def put(self, request: QueryRequest, response: QueryResponse, index_version: int) -> None:
+        """Cache an answered ``response`` exactly, and semantically if its vector is known."""
+        if response.status != "answered":
+            return
+        body = response.model_dump_json()
+        try:
+            pipe = self._r.pipeline()
+            pipe.set(exact_key(request, index_version), body, ex=self.ttl_s)
+            vector = self._r.get(PENDING_PREFIX + request.request_id)
+            if vector:
+                key = _sem_key(request, index_version)
+                entry = json.dumps({"v": vector.decode(), "r": json.loads(body)})  # type: ignore[union-attr]
+                pipe.hset(key, request.request_id, entry)
+                pipe.expire(key, self.ttl_s)
+                pipe.delete(PENDING_PREFIX + request.request_id)
+            pipe.execute()
+            if vector and self._r.hlen(_sem_key(request, index_version)) > self.max_entries:
+                self._r.delete(_sem_key(request, index_version))  # crude bound: start over
+        except redis.RedisError as exc:
+            log.warning("answer_cache.redis_error", error=str(exc))
+
+
+def _sem_key(request: QueryRequest, index_version: int) -> str:
+    params = {
+        "top_k": request.top_k,
+        "filters": [f.model_dump(mode="json") for f in request.filters],
+    }
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{SEM_PREFIX}{request.tenant}:{index_version}:{digest}"

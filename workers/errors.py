@@ -1,0 +1,78 @@
+"""Typed error responses: every failure of a query becomes a response, never silence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ragstream.errors import PermanentError, TransientError
+from topics.base import Event
+from topics.queries import QueryRequest
+from topics.registry import RESPONSES
+from topics.responses import ErrorCode, ErrorInfo, QueryResponse
+from workers.runtime.handler import Emit, derive_event_id
+
+
+class BackendUnavailableError(TransientError):
+    """A model backend (LLM server, reranker) cannot be reached."""
+
+    code = "BACKEND_UNAVAILABLE"
+
+
+class PromptTooLongError(PermanentError):
+    """The prompt does not fit the serving model's context window."""
+
+    code = "PROMPT_TOO_LONG"
+
+
+def request_of(event: Event) -> QueryRequest:
+    """The :class:`QueryRequest` an event answers (the event itself or its ``request``)."""
+    if isinstance(event, QueryRequest):
+        return event
+    request = getattr(event, "request", None)
+    if not isinstance(request, QueryRequest):
+        raise TypeError(f"{type(event).__name__} carries no QueryRequest")
+    return request
+
+
+def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> QueryResponse:
+    """A ``status="error"`` response for the request of ``event`` (id derived, replay-stable)."""
+    request = request_of(event)
+    return QueryResponse(
+        event_id=derive_event_id(request.request_id, f"error:{stage}"),
+        tenant=request.tenant,
+        request_id=request.request_id,
+        status="error",
+        error=ErrorInfo(code=code, message=message[:2000], stage=stage),
+        trace=event.trace,
+    )
+
+
+def code_of(error: BaseException) -> ErrorCode:
+    """The :class:`ErrorCode` for an exception (by its ``code`` attribute, else INTERNAL)."""
+    try:
+        return ErrorCode(getattr(error, "code", "INTERNAL"))
+    except ValueError:
+        return (
+            ErrorCode.INVALID_REQUEST if isinstance(error, PermanentError) else ErrorCode.INTERNAL
+        )
+
+
+def expired_hook(stage: str) -> Callable[[Any], Sequence[Emit]]:
+    """``on_expired`` for query-path handlers: a ``DEADLINE_EXCEEDED`` response."""
+
+    def hook(event: Any) -> Sequence[Emit]:
+        msg = f"deadline {request_of(event).deadline.isoformat()} passed before {stage}"
+        return [Emit(RESPONSES, error_response(event, ErrorCode.DEADLINE_EXCEEDED, msg, stage))]
+
+    return hook
+
+
+def dead_letter_hook(stage: str) -> Callable[[Any, BaseException], Sequence[Emit]]:
+    """``on_dead_letter`` for query-path handlers: a typed error response for the caller."""
+
+    def hook(event: Any, error: BaseException) -> Sequence[Emit]:
+        message = f"{type(error).__name__}: {error}"
+        return [Emit(RESPONSES, error_response(event, code_of(error), message, stage))]
+
+    return hook

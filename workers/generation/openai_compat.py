@@ -1,0 +1,207 @@
+"""An OpenAI-compatible HTTP server as generation backend (llama.cpp, vLLM's server, ...).
+
+Streams Server-Sent Events from ``/v1/completions`` (completion style) or
+``/v1/chat/completions`` (chat style) and asks for usage in the last chunk
+(``stream_options.include_usage``). Errors are translated here: connection failures, timeouts,
+429 and 5xx are :class:`BackendUnavailableError` (transient), a 400 about the context size is
+:class:`PromptTooLongError`, other 4xx a :class:`PermanentError`. Nothing is retried here.
+Closing the stream (e.g. on cancellation) makes llama.cpp stop the request's slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from ragstream.errors import ConfigurationError, PermanentError
+from workers.errors import BackendUnavailableError, PromptTooLongError
+from workers.generation.backend import (
+    GenerationRequest,
+    GenerationResult,
+    OnToken,
+    OnTokenFor,
+    emit,
+    generate_concurrently,
+)
+from workers.generation.prompt import PromptStyle
+
+#: Phrases of a 400 that mean "prompt over the context window" (llama.cpp, vLLM, OpenAI).
+_CONTEXT_ERRORS = ("exceed_context_size", "exceeds the available context", "context length")
+
+
+def _raise_for_status(status: int, body: str, url: str) -> None:
+    if status < httpx.codes.BAD_REQUEST:
+        return
+    message = f"POST {url}: HTTP {status} {body[:500]}"
+    if status == httpx.codes.TOO_MANY_REQUESTS or status >= httpx.codes.INTERNAL_SERVER_ERROR:
+        raise BackendUnavailableError(message)
+    if any(phrase in body.lower() for phrase in _CONTEXT_ERRORS):
+        raise PromptTooLongError(message)
+    raise PermanentError(message)
+
+
+class OpenAICompatibleBackend:
+    """Streams answers from an OpenAI-compatible server.
+
+    Args:
+        base_url: ``http://host:port`` of the server (``/v1/...`` is appended).
+        model: Model name sent in each request (llama.cpp ignores it).
+        style: ``completion`` (``/v1/completions``) or ``chat`` (``/v1/chat/completions``).
+        stop: Stop sequences (e.g. ``["\\n\\n", "Question:"]`` for a base model).
+        max_tokens: Default answer budget in tokens.
+        temperature: Sampling temperature; 0 is greedy.
+        timeout_s: Limit for one whole request (connect to last token), in seconds.
+        client: An ``httpx.AsyncClient`` to use (tests); by default one is created.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        style: PromptStyle,
+        stop: Sequence[str],
+        max_tokens: int,
+        *,
+        temperature: float = 0.0,
+        timeout_s: float = 60.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.style = style
+        self.stop = list(stop)
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.timeout_s = timeout_s
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+
+    @property
+    def url(self) -> str:
+        """The endpoint this backend posts to."""
+        path = "/v1/chat/completions" if self.style == "chat" else "/v1/completions"
+        return self.base_url + path
+
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The JSON request body (streaming, usage in the last chunk).
+
+        Raises:
+            ConfigurationError: The prompt's style is not the backend's.
+        """
+        prompt = request.prompt
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens or self.max_tokens,
+            "temperature": self.temperature,
+            "stop": self.stop,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.style == "chat" and prompt.messages is not None:
+            body["messages"] = prompt.messages
+        elif self.style == "completion" and prompt.text is not None:
+            body["prompt"] = prompt.text
+        else:
+            raise ConfigurationError(f"a {prompt.style} prompt sent to a {self.style} backend")
+        return body
+
+    def _piece(self, chunk: dict[str, Any]) -> tuple[str, str | None]:
+        """The text and finish reason of one streamed chunk."""
+        choices = chunk.get("choices") or [{}]
+        choice = choices[0]
+        if self.style == "chat":
+            text = (choice.get("delta") or {}).get("content") or ""
+        else:
+            text = choice.get("text") or ""
+        return text, choice.get("finish_reason")
+
+    async def generate(
+        self, request: GenerationRequest, on_token: OnToken | None = None
+    ) -> GenerationResult:
+        """Stream one answer; see :meth:`GenerationBackend.generate`.
+
+        Raises:
+            BackendUnavailableError: Connection error, timeout (``timeout_s``), 429 or 5xx.
+            PromptTooLongError: HTTP 400 about the context size.
+            PermanentError: Any other 4xx, or an error event in the stream.
+        """
+        body = self.body(request)
+        started = time.perf_counter()
+        state = _StreamState()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._stream(body, state, started, on_token)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise BackendUnavailableError(
+                f"POST {self.url}: no complete answer within {self.timeout_s}s"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise BackendUnavailableError(f"POST {self.url} failed: {exc!r}") from exc
+        text = "".join(state.parts)
+        usage = state.usage or {}
+        return GenerationResult(
+            request_id=request.request_id,
+            text=text,
+            prompt_tokens=int(usage.get("prompt_tokens", request.prompt.prompt_tokens)),
+            # llama.cpp and vLLM stream one chunk per generated token
+            completion_tokens=int(usage.get("completion_tokens", len(state.parts))),
+            finish_reason=state.finish_reason or "stop",
+            ttft_ms=state.ttft_ms,
+            total_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    async def _stream(
+        self,
+        body: dict[str, Any],
+        state: _StreamState,
+        started: float,
+        on_token: OnToken | None,
+    ) -> None:
+        async with self._client.stream("POST", self.url, json=body) as response:
+            if response.status_code >= httpx.codes.BAD_REQUEST:
+                raw = await response.aread()
+                _raise_for_status(response.status_code, raw.decode(errors="replace"), self.url)
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    _raise_for_status(int(chunk["error"].get("code", 500)), data, self.url)
+                text, finish = self._piece(chunk)
+                state.usage = chunk.get("usage") or state.usage
+                state.finish_reason = finish or state.finish_reason
+                if text:
+                    if state.ttft_ms is None:
+                        state.ttft_ms = (time.perf_counter() - started) * 1000
+                    state.parts.append(text)
+                    await emit(on_token, text)
+
+    async def generate_many(
+        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+    ) -> list[GenerationResult | Exception]:
+        """Submit all requests concurrently so that the server batches them."""
+        return await generate_concurrently(self, requests, on_token_for)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.aclose()
+
+
+class _StreamState:
+    """What one stream has produced so far."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.ttft_ms: float | None = None

@@ -1,0 +1,87 @@
+"""Composition root of the query path: build each pool's components from the settings."""
+
+from __future__ import annotations
+
+import redis
+from elasticsearch import Elasticsearch
+
+from ingest.embedding import CachedEmbedder
+from ingest.factory import build_embedder
+from ingest.versions import IndexVersions
+from ragstream.settings import Settings
+from workers.caches import AnswerCache
+from workers.pools.generation import Generator, TokenSink
+from workers.retrieval.hybrid import HybridRetriever
+from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
+
+
+def build_router(embedder: CachedEmbedder) -> Router:
+    """A router fitted on the labelled example questions."""
+    router = Router()
+    router.fit(embedder.embed(list(EASY_EXAMPLES)), embedder.embed(list(HARD_EXAMPLES)))
+    return router
+
+
+def build_answer_cache(settings: Settings) -> AnswerCache:
+    """The Redis answer cache with the settings' TTL and semantic threshold."""
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    return AnswerCache(
+        client,
+        ttl_s=settings.cache.ttl_s,
+        threshold=settings.cache.semantic_threshold,
+        max_entries=settings.cache.semantic_max_entries,
+    )
+
+
+def build_retrieval_components(
+    settings: Settings,
+) -> tuple[CachedEmbedder, HybridRetriever, AnswerCache, IndexVersions, Router]:
+    """Embedder, hybrid retriever, answer cache, index versions and router."""
+    embedder = build_embedder(settings)
+    es = Elasticsearch(
+        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+    )
+    retriever = HybridRetriever(es, settings.elasticsearch.index_alias, settings.retrieval)
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    return (
+        embedder,
+        retriever,
+        build_answer_cache(settings),
+        IndexVersions(client),
+        build_router(embedder),
+    )
+
+
+def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> Generator:
+    """The ``tier`` generator: its backend, a prompt builder budgeted in the serving model's
+    tokens (``/tokenize`` of the llama.cpp server), the answer cache and the token sink."""
+    from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
+    from workers.generation.openai_compat import OpenAICompatibleBackend
+    from workers.generation.prompt import PromptBuilder
+    from workers.runtime.build import retry_policy
+
+    cfg = getattr(settings.generation, tier)
+    llm = settings.llm
+    base_url = cfg.base_url or llm.base_url
+    style = cfg.prompt_style or llm.prompt_style
+    max_tokens = cfg.max_tokens or llm.max_tokens
+    backend = OpenAICompatibleBackend(
+        base_url,
+        cfg.model,
+        style,
+        cfg.stop if cfg.stop is not None else llm.stop,
+        max_tokens,
+        temperature=cfg.temperature if cfg.temperature is not None else llm.temperature,
+        timeout_s=cfg.timeout_s or llm.request_timeout_s,
+    )
+    per_slot = cfg.n_ctx_per_slot or n_ctx_per_slot(base_url, llm.n_ctx, llm.n_parallel)
+    builder = PromptBuilder(ServerTokenCounter(base_url), per_slot, max_tokens, style)
+    backoff = retry_policy(settings.pools.generation)
+    return Generator(
+        backend,
+        builder,
+        tokens=tokens,
+        cache=build_answer_cache(settings),
+        tier=tier,
+        backoff=backoff,
+    )

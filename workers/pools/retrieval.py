@@ -1,0 +1,154 @@
+"""The retrieval pool: ``rag.queries`` in, fused candidates (or a cached answer) out.
+
+Per batch: exact answer-cache lookups; ONE embedding call for every remaining query; semantic
+cache lookups; ONE ``_msearch`` with a BM25 and a kNN search per query, fused client-side with
+reciprocal rank fusion; the router picks each query's generation tier.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from prometheus_client import Counter
+
+from ingest.versions import IndexVersions
+from ragstream.settings import PoolSettings, Settings
+from topics.base import StageTiming
+from topics.queries import QueryRequest
+from topics.registry import QUERIES, RESPONSES, RETRIEVED
+from topics.responses import QueryResponse
+from topics.retrieved import Candidate, RetrievedCandidates
+from workers.caches import AnswerCache, CacheHit
+from workers.errors import dead_letter_hook, expired_hook
+from workers.registry import register_pool
+from workers.routing import Router
+from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
+
+MODEL_CALLS = Counter(
+    "ragstream_model_calls_total", "Batched model or search calls by stage.", ["stage"]
+)
+
+
+class Embeds(Protocol):
+    """``(n, dim)`` float32 unit vectors for ``n`` texts."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]: ...
+
+
+class Retrieves(Protocol):
+    """Hybrid search for a batch of queries (:class:`workers.retrieval.hybrid.HybridRetriever`)."""
+
+    def search_batch(
+        self, queries: Sequence[QueryRequest], vectors: np.ndarray[Any, Any]
+    ) -> list[list[Candidate]]: ...
+
+
+def cached_response(request: QueryRequest, hit: CacheHit, started: dt.datetime) -> QueryResponse:
+    """The cached answer re-addressed to ``request``, with a ``cache`` stage in its trace."""
+    timing = StageTiming(
+        stage="cache", started_at=started, duration_ms=0.0,
+        detail={"kind": hit.kind, "similarity": hit.similarity},
+    )  # fmt: skip
+    return hit.response.model_copy(
+        update={
+            "event_id": derive_event_id(request.event_id, "cache"),
+            "tenant": request.tenant,
+            "request_id": request.request_id,
+            "trace": (*request.trace, timing),
+        }
+    )
+
+
+def retrieval_handler(
+    embedder: Embeds,
+    retriever: Retrieves,
+    cache: AnswerCache,
+    versions: IndexVersions,
+    router: Router,
+    *,
+    pool: PoolSettings,
+    group: str = "ragstream-retrieval",
+) -> Handler[QueryRequest]:
+    """The retrieval pool's handler (components are given, never built here)."""
+
+    def fn(events: list[QueryRequest]) -> Sequence[Outcome]:
+        started = dt.datetime.now(dt.UTC)
+        t0 = time.perf_counter()
+        version = {t: versions.get(t) for t in {e.tenant for e in events}}
+        out: list[Outcome] = []
+        live = []
+        for e in events:
+            hit = cache.get_exact(e, version[e.tenant])
+            if hit is not None:
+                out.append(Emit(RESPONSES, cached_response(e, hit, started)))
+            else:
+                live.append(e)
+        if not live:
+            return out
+        vectors = embedder.embed([e.query for e in live])
+        MODEL_CALLS.labels("embed").inc()
+        todo: list[int] = []
+        for i, e in enumerate(live):
+            hit = cache.get_semantic(e, vectors[i], version[e.tenant])
+            if hit is not None:
+                out.append(Emit(RESPONSES, cached_response(e, hit, started)))
+            else:
+                todo.append(i)
+        if not todo:
+            return out
+        results = retriever.search_batch([live[i] for i in todo], vectors[todo])
+        MODEL_CALLS.labels("msearch").inc()
+        took = (time.perf_counter() - t0) * 1000
+        for i, candidates in zip(todo, results, strict=True):
+            e = live[i]
+            route = router.route(e, vectors[i])
+            cache.remember_query_vector(e, vectors[i])
+            retrieved = RetrievedCandidates(
+                event_id=derive_event_id(e.event_id, "retrieval"),
+                tenant=e.tenant,
+                request=e,
+                candidates=tuple(candidates),
+                index_version=version[e.tenant],
+                tier=route.tier,
+                route_reason=route.reason,
+                trace=e.trace,
+            ).traced("retrieval", started, took, batch=len(events), tier=route.tier)
+            out.append(Emit(RETRIEVED, retrieved))
+        return out
+
+    return Handler(
+        name="retrieval",
+        input=QUERIES,
+        group=group,
+        outputs=(RETRIEVED, RESPONSES),
+        fn=fn,
+        batch=batch_policy(pool),
+        retry=retry_policy(pool),
+        on_expired=expired_hook("retrieval"),
+        on_dead_letter=dead_letter_hook("retrieval"),
+    )
+
+
+def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
+    """Pool factory of ``ragstream worker retrieval``."""
+    from workers.pools.components import build_retrieval_components
+    from workers.runtime.build import build_runner
+
+    handler = retrieval_handler(
+        *build_retrieval_components(settings), pool=settings.pools.retrieval
+    )
+    runner = build_runner(handler, settings, settings.pools.retrieval)
+
+    def run() -> None:
+        runner.install_signal_handlers()
+        runner.run()
+
+    return run
+
+
+register_pool("retrieval", run_retrieval_pool)

@@ -1,0 +1,212 @@
+"""Hybrid retrieval of a batch of queries in one ``_msearch`` round trip.
+
+Per query, two searches go into the same ``_msearch``: a BM25 ``match`` over text and title, and
+an approximate kNN (HNSW, cosine) over ``embedding``, both with the tenant and request filters.
+The two ranked lists are fused client-side with reciprocal rank fusion (Cormack, Clarke &
+Büttcher 2009), keyed by ``chunk_id`` (the Elasticsearch ``_id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+from elasticsearch import ApiError, Elasticsearch, TransportError
+
+from ragstream.errors import PermanentError, TransientError
+from ragstream.settings import RetrievalSettings
+from topics.queries import QueryRequest
+from topics.retrieved import Candidate
+from workers.retrieval.query import bm25_query, es_filters, knn_clause
+from workers.retrieval.rrf import reciprocal_rank_fusion
+
+log = structlog.get_logger(__name__)
+
+#: HTTP statuses of a search (or of the whole ``_msearch``) that may succeed on retry.
+TRANSIENT_STATUSES = frozenset({408, 429, 502, 503, 504})
+#: Names of the two searches of one query, in ``_msearch`` order.
+SEARCH_KINDS = ("bm25", "knn")
+
+
+class QueryRejectedError(PermanentError):
+    """Elasticsearch refused one query's search (e.g. 400 for a bad filter value or vector).
+
+    Attributes:
+        request_id: the offending request.
+        position: its index in the batch.
+    """
+
+    def __init__(self, message: str, request_id: str, position: int) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.position = position
+
+
+class HybridRetriever:
+    """BM25 + kNN retrieval with RRF fusion, one ``_msearch`` per batch.
+
+    Args:
+        es: an Elasticsearch client (given, never built here).
+        alias: the chunk index alias to search.
+        settings: the ``retrieval`` settings section (list lengths, HNSW candidates, RRF k).
+
+    Attributes:
+        msearch_calls: ``_msearch`` requests sent so far (one per non-empty batch).
+    """
+
+    def __init__(self, es: Elasticsearch, alias: str, settings: RetrievalSettings) -> None:
+        self.es = es
+        self.alias = alias
+        self.settings = settings
+        self.msearch_calls = 0
+
+    def search_batch(
+        self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
+    ) -> list[list[Candidate]]:
+        """Retrieve and fuse candidates for every query of a batch.
+
+        Args:
+            queries: the requests; each is searched within its own ``tenant`` and ``filters``.
+            vectors: ``(len(queries), dim)`` float query embeddings, L2-normalised, row ``i``
+                for ``queries[i]``.
+
+        Returns:
+            Per query (input order), at most ``query.top_n`` candidates, best first, with
+            ``score`` = RRF score and 1-based ``bm25_rank``/``knn_rank`` (``None`` if absent).
+
+        Raises:
+            ValueError: ``vectors`` does not have one row per query.
+            TransientError: Elasticsearch unreachable, timed out, overloaded (429/5xx), for the
+                whole request or any one search.
+            QueryRejectedError: (a :class:`PermanentError`) Elasticsearch refused a search, e.g. 400
+                for a filter value the field cannot parse or a vector of the wrong dimension;
+                names the request.
+        """
+        if not queries:
+            return []
+        if vectors.ndim != 2 or vectors.shape[0] != len(queries):
+            raise ValueError(f"vectors must be ({len(queries)}, dim), got {vectors.shape}")
+        responses = self._msearch(self._searches(queries, vectors))
+        check_responses(queries, responses)
+        results: list[list[Candidate]] = []
+        for i, query in enumerate(queries):
+            bm25, knn = responses[2 * i], responses[2 * i + 1]
+            results.append(self._fuse(query, _hits(bm25), _hits(knn)))
+        return results
+
+    def _searches(
+        self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
+    ) -> list[dict[str, Any]]:
+        s = self.settings
+        header: dict[str, Any] = {"index": self.alias}
+        body: list[dict[str, Any]] = []
+        for query, vector in zip(queries, vectors, strict=True):
+            filters = es_filters(query.tenant, query.filters)
+            size = max(s.bm25_size, query.top_n)
+            k = max(s.knn_k, query.top_n)
+            knn = knn_clause(vector.tolist(), filters, k, s.knn_num_candidates)
+            body += [
+                header,
+                bm25_query(query.query, filters, size),
+                header,
+                {"size": k, "_source": {"excludes": ["embedding"]}, "knn": knn},
+            ]
+        return body
+
+    def _msearch(self, searches: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
+        self.msearch_calls += 1
+        try:
+            resp = self.es.msearch(searches=searches)
+        except ApiError as exc:
+            status = exc.meta.status
+            if status in TRANSIENT_STATUSES or status >= 500:
+                raise TransientError(f"elasticsearch msearch failed ({status}): {exc}") from exc
+            raise PermanentError(f"elasticsearch refused msearch ({status}): {exc}") from exc
+        except TransportError as exc:
+            raise TransientError(f"elasticsearch msearch failed: {exc}") from exc
+        responses: list[Mapping[str, Any]] = list(resp.body["responses"])
+        if len(responses) != len(searches) // 2:
+            raise TransientError(
+                f"msearch returned {len(responses)} responses for {len(searches) // 2} searches"
+            )
+        return responses
+
+    def _fuse(
+        self, query: QueryRequest, bm25: list[Mapping[str, Any]], knn: list[Mapping[str, Any]]
+    ) -> list[Candidate]:
+        sources: dict[str, Mapping[str, Any]] = {}
+        ranks: list[dict[str, int]] = [{}, {}]
+        for which, hits in enumerate((bm25, knn)):
+            for rank, hit in enumerate(hits, start=1):
+                ranks[which].setdefault(hit["_id"], rank)
+                sources.setdefault(hit["_id"], hit.get("_source") or {})
+        fused = reciprocal_rank_fusion([list(r) for r in ranks], k=self.settings.rrf_k)
+        return [
+            _candidate(chunk_id, score, sources[chunk_id], ranks[0], ranks[1])
+            for chunk_id, score in fused[: query.top_n]
+        ]
+
+
+def check_responses(
+    queries: Sequence[QueryRequest], responses: Sequence[Mapping[str, Any]]
+) -> None:
+    """Raise for the first failed search of an ``_msearch`` response (transient ones first).
+
+    Args:
+        queries: the batch, in order; search ``2*i`` (BM25) and ``2*i+1`` (kNN) are query ``i``'s.
+        responses: the ``responses`` array of the ``_msearch`` reply.
+
+    Raises:
+        TransientError: a search failed with 408/429/5xx.
+        QueryRejectedError: a search failed otherwise (400: unparsable filter value, bad vector).
+    """
+    failures = [(j, r) for j, r in enumerate(responses) if "error" in r]
+    if not failures:
+        return
+    for j, r in failures:
+        status = int(r.get("status", 500))
+        if status in TRANSIENT_STATUSES or status >= 500:
+            raise TransientError(f"search {j} of msearch failed ({status}): {_reason(r)}")
+    j, r = failures[0]
+    query = queries[j // 2]
+    raise QueryRejectedError(
+        f"elasticsearch rejected the {SEARCH_KINDS[j % 2]} search of request "
+        f"{query.request_id!r} (batch position {j // 2}, status {r.get('status')}): {_reason(r)}",
+        request_id=query.request_id,
+        position=j // 2,
+    )
+
+
+def _hits(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list(response["hits"]["hits"])
+
+
+def _reason(response: Mapping[str, Any]) -> str:
+    error = response.get("error")
+    if isinstance(error, Mapping):
+        cause = (error.get("root_cause") or [error])[0]
+        return f"{cause.get('type', 'error')}: {cause.get('reason', '')}"[:500]
+    return str(error)[:500]
+
+
+def _candidate(
+    chunk_id: str,
+    score: float,
+    source: Mapping[str, Any],
+    bm25_ranks: Mapping[str, int],
+    knn_ranks: Mapping[str, int],
+) -> Candidate:
+    return Candidate(
+        chunk_id=chunk_id,
+        doc_id=str(source.get("doc_id", "")),
+        text=str(source.get("text", "")),
+        title=str(source.get("title") or ""),
+        source=str(source.get("source") or ""),
+        score=score,
+        bm25_rank=bm25_ranks.get(chunk_id),
+        knn_rank=knn_ranks.get(chunk_id),
+        metadata=dict(source.get("metadata") or {}),
+    )

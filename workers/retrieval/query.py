@@ -1,0 +1,117 @@
+"""Elasticsearch query bodies for hybrid retrieval, built from structured filters.
+
+User input reaches Elasticsearch only as ``match`` query text (analysed, never parsed as query
+syntax) and as ``terms``/``range`` values (compared literally). No ``query_string`` or
+``simple_query_string`` is ever produced. The tenant filter is always the first filter clause,
+and the same filters go to the BM25 query and inside the kNN clause (so kNN pre-filters rather
+than post-filtering its top k).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ragstream.errors import PermanentError
+from topics.queries import Filter, RangeFilter, TermFilter
+
+#: Same field whitelist as :data:`topics.queries.FilterField`, checked again here so a filter
+#: built without validation (``model_construct``) cannot name ``tenant`` or any other field.
+_FIELD = re.compile(r"^(doc_id|source|content_type|lang|metadata\.[A-Za-z0-9_]{1,64})$")
+#: Open bounds of a range on a ``metadata.<key>`` (flattened) field, which Elasticsearch requires
+#: to have both: the smallest keyword, and the largest code point (UTF-8 F4 8F BF BF).
+_KEYWORD_MIN, _KEYWORD_MAX = "", "\U0010ffff"
+#: Boost of title matches over body matches in BM25.
+TITLE_BOOST = 2.0
+
+
+def es_filters(tenant: str, filters: Sequence[Filter]) -> list[dict[str, Any]]:
+    """Filter clauses for one query: the tenant term first, then one clause per filter.
+
+    Args:
+        tenant: the requesting tenant; always applied.
+        filters: ``TermFilter`` → ``terms`` (values compared exactly, on keyword or
+            ``metadata.<key>`` of the flattened field); ``RangeFilter`` → ``range`` with the
+            given ``gte``/``lte``. All filterable fields are keywords, so ranges compare
+            strings lexicographically (``"2020" < "2020.0" < "2021"``): pass zero-padded
+            strings of equal width. An open bound of a ``metadata.<key>`` range is closed
+            with the smallest/largest keyword, as flattened fields require both.
+
+    Returns:
+        Clauses for a ``bool.filter`` (all must match).
+
+    Raises:
+        PermanentError: empty tenant, or a filter naming a field outside the whitelist.
+    """
+    if not tenant:
+        raise PermanentError("a search needs a tenant")
+    clauses: list[dict[str, Any]] = [{"term": {"tenant": {"value": tenant}}}]
+    for f in filters:
+        if not _FIELD.fullmatch(f.field):
+            raise PermanentError(f"filter field not allowed: {f.field!r}")
+        if isinstance(f, TermFilter):
+            clauses.append({"terms": {f.field: list(f.values)}})
+        elif isinstance(f, RangeFilter):
+            clauses.append({"range": {f.field: _bounds(f)}})
+        else:  # pragma: no cover - the discriminated union has two members
+            raise PermanentError(f"unknown filter kind: {type(f).__name__}")
+    return clauses
+
+
+def _bounds(f: RangeFilter) -> dict[str, float | str]:
+    gte, lte = f.gte, f.lte
+    if f.field.startswith("metadata."):
+        gte = _KEYWORD_MIN if gte is None else gte
+        lte = _KEYWORD_MAX if lte is None else lte
+    return {op: v for op, v in (("gte", gte), ("lte", lte)) if v is not None}
+
+
+def bm25_query(text: str, filters: Sequence[dict[str, Any]], size: int) -> dict[str, Any]:
+    """A BM25 search body: ``match`` on ``text`` or on ``title`` (boosted), filtered.
+
+    Args:
+        text: the user's question, analysed by the field's analyzer (standard), never parsed.
+        filters: clauses from :func:`es_filters`.
+        size: hits to return.
+
+    Returns:
+        A search body (``query``, ``size``, ``_source`` without ``embedding``).
+    """
+    return {
+        "size": size,
+        "_source": {"excludes": ["embedding"]},
+        "query": {
+            "bool": {
+                "should": [
+                    {"match": {"text": {"query": text}}},
+                    {"match": {"title": {"query": text, "boost": TITLE_BOOST}}},
+                ],
+                "minimum_should_match": 1,
+                "filter": list(filters),
+            }
+        },
+    }
+
+
+def knn_clause(
+    vector: Sequence[float], filters: Sequence[dict[str, Any]], k: int, num_candidates: int
+) -> dict[str, Any]:
+    """A top-level ``knn`` clause over ``embedding`` with the filters inside it (pre-filtering).
+
+    Args:
+        vector: the query embedding, ``dim`` floats, L2-normalised (cosine similarity).
+        filters: clauses from :func:`es_filters`.
+        k: neighbours to return.
+        num_candidates: HNSW candidates per shard (>= k; recall vs latency).
+
+    Returns:
+        The value of a search body's ``knn`` key.
+    """
+    return {
+        "field": "embedding",
+        "query_vector": [float(x) for x in vector],
+        "k": k,
+        "num_candidates": max(num_candidates, k),
+        "filter": {"bool": {"filter": list(filters)}},
+    }

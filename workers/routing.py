@@ -1,0 +1,106 @@
+"""Model routing: a cheap classifier sends each query to the ``small`` or ``large`` tier.
+
+Features (no model call beyond the query embedding the retrieval stage already computed):
+length in words, question-type cue words, and the difference of cosine similarity to the
+centroids of labelled easy and hard example questions. The decision goes into the trace and
+into ``ragstream_route_total{tier,reason}``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from prometheus_client import Counter
+
+from topics.queries import QueryRequest
+
+Tier = Literal["small", "large"]
+
+ROUTES = Counter("ragstream_route_total", "Routing decisions.", ["tier", "reason"])
+
+#: Labelled examples: short factual look-ups (small tier) ...
+EASY_EXAMPLES = (
+    "What is the default port of PostgreSQL?",
+    "Which function returns the length of a list?",
+    "What does the len() function return?",
+    "What is the maximum length of an identifier?",
+    "Which setting controls the deadlock timeout?",
+    "What type does str.split return?",
+    "When was this option added?",
+    "What is the default value of work_mem?",
+)
+#: ... and multi-step, comparative or explanatory questions (large tier).
+HARD_EXAMPLES = (
+    "Explain how MVCC and vacuum interact to reclaim space and avoid transaction wraparound.",
+    "Compare asyncio tasks and threads for I/O-bound work and explain the trade-offs.",
+    "Why would a query planner choose a nested loop over a hash join, and how can I tell?",
+    "How do I design a schema that supports multi-tenant row-level security?",
+    "What are the differences between the isolation levels and what anomalies does each allow?",
+    "Walk me through setting up streaming replication with failover step by step.",
+    "How do descriptors, properties and __getattr__ interact when looking up an attribute?",
+    "Describe the steps to profile and optimise a slow Python program.",
+)
+HARD_CUES = re.compile(
+    r"\b(why|explain|compare|difference|differences|trade-?offs?|design|step by step|"
+    r"walk me through|interact|versus|vs\.?|pros and cons)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """The chosen tier, why, and the classifier score (> 0 leans large)."""
+
+    tier: Tier
+    reason: str
+    score: float
+
+
+class Router:
+    """Routes queries; call :meth:`fit` with the example embeddings once.
+
+    Args:
+        long_query_words: queries longer than this lean large.
+        threshold: score above which a query goes to the large tier.
+    """
+
+    def __init__(self, long_query_words: int = 25, threshold: float = 0.25) -> None:
+        self.long_query_words = long_query_words
+        self.threshold = threshold
+        self._easy: np.ndarray[Any, Any] | None = None
+        self._hard: np.ndarray[Any, Any] | None = None
+
+    def fit(self, easy: np.ndarray[Any, Any], hard: np.ndarray[Any, Any]) -> None:
+        """Set the class centroids from ``(n, dim)`` L2-normalised example embeddings."""
+        self._easy = _unit(easy.mean(axis=0))
+        self._hard = _unit(hard.mean(axis=0))
+
+    def route(self, request: QueryRequest, vector: np.ndarray[Any, Any] | None) -> Route:
+        """Decide the tier of ``request`` (``vector``: its ``(dim,)`` unit embedding)."""
+        if request.route != "auto":
+            decision = Route(request.route, "forced", 0.0)
+        else:
+            score = 0.0
+            reasons = []
+            if len(request.query.split()) > self.long_query_words:
+                score += 0.5
+                reasons.append("long")
+            if HARD_CUES.search(request.query):
+                score += 0.3
+                reasons.append("cue")
+            if vector is not None and self._easy is not None and self._hard is not None:
+                margin = float(np.dot(vector, self._hard) - np.dot(vector, self._easy))
+                score += 2.0 * margin
+                reasons.append(f"sim{margin:+.2f}")
+            tier: Tier = "large" if score > self.threshold else "small"
+            decision = Route(tier, ",".join(reasons) or "default", round(score, 3))
+        ROUTES.labels(decision.tier, decision.reason.split(",")[0].rstrip("+-.0123456789")).inc()
+        return decision
+
+
+def _unit(v: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm else v
