@@ -57,6 +57,7 @@ class QueryPath:
     registry: TopicRegistry
     proxy: Proxy
     runners: list[PoolRunner[Any]] = field(default_factory=list)
+    generators: list[Generator] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
 
     def ask(self, queries: list[QueryRequest], timeout_s: float = 240) -> dict[str, QueryResponse]:
@@ -150,6 +151,7 @@ def qp(
         generator = Generator(
             backend, builder, tokens=sink, cache=cache, tier=tier, backoff=backoff
         )
+        path.generators.append(generator)
         handlers.append(generation_handler(generator, pool=pool, group=f"{name}-gen-{tier}"))
     for h in handlers:
         runner: PoolRunner[Any] = PoolRunner(
@@ -165,6 +167,9 @@ def qp(
         r.stop()
     for t in path.threads:
         t.join(timeout=60)
+    for g in path.generators:
+        g.close()
+    producer.close()
     proxy.close()
     kit.close()
 

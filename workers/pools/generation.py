@@ -157,6 +157,15 @@ class Generator:
             out.append(Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0)))
         return out
 
+    def close(self) -> None:
+        """Close the backend's connections, the token counter and the event loop."""
+        if not self._loop.is_closed():
+            self._loop.run_until_complete(self.backend.aclose())
+            self._loop.close()
+        closer = getattr(self.builder.tokenizer, "close", None)
+        if callable(closer):
+            closer()
+
     def _stream(self, request: QueryRequest) -> tuple[OnToken | None, Callable[[], None] | None]:
         if self.tokens is None:
             return None, None
@@ -274,7 +283,10 @@ def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
 
     def run() -> None:
         runner.install_signal_handlers()
-        runner.run()
+        try:
+            runner.run()
+        finally:
+            generator.close()
 
     return run
 
