@@ -110,7 +110,8 @@ class PoolsSettings(BaseModel):
     ingest: PoolSettings = PoolSettings(max_batch=16, max_wait_ms=50, metrics_port=9101)
     retrieval: PoolSettings = PoolSettings(max_batch=32, max_wait_ms=10, metrics_port=9102)
     rerank: PoolSettings = PoolSettings(max_batch=16, max_wait_ms=10, metrics_port=9103)
-    generation: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9104)
+    generation_small: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9104)
+    generation_large: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9106)
     delivery: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=20, metrics_port=9105)
     echo: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=5)
 

@@ -76,7 +76,7 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
     )
     per_slot = cfg.n_ctx_per_slot or n_ctx_per_slot(base_url, llm.n_ctx, llm.n_parallel)
     builder = PromptBuilder(ServerTokenCounter(base_url), per_slot, max_tokens, style)
-    backoff = retry_policy(settings.pools.generation)
+    backoff = retry_policy(getattr(settings.pools, f"generation_{tier}"))
     return Generator(
         backend,
         builder,

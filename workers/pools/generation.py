@@ -221,7 +221,8 @@ class Generator:
             detail: dict[str, str | int | float | bool] = {"passages": 0}
         else:
             answer = result.text.strip() or NOT_FOUND
-            cites = citations(answer, prompt.passages_used)
+            if not answer.startswith(NOT_FOUND):  # "not in the documents" cites nothing
+                cites = citations(answer, prompt.passages_used)
             usage = TokenUsage(
                 prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
             )
@@ -276,7 +277,7 @@ def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     registry = TopicRegistry(settings.kafka.topic_prefix)
     sink = TokenSink(producer.raw, registry.name(TOKENS))
     generator = build_generator(settings, tier, sink)
-    pool = settings.pools.generation
+    pool = getattr(settings.pools, f"generation_{tier}")
     runner = build_runner(
         generation_handler(generator, pool=pool), settings, pool, producer=producer
     )

@@ -1,0 +1,70 @@
+"""Answer caches on the real Redis: exact and semantic hits, tenant scope, version invalidation."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import numpy as np
+import redis
+
+from ragstream.settings import Settings
+from topics.queries import QueryRequest
+from topics.responses import Citation, QueryResponse
+from workers.caches import AnswerCache, normalise_query
+
+
+def _q(text: str, tenant: str) -> QueryRequest:
+    return QueryRequest(tenant=tenant, query=text, deadline=dt.datetime.now(dt.UTC))
+
+
+def _unit(v: list[float]) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float32)
+    return a / np.linalg.norm(a)
+
+
+def test_exact_and_semantic_hits_are_tenant_and_version_scoped(
+    settings: Settings, unique_name: Callable[[str], str]
+) -> None:
+    client = redis.Redis.from_url(settings.redis.url)
+    cache = AnswerCache(client, threshold=0.95)
+    tenant, other = unique_name("ta"), unique_name("tb")
+    q = _q("What is the default port?", tenant)
+    answer = QueryResponse(
+        tenant=tenant,
+        request_id=q.request_id,
+        status="answered",
+        answer="5432 [1]",
+        citations=(Citation(n=1, doc_id="ports", chunk_id="c1"),),
+    )
+    cache.remember_query_vector(q, _unit([1.0, 0.0, 0.0]))
+    cache.put(q, answer, index_version=7)
+
+    same = _q("  what is the DEFAULT port ", tenant)  # normalises to the same key
+    assert normalise_query(same.query) == normalise_query(q.query)
+    hit = cache.get_exact(same, 7)
+    assert hit is not None and hit.kind == "exact" and hit.response.answer == "5432 [1]"
+
+    paraphrase = _q("Which port is used by default?", tenant)
+    assert cache.get_exact(paraphrase, 7) is None
+    close = cache.get_semantic(paraphrase, _unit([0.99, 0.05, 0.0]), 7)
+    assert close is not None and close.kind == "semantic" and close.similarity >= 0.95
+    assert cache.get_semantic(paraphrase, _unit([0.8, 0.6, 0.0]), 7) is None  # below threshold
+
+    assert cache.get_exact(_q(q.query, other), 7) is None  # another tenant
+    assert cache.get_semantic(_q(q.query, other), _unit([1.0, 0.0, 0.0]), 7) is None
+    assert cache.get_exact(same, 8) is None  # the index changed
+    assert cache.get_semantic(paraphrase, _unit([1.0, 0.0, 0.0]), 8) is None
+
+    errors = QueryResponse.model_validate(
+        {
+            **answer.model_dump(),
+            "status": "error",
+            "answer": "",
+            "error": {"code": "INTERNAL", "message": "x"},
+        }
+    )
+    q2 = _q("never cached", tenant)
+    cache.put(q2, errors, 7)
+    assert cache.get_exact(q2, 7) is None  # errors are never cached
+    client.close()
