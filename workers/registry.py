@@ -23,6 +23,7 @@ POOL_MODULES: tuple[str, ...] = (
     "workers.pools.retrieval",
     "workers.pools.rerank",
     "workers.pools.generation",
+    "workers.pools.delivery",
 )
 
 _POOLS: dict[str, PoolFactory] = {}
