@@ -146,6 +146,22 @@ class CacheSettings(BaseModel):
     semantic_max_entries: int = 2000
 
 
+class WebhookSettings(BaseModel):
+    """Signed webhook delivery (Standard Webhooks) and its SSRF guard.
+
+    ``signing_secret`` is a ``whsec_``-prefixed base64 key; the default is a development key
+    and must be replaced in production. ``allow_networks`` lists CIDRs that webhooks may reach
+    although they are not globally routable (tests allow ``127.0.0.1/32``).
+    """
+
+    signing_secret: str = "whsec_cmFnc3RyZWFtLWRldmVsb3BtZW50LWtleS0wMDAwMDA="  # noqa: S105 - dev key
+    allow_networks: list[str] = []
+    max_attempts: int = 6
+    backoff_base_s: float = 2.0
+    backoff_cap_s: float = 300.0
+    timeout_s: float = 10.0
+
+
 class EchoSettings(BaseModel):
     """Topics of the echo pool (``ragstream worker echo``), used by the bus benchmark."""
 
@@ -326,6 +342,7 @@ class Settings(BaseSettings):
     echo: EchoSettings = EchoSettings()
     ingest: IngestSettings = IngestSettings()
     cache: CacheSettings = CacheSettings()
+    webhooks: WebhookSettings = WebhookSettings()
     generation: GenerationSettings = GenerationSettings()
     logging: LoggingSettings = LoggingSettings()
     infra: InfraSettings = InfraSettings()

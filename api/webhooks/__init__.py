@@ -1,0 +1,1 @@
+"""Signed webhook callbacks (Standard Webhooks) with an SSRF guard."""
