@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from ingest import jobs
 from ragstream.db.models import utcnow
 from ragstream.settings import Settings, get_settings
+
+TENANT = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the event models' tenant pattern
+#: Seconds a job may stay pending before the CLI checks that a Celery worker is running.
+PENDING_CHECK_S = 10.0
 
 jobs_app = typer.Typer(help="Bulk ingestion jobs.", no_args_is_help=True)
 index_app = typer.Typer(help="The chunk index behind its alias.", no_args_is_help=True)
@@ -44,6 +49,9 @@ def ingest_command(
     from ingest.tasks import run_job
 
     settings = get_settings()
+    if not TENANT.fullmatch(tenant):
+        console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
+        raise typer.Exit(2)
     try:
         files = discover(paths, settings.ingest.allowed_roots, settings.ingest.extensions)
     except SourceRejectedError as exc:
@@ -54,7 +62,13 @@ def ingest_command(
         raise typer.Exit(1)
     sessions = _sessions(settings)
     job_id = jobs.create_job(sessions, tenant, files)
-    run_job.delay(job_id)
+    try:
+        run_job.delay(job_id)
+    except Exception as exc:  # broker unreachable: fail the job with the reason, not hang
+        reason = f"could not submit to the Celery broker: {type(exc).__name__}: {exc}"
+        jobs.fail_job(sessions, job_id, reason)
+        console.print(f"[red]error[/red]: job {job_id}: {reason}")
+        raise typer.Exit(1) from exc
     console.print(f"job [bold]{job_id}[/bold]: {len(files)} document(s) for tenant {tenant!r}")
     if wait:
         follow(settings, sessions, job_id)
@@ -74,6 +88,7 @@ def follow(settings: Settings, sessions: sessionmaker[Session], job_id: str) -> 
     )
     t0 = time.monotonic()
     last_reap = 0.0
+    last_ping = time.monotonic()
     with Progress(*columns, console=console) as bar:
         state = jobs.progress(sessions, job_id)
         task = bar.add_task("ingest", total=state.total, chunks=0, rate="-")
@@ -82,12 +97,32 @@ def follow(settings: Settings, sessions: sessionmaker[Session], job_id: str) -> 
             if time.monotonic() - last_reap > settings.ingest.job_watchdog_interval_s:
                 reap_stale_jobs(settings, sessions)  # the CLI watches too: no worker, no hang
                 last_reap = time.monotonic()
+            if state.status == "pending" and time.monotonic() - last_ping > PENDING_CHECK_S:
+                _require_worker(settings, job_id)
+                last_ping = time.monotonic()
             state = jobs.progress(sessions, job_id)
             finished = state.done + state.failed
             rate = finished / max(1e-9, time.monotonic() - t0)
             bar.update(task, completed=finished, chunks=state.chunks, rate=f"{rate:.1f}")
     print_summary(sessions, state, time.monotonic() - t0)
     return state
+
+
+def _require_worker(settings: Settings, job_id: str) -> None:
+    """Exit with a clear message when no Celery worker answers a ping (the job stays
+    pending and runs once a worker starts)."""
+    from ragstream.celery_app import celery_app
+
+    try:
+        replies = celery_app.control.ping(timeout=2.0)
+    except Exception:  # a broker problem reads the same as no worker
+        replies = []
+    if not replies:
+        console.print(
+            f"\n[red]no Celery worker is running[/red] for queue {settings.celery.queue!r}; "
+            f"job {job_id} stays pending until one starts (`ragstream celery-worker`)."
+        )
+        raise typer.Exit(1)
 
 
 def print_summary(

@@ -91,6 +91,14 @@ def mark_running(sessions: sessionmaker[Session], job_id: str) -> None:
         job.finished_at = None
 
 
+def beat(sessions: sessionmaker[Session], job_id: str) -> None:
+    """Record that a worker is alive and working on the job."""
+    with sessions.begin() as session:
+        job = session.get(IngestJob, job_id)
+        if job is not None:
+            job.heartbeat_at = utcnow()
+
+
 def refresh_counters(sessions: sessionmaker[Session], job_id: str) -> JobProgress:
     """Recompute the job's counters from its items; finish it when nothing is pending."""
     with sessions.begin() as session:

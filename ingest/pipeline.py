@@ -33,6 +33,9 @@ from ragstream.db.models import Document, utcnow
 
 Status = Literal["indexed", "unchanged", "deleted", "failed"]
 
+#: Content types whose files hold many documents (records ``<doc_id>#<record id>``).
+RECORD_TYPES = frozenset({"json", "jsonl"})
+
 
 class Chunks(Protocol):
     """Splits a parsed document into chunks (see :class:`ingest.chunking.Chunker`)."""
@@ -166,9 +169,14 @@ class IngestPipeline:
         for i, doc in docs:
             assert doc.outcome is not None
             per_op[i].append(doc.outcome)
+        self._drop_stale_records(ops, docs, per_op, touched)
         for i, op in enumerate(ops):
             if op.op == "delete":
                 per_op[i].append(self._delete(op, touched))
+                for child in self.registry.children(op.tenant, op.doc_id):
+                    per_op[i].append(
+                        self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
+                    )
         if touched:
             t = time.perf_counter()
             self.index.refresh()
@@ -178,6 +186,26 @@ class IngestPipeline:
                     self.versions.bump(tenant)
         timings["total"] = _ms(t0)
         return per_op
+
+    def _drop_stale_records(
+        self,
+        ops: list[IngestOp],
+        docs: list[tuple[int, _Doc]],
+        per_op: list[list[IngestOutcome]],
+        touched: set[str],
+    ) -> None:
+        """A records file re-sent without some records: delete the records it no longer has."""
+        kept: dict[int, set[str]] = {}
+        for i, d in docs:
+            if d.doc_id != ops[i].doc_id:  # a record of a records file
+                kept.setdefault(i, set()).add(d.doc_id)
+        for i, ids in kept.items():
+            op = ops[i]
+            for child in self.registry.children(op.tenant, op.doc_id):
+                if child.doc_id not in ids:
+                    per_op[i].append(
+                        self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
+                    )
 
     @staticmethod
     def _parse(ops: list[IngestOp], per_op: list[list[IngestOutcome]]) -> list[tuple[int, _Doc]]:
@@ -193,7 +221,7 @@ class IngestPipeline:
                 continue
             for n, parsed in enumerate(parsed_docs):
                 doc_id = op.doc_id
-                if len(parsed_docs) > 1 or parsed.doc_id is not None:
+                if parsed.content_type in RECORD_TYPES or len(parsed_docs) > 1:
                     doc_id = f"{op.doc_id}#{parsed.doc_id or n}"
                 docs.append((i, _Doc(op, doc_id, parsed, content_hash(parsed, op))))
         return docs

@@ -33,6 +33,17 @@ class DocumentRegistry:
                     found[(row.tenant, row.doc_id)] = row
         return found
 
+    def children(self, tenant: str, parent: str) -> list[Document]:
+        """Live records ``<parent>#<id>`` of a JSON/JSONL document (status not ``deleted``)."""
+        escaped = parent.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        with self._sessions() as session:
+            stmt = select(Document).where(
+                Document.tenant == tenant,
+                Document.doc_id.like(f"{escaped}#%", escape="\\"),
+                Document.status != "deleted",
+            )
+            return list(session.scalars(stmt))
+
     def record(self, tenant: str, doc_id: str, **fields: Any) -> Document:
         """Insert or update the row of ``(tenant, doc_id)`` with ``fields``; return it."""
         with self._sessions.begin() as session:

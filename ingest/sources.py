@@ -7,8 +7,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import structlog
+
 from ingest.types import MetaValue
 from ragstream.errors import PermanentError
+
+log = structlog.get_logger(__name__)
 
 
 class SourceRejectedError(PermanentError):
@@ -79,7 +83,13 @@ def discover(
         if path.is_dir():
             for f in sorted(path.rglob("*")):
                 if f.is_file() and f.suffix.lower() in exts:
-                    resolved = resolve_allowed(f, roots)
+                    try:
+                        resolved = resolve_allowed(f, roots)
+                        str(resolved).encode("utf-8")  # the SQL store needs text paths
+                    except (SourceRejectedError, UnicodeEncodeError) as exc:
+                        # e.g. a symlink leaving the roots, or a non-UTF-8 file name
+                        log.warning("ingest.source_skipped", path=repr(f), reason=str(exc))
+                        continue
                     found.setdefault(str(resolved), SourceFile(str(resolved), str(resolved)))
         elif path.name.endswith(".manifest.jsonl"):
             for sf in _manifest(path, roots):
@@ -93,14 +103,22 @@ def discover(
 
 
 def _manifest(path: Path, roots: Sequence[Path]) -> list[SourceFile]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SourceRejectedError(f"{path}: cannot read manifest: {exc}") from exc
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
             target = Path(row["path"])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            if not isinstance(row.get("metadata") or {}, dict):
+                raise TypeError("metadata must be an object")
+            if not isinstance(row.get("doc_id") or "", str):
+                raise TypeError("doc_id must be a string")
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise SourceRejectedError(f"{path}:{n}: bad manifest line: {exc}") from exc
         if not target.is_absolute():
             target = path.parent / target

@@ -98,6 +98,38 @@ def ingest_batch(job_id: str, item_ids: list[int]) -> dict[str, Any]:
             IngestJobItem.id.in_(item_ids), IngestJobItem.status == "pending"
         )
         items = list(session.scalars(stmt))
+    stop_beat = _start_heartbeat(ctx, job_id)
+    try:
+        results = _ingest_items(ctx, tenant, items)
+    finally:
+        stop_beat.set()
+    _record(ctx.sessions, results)
+    progress = jobs.refresh_counters(ctx.sessions, job_id)
+    return {"job_id": job_id, "items": len(results), "status": progress.status}
+
+
+def _start_heartbeat(ctx: _Context, job_id: str) -> threading.Event:
+    """Beat the job's heartbeat every third of the stale limit while a batch runs, so the
+    watchdog never mistakes a long batch for a dead worker."""
+    stop = threading.Event()
+    interval = max(1.0, ctx.settings.ingest.job_stale_after_s / 3)
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            try:
+                jobs.beat(ctx.sessions, job_id)
+            except Exception as exc:  # a missed beat is not fatal
+                log.warning("job.heartbeat_failed", job_id=job_id, error=str(exc))
+
+    jobs.beat(ctx.sessions, job_id)
+    threading.Thread(target=beat, name=f"heartbeat-{job_id[:8]}", daemon=True).start()
+    return stop
+
+
+def _ingest_items(
+    ctx: _Context, tenant: str, items: list[IngestJobItem]
+) -> dict[int, tuple[str, int, str | None]]:
+    """Read and ingest ``items``; ``{item id: (status, chunks, error)}``."""
     results: dict[int, tuple[str, int, str | None]] = {}
     ops: list[tuple[int, IngestOp]] = []
     ingest_settings = ctx.settings.ingest
@@ -126,9 +158,7 @@ def ingest_batch(job_id: str, item_ids: list[int]) -> dict[str, Any]:
             status = "failed" if failed else (outs[0].status if len(outs) == 1 else "indexed")
             error = "; ".join(o.error or "" for o in failed) or None
             results[item_id] = (status, sum(o.chunk_count for o in outs), error)
-    _record(ctx.sessions, results)
-    progress = jobs.refresh_counters(ctx.sessions, job_id)
-    return {"job_id": job_id, "items": len(results), "status": progress.status}
+    return results
 
 
 def _record(

@@ -74,11 +74,22 @@ def replay(
     """Re-publish dead letters to the topic they came from (original bytes and headers)."""
     from kafka import KafkaConsumer
 
+    from topics.admin import make_admin
     from topics.producer import EventProducer, make_producer
     from workers.runtime.dlq import replay as replay_letters
 
     settings = get_settings()
-    dlq = topic if topic.endswith(".dlq") else topic + ".dlq"
+    prefix = settings.kafka.topic_prefix
+    name = topic if topic.startswith(prefix) else prefix + topic
+    dlq = name if name.endswith(".dlq") else name + ".dlq"
+    admin = make_admin(settings.kafka)
+    try:
+        exists = dlq in set(admin.list_topics())
+    finally:
+        admin.close()
+    if not exists:
+        console.print(f"[red]error[/red]: no dead-letter topic {dlq!r}")
+        raise typer.Exit(2)
     consumer = KafkaConsumer(
         dlq,
         bootstrap_servers=settings.kafka.bootstrap_servers,

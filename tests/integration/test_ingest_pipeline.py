@@ -177,3 +177,22 @@ def test_a_slice_of_the_real_manuals(kit: Kit) -> None:
     assert res["hits"]["hits"][0]["_source"]["doc_id"].endswith("runtime-config-locks.html")
     nav = kit.es.search(index=kit.index.alias, query={"match_phrase": {"text": "Quick search"}})
     assert nav["hits"]["hits"] == []
+
+
+def test_records_file_reupsert_and_delete_leave_no_orphans(kit: Kit) -> None:
+    three = (
+        b'{"id": "a", "text": "alpha record"}\n'
+        b'{"id": "b", "text": "beta record"}\n'
+        b'{"id": "c", "text": "gamma record"}\n'
+    )
+    [outs] = kit.pipeline.apply([IngestOp("acme", "recs", data=three, content_type="jsonl")])
+    assert sorted(o.doc_id for o in outs) == ["recs#a", "recs#b", "recs#c"]
+    one = b'{"id": "b", "text": "beta record, edited"}\n'
+    [outs] = kit.pipeline.apply([IngestOp("acme", "recs", data=one, content_type="jsonl")])
+    statuses = {o.doc_id: o.status for o in outs}
+    assert statuses == {"recs#b": "indexed", "recs#a": "deleted", "recs#c": "deleted"}
+    assert kit.chunks("acme", "recs#a") == [] and kit.chunks("acme", "recs#c") == []
+    assert [c["text"] for c in kit.chunks("acme", "recs#b")] == ["beta record, edited"]
+    [outs] = kit.pipeline.apply([IngestOp("acme", "recs", "delete")])
+    assert {o.doc_id for o in outs if o.status == "deleted"} >= {"recs", "recs#b"}
+    assert kit.chunks("acme", "recs#b") == []

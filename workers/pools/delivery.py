@@ -77,7 +77,11 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     from workers.runtime.build import build_runner
 
     sessions = make_session_factory(make_engine(settings.database_url))
-    handler = delivery_handler(sessions, pool=settings.pools.delivery)
+    handler = delivery_handler(
+        sessions,
+        pool=settings.pools.delivery,
+        group=settings.kafka.topic_prefix + "ragstream-delivery",
+    )
     runner = build_runner(handler, settings, settings.pools.delivery)
 
     def run() -> None:

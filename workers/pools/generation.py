@@ -278,9 +278,9 @@ def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     sink = TokenSink(producer.raw, registry.name(TOKENS))
     generator = build_generator(settings, tier, sink)
     pool = getattr(settings.pools, f"generation_{tier}")
-    runner = build_runner(
-        generation_handler(generator, pool=pool), settings, pool, producer=producer
-    )
+    group = f"{settings.kafka.topic_prefix}ragstream-generation-{tier}"
+    handler = generation_handler(generator, pool=pool, group=group)
+    runner = build_runner(handler, settings, pool, producer=producer)
 
     def run() -> None:
         runner.install_signal_handlers()

@@ -104,7 +104,9 @@ def run_ingest_pool(settings: Settings) -> Callable[[], None]:
 
     pool = settings.pools.ingest
     pipeline = build_pipeline(settings)
-    handler = ingest_handler(pipeline, settings.ingest, pool, group="ragstream-ingest")
+    handler = ingest_handler(
+        pipeline, settings.ingest, pool, group=settings.kafka.topic_prefix + "ragstream-ingest"
+    )
     runner = build_runner(handler, settings, pool)
 
     def run() -> None:

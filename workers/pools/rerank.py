@@ -95,7 +95,12 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     warm = getattr(reranker, "warm_up", None)
     if callable(warm):
         warm()
-    handler = rerank_handler(reranker, settings.rerank, pool=settings.pools.rerank)
+    handler = rerank_handler(
+        reranker,
+        settings.rerank,
+        pool=settings.pools.rerank,
+        group=settings.kafka.topic_prefix + "ragstream-rerank",
+    )
     runner = build_runner(handler, settings, settings.pools.rerank)
 
     def run() -> None:

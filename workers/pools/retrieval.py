@@ -140,7 +140,9 @@ def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
     from workers.runtime.build import build_runner
 
     handler = retrieval_handler(
-        *build_retrieval_components(settings), pool=settings.pools.retrieval
+        *build_retrieval_components(settings),
+        pool=settings.pools.retrieval,
+        group=settings.kafka.topic_prefix + "ragstream-retrieval",
     )
     runner = build_runner(handler, settings, settings.pools.retrieval)
 

@@ -53,6 +53,9 @@ def build_runner(
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
     runner.attach_pressure(PressureReporter(client, runner.handler.name, runner.member))
     if serve and pool.metrics_port:
-        serve_metrics(pool.metrics_port)
-        log.info("pool.metrics", port=pool.metrics_port)
+        try:
+            serve_metrics(pool.metrics_port)
+            log.info("pool.metrics", port=pool.metrics_port)
+        except OSError as exc:  # a second process of the pool on this host: keep consuming
+            log.warning("pool.metrics_port_busy", port=pool.metrics_port, error=str(exc))
     return runner

@@ -1,0 +1,51 @@
+"""Source discovery: allowed roots, symlinks leaving them, manifests with bad lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest.sources import SourceRejectedError, discover, read_source
+
+
+def test_walk_skips_a_symlink_out_of_the_roots_but_keeps_the_rest(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.md").write_text("# A")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    (root / "link.txt").symlink_to(outside)
+    found = discover([root], [root], [".md", ".txt"])
+    assert [Path(f.path).name for f in found] == ["a.md"]
+    with pytest.raises(SourceRejectedError, match="outside the allowed roots"):
+        read_source(root / "link.txt", [root], 1000)
+    with pytest.raises(SourceRejectedError, match="outside the allowed roots"):
+        discover([outside], [root], [".txt"])
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "bad manifest line"),
+        (json.dumps({"doc_id": "x"}), "bad manifest line"),
+        (json.dumps({"path": "a.md", "metadata": [1, 2]}), "metadata must be an object"),
+        (json.dumps({"path": "a.md", "doc_id": ["x"]}), "doc_id must be a string"),
+    ],
+)
+def test_bad_manifest_lines_are_rejected_with_the_line_number(
+    tmp_path: Path, line: str, message: str
+) -> None:
+    (tmp_path / "a.md").write_text("# A")
+    manifest = tmp_path / "docs.manifest.jsonl"
+    manifest.write_text(json.dumps({"path": "a.md"}) + "\n" + line + "\n")
+    with pytest.raises(SourceRejectedError, match=f":2: .*{message}"):
+        discover([manifest], [tmp_path], [".md"])
+
+
+def test_unreadable_manifest_is_a_rejection(tmp_path: Path) -> None:
+    manifest = tmp_path / "x.manifest.jsonl"
+    manifest.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(SourceRejectedError, match="cannot read manifest"):
+        discover([manifest], [tmp_path], [".md"])
