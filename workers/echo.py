@@ -18,7 +18,7 @@ from ragstream.settings import PoolSettings, Settings, get_settings
 from topics.bench import EchoEvent
 from topics.registry import TopicRegistry, TopicSpec
 from workers.registry import register_pool
-from workers.runtime.build import batch_policy, build_runner, retry_policy
+from workers.runtime.build import batch_policy, build_runner, retry_policy, until_signalled
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 
 
@@ -86,12 +86,7 @@ def run_echo_pool(settings: Settings, pool: PoolSettings | None = None) -> Calla
         delay_ms=settings.echo.delay_ms,
     )
     runner = build_runner(handler, settings, pool, registry=TopicRegistry(""))
-
-    def run() -> None:
-        runner.install_signal_handlers()
-        runner.run()
-
-    return run
+    return until_signalled(runner)
 
 
 register_pool("echo", run_echo_pool)

@@ -74,7 +74,7 @@ def delivery_handler(
 def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker delivery``."""
     from ragstream.db.engine import make_engine, make_session_factory
-    from workers.runtime.build import build_runner
+    from workers.runtime.build import build_runner, until_signalled
 
     sessions = make_session_factory(make_engine(settings.database_url))
     handler = delivery_handler(
@@ -83,12 +83,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
         group=settings.kafka.topic_prefix + "ragstream-delivery",
     )
     runner = build_runner(handler, settings, settings.pools.delivery)
-
-    def run() -> None:
-        runner.install_signal_handlers()
-        runner.run()
-
-    return run
+    return until_signalled(runner)
 
 
 register_pool("delivery", run_delivery_pool)

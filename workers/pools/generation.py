@@ -271,7 +271,7 @@ def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     """Pool factory of ``ragstream worker generation-<tier>``."""
     from topics.producer import EventProducer, make_producer
     from workers.pools.components import build_generator
-    from workers.runtime.build import build_runner
+    from workers.runtime.build import build_runner, until_signalled
 
     producer = EventProducer(make_producer(settings.kafka))
     registry = TopicRegistry(settings.kafka.topic_prefix)
@@ -281,15 +281,7 @@ def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     group = f"{settings.kafka.topic_prefix}ragstream-generation-{tier}"
     handler = generation_handler(generator, pool=pool, group=group)
     runner = build_runner(handler, settings, pool, producer=producer)
-
-    def run() -> None:
-        runner.install_signal_handlers()
-        try:
-            runner.run()
-        finally:
-            generator.close()
-
-    return run
+    return until_signalled(runner, generator.close)
 
 
 register_pool("generation-small", lambda s: run_generation_pool(s, "small"))

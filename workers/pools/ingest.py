@@ -100,7 +100,7 @@ def ingest_handler(
 def run_ingest_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker ingest``."""
     from ingest.factory import build_pipeline
-    from workers.runtime.build import build_runner
+    from workers.runtime.build import build_runner, until_signalled
 
     pool = settings.pools.ingest
     pipeline = build_pipeline(settings)
@@ -108,12 +108,7 @@ def run_ingest_pool(settings: Settings) -> Callable[[], None]:
         pipeline, settings.ingest, pool, group=settings.kafka.topic_prefix + "ragstream-ingest"
     )
     runner = build_runner(handler, settings, pool)
-
-    def run() -> None:
-        runner.install_signal_handlers()
-        runner.run()
-
-    return run
+    return until_signalled(runner)
 
 
 register_pool("ingest", run_ingest_pool)

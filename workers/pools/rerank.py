@@ -89,7 +89,7 @@ def _passage(c: Candidate) -> str:
 def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker rerank``."""
     from workers.rerank.factory import make_reranker
-    from workers.runtime.build import build_runner
+    from workers.runtime.build import build_runner, until_signalled
 
     reranker = make_reranker(settings.rerank, settings.llm.base_url)
     warm = getattr(reranker, "warm_up", None)
@@ -102,12 +102,7 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
         group=settings.kafka.topic_prefix + "ragstream-rerank",
     )
     runner = build_runner(handler, settings, settings.pools.rerank)
-
-    def run() -> None:
-        runner.install_signal_handlers()
-        runner.run()
-
-    return run
+    return until_signalled(runner)
 
 
 register_pool("rerank", run_rerank_pool)

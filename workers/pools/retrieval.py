@@ -137,7 +137,7 @@ def retrieval_handler(
 def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker retrieval``."""
     from workers.pools.components import build_retrieval_components
-    from workers.runtime.build import build_runner
+    from workers.runtime.build import build_runner, until_signalled
 
     handler = retrieval_handler(
         *build_retrieval_components(settings),
@@ -145,12 +145,7 @@ def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
         group=settings.kafka.topic_prefix + "ragstream-retrieval",
     )
     runner = build_runner(handler, settings, settings.pools.retrieval)
-
-    def run() -> None:
-        runner.install_signal_handlers()
-        runner.run()
-
-    return run
+    return until_signalled(runner)
 
 
 register_pool("retrieval", run_retrieval_pool)

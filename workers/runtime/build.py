@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import redis
 import structlog
@@ -59,3 +60,20 @@ def build_runner(
         except OSError as exc:  # a second process of the pool on this host: keep consuming
             log.warning("pool.metrics_port_busy", port=pool.metrics_port, error=str(exc))
     return runner
+
+
+def until_signalled(
+    runner: PoolRunner[Any], cleanup: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """The callable a pool factory returns: run ``runner`` until SIGTERM/SIGINT, then
+    ``cleanup`` (close model clients and the like)."""
+
+    def run() -> None:
+        runner.install_signal_handlers()
+        try:
+            runner.run()
+        finally:
+            if cleanup is not None:
+                cleanup()
+
+    return run
