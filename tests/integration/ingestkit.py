@@ -21,29 +21,32 @@ from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import Settings
 
 
-class CountingEmbedder:
-    """Wraps the real model and counts the texts it is asked to embed."""
+class Counting:
+    """Wraps an embedder and records every batch sent to the model."""
 
-    def __init__(self, inner: SentenceTransformerEmbedder) -> None:
+    def __init__(self, inner: SentenceTransformerEmbedder | Any) -> None:
         self.inner = inner
-        self.texts = 0
-        self.calls = 0
+        self.calls: list[list[str]] = []
 
     @property
     def model_id(self) -> str:
-        return self.inner.model_id
+        return str(self.inner.model_id)
 
     @property
     def dim(self) -> int:
-        return self.inner.dim
+        return int(self.inner.dim)
 
     def warm_up(self) -> None:
         self.inner.warm_up()
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
-        self.calls += 1
-        self.texts += len(texts)
-        return self.inner.embed(texts)
+        self.calls.append(list(texts))
+        return self.inner.embed(texts)  # type: ignore[no-any-return]
+
+    @property
+    def sent(self) -> int:
+        """Texts sent to the model so far."""
+        return sum(len(c) for c in self.calls)
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +80,7 @@ class Kit:
         upgrade_head(url)
         self.sessions = make_session_factory(make_engine(url))
         self.redis = redis.Redis.from_url(settings.redis.url)
-        self.counting = CountingEmbedder(model)
+        self.counting = Counting(model)
         cache = EmbeddingCache(self.redis, key_prefix=f"{name}:emb:")
         self.embedder = CachedEmbedder(self.counting, cache)
         self.versions = IndexVersions(self.redis)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -15,9 +15,9 @@ from ingest.embedding import (
     Embedder,
     EmbeddingCache,
     SentenceTransformerEmbedder,
-    Vectors,
 )
 from ragstream.settings import Settings
+from tests.integration.ingestkit import Counting
 
 TEXTS = [
     "How do I read a file line by line in Python?",
@@ -25,40 +25,6 @@ TEXTS = [
     "The cat slept on the warm windowsill all afternoon.",
     "PostgreSQL supports window functions such as row_number().",
 ]
-
-
-@pytest.fixture(scope="module")
-def model() -> SentenceTransformerEmbedder:
-    embedder = SentenceTransformerEmbedder(batch_size=32)
-    embedder.warm_up()
-    return embedder
-
-
-class Counting:
-    """Wraps an embedder and records every batch sent to the model."""
-
-    def __init__(self, inner: Embedder) -> None:
-        self.inner = inner
-        self.calls: list[list[str]] = []
-
-    @property
-    def model_id(self) -> str:
-        return self.inner.model_id
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    def warm_up(self) -> None:
-        self.inner.warm_up()
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        self.calls.append(list(texts))
-        return self.inner.embed(texts)
-
-    @property
-    def sent(self) -> int:
-        return sum(len(c) for c in self.calls)
 
 
 @pytest.fixture

@@ -32,17 +32,17 @@ def _op(doc_id: str, data: bytes, **kw: object) -> IngestOp:
 def test_unchanged_reingest_writes_nothing_and_embeds_nothing(kit: Kit) -> None:
     [[first]] = kit.pipeline.apply([_op("storage", DOC_V1)])
     assert first.status == "indexed" and first.version == 1 and first.chunk_count >= 3
-    writes, embedded, cache_lookups = kit.index_total(), kit.counting.texts, kit.embedder.requested
+    writes, embedded, cache_lookups = kit.index_total(), kit.counting.sent, kit.embedder.requested
     [[again]] = kit.pipeline.apply([_op("storage", DOC_V1)])
     assert again.status == "unchanged" and again.version == 1
     assert kit.index_total() == writes  # no ES write at all
-    assert kit.counting.texts == embedded  # nothing sent to the model
+    assert kit.counting.sent == embedded  # nothing sent to the model
     assert kit.embedder.requested == cache_lookups  # not even a cache lookup
 
 
 def test_edited_document_leaves_exactly_its_new_chunks(kit: Kit) -> None:
     kit.pipeline.apply([_op("storage", DOC_V1)])
-    before = kit.counting.texts
+    before = kit.counting.sent
     edited = DOC_V1.replace(b"8 kB pages", b"8 kB pages (BLCKSZ)")
     [[out]] = kit.pipeline.apply([_op("storage", edited)])
     assert out.status == "indexed" and out.version == 2
@@ -51,7 +51,7 @@ def test_edited_document_leaves_exactly_its_new_chunks(kit: Kit) -> None:
     assert {c["version"] for c in chunks} == {2}
     assert any("BLCKSZ" in c["text"] for c in chunks)
     # Only the edited section's chunk needed the model; the rest came from the cache.
-    assert kit.counting.texts - before == 1
+    assert kit.counting.sent - before == 1
     assert kit.embedder.hits >= out.chunk_count - 1
 
 

@@ -97,11 +97,11 @@ def test_index_rebuild_swaps_the_alias_and_keeps_every_chunk(kit: Kit) -> None:
     kit.pipeline.apply(ops)
     old = kit.index.physical_index()
     before = int(kit.es.count(index=kit.index.alias)["count"])
-    embedded = kit.counting.texts
+    embedded = kit.counting.sent
     report = rebuild(kit.index, kit.embedder)
     assert report.old_index == old and report.new_index != old
     assert kit.index.physical_index() == report.new_index
     assert report.copied == before == int(kit.es.count(index=kit.index.alias)["count"])
-    assert kit.counting.texts == embedded  # same model: every vector came from the cache
+    assert kit.counting.sent == embedded  # same model: every vector came from the cache
     hit = kit.es.search(index=kit.index.alias, query={"match": {"text": "number 3"}}, size=1)
     assert hit["hits"]["hits"][0]["_source"]["doc_id"] == "d3"
