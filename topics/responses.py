@@ -59,6 +59,8 @@ class QueryResponse(Event):
     usage: TokenUsage = TokenUsage()
     tier: str = ""
     error: ErrorInfo | None = None
+    #: Copied from the request: where the delivery pool posts the signed webhook, if anywhere.
+    callback_url: str | None = Field(default=None, max_length=2048)
 
     @model_validator(mode="after")
     def _error_iff_status_error(self) -> QueryResponse:

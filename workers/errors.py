@@ -45,6 +45,7 @@ def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> Q
         status="error",
         error=ErrorInfo(code=code, message=message[:2000], stage=stage),
         trace=event.trace,
+        callback_url=request.callback_url,
     )
 
 

@@ -171,3 +171,37 @@ class WebhookAttempt(Base):
     attempted_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     delivery: Mapped[WebhookDelivery] = relationship(back_populates="attempts")
+
+
+class ApiKey(Base):
+    """An API key of a tenant, stored as the SHA-256 of the whole key (never the key itself).
+
+    Keys are 256-bit random tokens, so an unsalted fast hash is the right lookup (as GitHub and
+    Stripe do for tokens); ``prefix`` (the first 12 characters) identifies a key in listings.
+    ``rate_per_minute`` overrides the deployment default when set.
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    rate_per_minute: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column()
+
+
+class WebhookEndpoint(Base):
+    """A tenant's registered webhook endpoint for some event types (``["*"]`` for all)."""
+
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    event_types: Mapped[list[Any]] = mapped_column(default=list)
+    description: Mapped[str] = mapped_column(String(256), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    disabled_at: Mapped[dt.datetime | None] = mapped_column()

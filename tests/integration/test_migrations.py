@@ -22,6 +22,8 @@ TABLES = {
     "query_log",
     "webhook_deliveries",
     "webhook_attempts",
+    "api_keys",
+    "webhook_endpoints",
     "alembic_version",
 }
 

@@ -243,6 +243,7 @@ class Generator:
             usage=usage,
             tier=self.tier,
             trace=e.trace,
+            callback_url=e.request.callback_url,
         ).traced(f"generation-{self.tier}", started, took, **detail)
         if self.cache is not None:
             self.cache.put(e.request, response, e.index_version)

@@ -60,6 +60,7 @@ def cached_response(request: QueryRequest, hit: CacheHit, started: dt.datetime) 
             "tenant": request.tenant,
             "request_id": request.request_id,
             "trace": (*request.trace, timing),
+            "callback_url": request.callback_url,
         }
     )
 
