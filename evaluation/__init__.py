@@ -1,0 +1,1 @@
+"""Answer-quality evaluation on the manuals (``ragstream eval``)."""
