@@ -69,10 +69,28 @@ class DatabaseSettings(BaseModel):
 
 
 class ApiSettings(BaseModel):
-    """HTTP gateway (FastAPI + uvicorn)."""
+    """HTTP gateway (FastAPI + uvicorn).
+
+    ``wait_timeout_s`` is how long a synchronous query waits before answering 202 (poll
+    ``/v1/queries/{id}``); ``max_wait_s`` caps a request's own ``timeout_s``. ``max_lag`` is the
+    summed consumer lag of a query pool above which new queries get 429 + ``Retry-After``
+    (``0`` disables the check). ``rate_per_minute`` is the default per API key (``0``: none).
+    """
 
     host: str = "127.0.0.1"
     port: int = 8000
+    workers: int = Field(default=1, ge=1)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_query_chars: int = Field(default=4000, ge=1, le=4000)
+    wait_timeout_s: float = Field(default=60.0, gt=0)
+    max_wait_s: float = Field(default=300.0, gt=0)
+    query_deadline_s: float = Field(default=120.0, gt=0)
+    rate_per_minute: int = Field(default=600, ge=0)
+    max_lag: int = Field(default=500, ge=0)
+    #: Seconds of work one lagging event is assumed to cost when computing ``Retry-After``.
+    retry_after_per_event_s: float = Field(default=0.05, gt=0)
+    #: Public base URL printed in links (``/v1/queries/{id}``); empty: relative links.
+    public_url: str = ""
 
 
 class CelerySettings(BaseModel):

@@ -1,0 +1,123 @@
+"""Per-process services of the API and the request dependencies built on them.
+
+:class:`Services` is created once per process (``app.state.services``) and holds the SQL
+session factory, the Redis client, the Kafka producer and the response router. Routes get the
+caller with ``Depends(principal)``: the API key is checked, then the key's rate limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import redis
+import structlog
+from fastapi import Request
+
+from api.auth import Principal, lookup
+from api.errors import ApiError
+from ragstream.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+log = structlog.get_logger(__name__)
+
+RATE_PREFIX = "ragstream:rate:"
+KEY_CACHE_S = 30.0
+KEY_CACHE_MAX = 10_000
+
+
+@dataclass
+class Services:
+    """What the routes share in one API process (built lazily by :func:`api.app.create_app`)."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    redis: redis.Redis
+    extras: dict[str, Any] = field(default_factory=dict)
+    _keys: dict[str, tuple[float, Principal | None]] = field(default_factory=dict)
+
+    def authenticate(self, key: str) -> Principal | None:
+        """The principal of ``key`` (cached for 30 s, so a revocation applies within 30 s)."""
+        now = time.monotonic()
+        cached = self._keys.get(key)
+        if cached is not None and now - cached[0] < KEY_CACHE_S:
+            return cached[1]
+        found = lookup(self.sessions, key)
+        if len(self._keys) >= KEY_CACHE_MAX:
+            self._keys.clear()
+        self._keys[key] = (now, found)
+        return found
+
+
+def services(request: Request) -> Services:
+    """The process's :class:`Services`."""
+    return request.app.state.services  # type: ignore[no-any-return]
+
+
+def _presented_key(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header[:7].lower() == "bearer ":
+        return header[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def check_rate(client: redis.Redis, principal: Principal, default_per_minute: int) -> None:
+    """Fixed one-minute window per key in Redis (shared by every API process).
+
+    Raises:
+        ApiError: 429 ``RATE_LIMITED`` with ``Retry-After`` (seconds to the next window).
+    """
+    limit = principal.rate_per_minute or default_per_minute
+    if limit <= 0:
+        return
+    now = time.time()
+    window = int(now // 60)
+    key = f"{RATE_PREFIX}{principal.key_id}:{window}"
+    try:
+        pipe = client.pipeline()
+        pipe.incr(key)
+        pipe.expire(key, 120)
+        count = int(pipe.execute()[0])
+    except redis.RedisError as exc:  # the limiter is advisory: fail open, loudly
+        log.warning("rate_limit.redis_error", error=str(exc))
+        return
+    if count > limit:
+        retry_after = max(1, int((window + 1) * 60 - now) + 1)
+        raise ApiError(
+            429,
+            "RATE_LIMITED",
+            f"rate limit of {limit} requests per minute exceeded for this API key",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+
+async def principal(request: Request) -> Principal:
+    """The authenticated caller, after its rate limit.
+
+    Raises:
+        ApiError: 401 ``UNAUTHENTICATED`` (missing, unknown or revoked key); 429 (rate).
+    """
+    svc = services(request)
+    key = _presented_key(request)
+    if not key:
+        raise ApiError(
+            401,
+            "UNAUTHENTICATED",
+            "an API key is required: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    found = await asyncio.to_thread(svc.authenticate, key)
+    if found is None:
+        raise ApiError(
+            401,
+            "UNAUTHENTICATED",
+            "unknown or revoked API key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    await asyncio.to_thread(partial(check_rate, svc.redis, found, svc.settings.api.rate_per_minute))
+    return found
