@@ -1,32 +1,152 @@
-"""FastAPI application factory.
+"""FastAPI application factory: the HTTP gateway of ragstream.
 
-Routes: ``GET /healthz`` (the process is up), ``GET /readyz`` (Kafka, Elasticsearch, Redis and
-SQL reachable; 503 with the failing probes otherwise) and ``GET /metrics`` (Prometheus).
+Routes:
+
+- ``POST /v1/query``, ``GET /v1/queries/{id}`` (:mod:`api.routes.query`);
+- ``POST /v1/chat/completions``, OpenAI-compatible (:mod:`api.routes.openai_compat`);
+- ``POST|GET|DELETE /v1/documents/...``, ``POST|GET /v1/ingest/jobs/...``
+  (:mod:`api.routes.documents`);
+- ``/v1/webhooks...`` (:mod:`api.routes.webhooks`);
+- ``GET /healthz`` (the process is up), ``GET /readyz`` (Kafka, Elasticsearch, Redis and SQL
+  reachable; 503 with the failing probes otherwise), ``GET /metrics`` (Prometheus).
+
+Every ``/v1`` route needs an API key. Bodies over ``api.max_body_bytes`` get 413 before they
+are read; every error is the typed JSON body of :mod:`api.errors`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from typing import Any
 
+import redis
 from fastapi import FastAPI, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.deps import Services
+from api.errors import error_json, install_error_handlers
+from api.querying import QueryService
 from ragstream import __version__
 from ragstream.health import probe_all
 from ragstream.metrics import render_latest
-from ragstream.settings import Settings
+from ragstream.settings import Settings, get_settings
+
+REQUESTS = Counter(
+    "ragstream_api_requests_total", "HTTP requests by route and status.", ["route", "status"]
+)
+LATENCY = Histogram(
+    "ragstream_api_request_seconds",
+    "HTTP request latency by route (to the response start; streams excluded).",
+    ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+
+class BodyLimit:
+    """Pure ASGI middleware: 413 for a body over ``limit`` bytes (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLargeError
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, tracking_send)
+        except _TooLargeError:
+            if not started:
+                await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_json(413, "PAYLOAD_TOO_LARGE", f"request body over {self.limit} bytes")
+        await response(scope, receive, send)
+
+
+class _TooLargeError(Exception):
+    pass
+
+
+def build_services(settings: Settings) -> Services:
+    """SQL sessions, Redis client and the query service of one API process."""
+    from ragstream.db.engine import make_engine, make_session_factory
+
+    sessions = make_session_factory(make_engine(settings.database_url))
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    svc = Services(settings=settings, sessions=sessions, redis=client)
+    svc.extras["queries"] = QueryService(settings, sessions, client)
+    return svc
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """Build the gateway for ``settings``; nothing connects until a request needs it."""
-    app = FastAPI(title="ragstream", version=__version__)
+    """Build the gateway for ``settings``; Kafka connects on the first request that needs it."""
 
-    @app.get("/healthz")
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Waiting requests each hold a thread briefly (SQL, Redis, produce): more than the
+        # default min(32, cores + 4) threads.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=64, thread_name_prefix="api")
+        )
+        yield
+        app.state.services.extras["queries"].close()
+
+    app = FastAPI(
+        title="ragstream",
+        version=__version__,
+        lifespan=lifespan,
+        description="Event-driven retrieval-augmented generation. Authenticate with "
+        "`Authorization: Bearer <key>` (create one with `ragstream keys create`).",
+    )
+    app.state.services = build_services(settings)
+    install_error_handlers(app)
+    _mount_routes(app)
+
+    @app.middleware("http")
+    async def measure(request: Any, call_next: Any) -> Any:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        name = getattr(route, "path", "unmatched")
+        REQUESTS.labels(name, str(response.status_code)).inc()
+        LATENCY.labels(name).observe(time.perf_counter() - started)
+        return response
+
+    app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
+
+    @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz")
+    @app.get("/readyz", tags=["ops"])
     async def readyz() -> JSONResponse:
         probes = await asyncio.to_thread(probe_all, settings)
         body: dict[str, Any] = {
@@ -38,9 +158,27 @@ def create_app(settings: Settings) -> FastAPI:
         }
         return JSONResponse(body, status_code=200 if body["status"] == "ready" else 503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", tags=["ops"])
     async def metrics() -> Response:
         payload, content_type = render_latest()
         return Response(content=payload, media_type=content_type)
 
     return app
+
+
+def _mount_routes(app: FastAPI) -> None:
+    from api.routes import documents, openai_compat, query
+
+    app.include_router(query.router)
+    app.include_router(openai_compat.router)
+    app.include_router(documents.router)
+    try:
+        from api.routes import webhooks  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return
+    app.include_router(webhooks.router)
+
+
+def app_from_environment() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (multi-process: each worker builds its own app)."""
+    return create_app(get_settings())

@@ -34,6 +34,7 @@ def _settings() -> Settings:
 
 def _mount_subcommands() -> None:
     """Attach the command groups that live beside their code (imports stay light)."""
+    from api.cli import keys_app, query_command
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
     from topics.cli import dlq_app, topics_app
@@ -46,6 +47,8 @@ def _mount_subcommands() -> None:
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(index_app, name="index")
     app.command("ingest")(ingest_command)
+    app.add_typer(keys_app, name="keys")
+    app.command("query")(query_command)
 
 
 _mount_subcommands()
@@ -82,17 +85,20 @@ def health() -> None:
 def api(
     host: str | None = typer.Option(None, help="Bind address; default: settings.api.host."),
     port: int | None = typer.Option(None, help="Port; default: settings.api.port."),
+    workers: int | None = typer.Option(
+        None, help="Processes (each with its own reply consumer); default: settings.api.workers."
+    ),
 ) -> None:
     """Run the HTTP gateway with uvicorn."""
     import uvicorn
 
-    from api.app import create_app
-
     settings = _settings()
     uvicorn.run(
-        create_app(settings),
+        "api.app:app_from_environment",
+        factory=True,
         host=host or settings.api.host,
         port=port or settings.api.port,
+        workers=workers or settings.api.workers,
         log_level=settings.logging.level.lower(),
     )
 

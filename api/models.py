@@ -1,0 +1,167 @@
+"""Request and response bodies of the HTTP API (they make the OpenAPI spec)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from topics.queries import Filter
+from topics.responses import QueryResponse
+
+Mode = Literal["sync", "async"]
+
+
+class Body(BaseModel):
+    """Strict bodies: unknown fields are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class QueryBody(Body):
+    """``POST /v1/query``.
+
+    ``mode="sync"`` (default) waits up to ``timeout_s`` (server default and cap apply) and
+    answers 200 with the answer, or 202 while it is still pending; ``mode="async"`` answers 202
+    at once. ``stream=true`` answers ``text/event-stream`` instead (see the route).
+    """
+
+    query: str = Field(min_length=1, max_length=4000, description="The question.")
+    top_n: int | None = Field(default=None, ge=1, le=200, description="Candidates retrieved.")
+    top_k: int | None = Field(default=None, ge=1, le=50, description="Passages kept.")
+    filters: list[Filter] = Field(default_factory=list, max_length=20)
+    route: Literal["auto", "small", "large"] = "auto"
+    mode: Mode = "sync"
+    stream: bool = False
+    timeout_s: float | None = Field(default=None, gt=0, le=600, description="Sync wait, s.")
+    callback_url: str | None = Field(
+        default=None, max_length=2048, description="Signed webhook target for the answer."
+    )
+
+
+class CitationOut(BaseModel):
+    """A cited passage; ``n`` is its ``[n]`` in the answer."""
+
+    n: int
+    doc_id: str
+    chunk_id: str
+    title: str = ""
+    source: str = ""
+
+
+class ErrorOut(BaseModel):
+    """Why a query failed."""
+
+    code: str
+    message: str
+    stage: str = ""
+
+
+class StageOut(BaseModel):
+    """One stage's timing from the event trace (ms)."""
+
+    stage: str
+    duration_ms: float
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class QueryResult(BaseModel):
+    """The state of a query: ``pending``, ``answered`` or ``failed``."""
+
+    request_id: str
+    status: Literal["pending", "answered", "failed"]
+    answer: str | None = None
+    citations: list[CitationOut] = Field(default_factory=list)
+    tier: str = ""
+    error: ErrorOut | None = None
+    trace: list[StageOut] = Field(default_factory=list)
+    usage: dict[str, int] = Field(default_factory=dict)
+    cached: bool = False
+    latency_ms: float | None = Field(default=None, description="Time in the API, ms.")
+    created_at: dt.datetime | None = None
+    completed_at: dt.datetime | None = None
+    links: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def from_response(cls, r: QueryResponse, **extra: Any) -> QueryResult:
+        """From a ``rag.responses`` event."""
+        return cls(
+            request_id=r.request_id,
+            status="answered" if r.status == "answered" else "failed",
+            answer=r.answer if r.status == "answered" else None,
+            citations=[CitationOut(**c.model_dump()) for c in r.citations],
+            tier=r.tier,
+            error=ErrorOut(**r.error.model_dump(mode="json")) if r.error else None,
+            trace=[
+                StageOut(stage=t.stage, duration_ms=t.duration_ms, detail=dict(t.detail))
+                for t in r.trace
+            ],
+            usage=r.usage.model_dump(),
+            cached=any(t.stage == "cache" for t in r.trace),
+            **extra,
+        )
+
+
+class DocumentBody(Body):
+    """``POST /v1/documents``: upsert one document from inline text (stream path)."""
+
+    doc_id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
+    text: str = Field(min_length=1, max_length=1_000_000)
+    content_type: Literal["text/plain", "text/markdown", "text/html"] = "text/plain"
+    title: str | None = Field(default=None, max_length=1024)
+    source: str | None = Field(default=None, max_length=2048)
+    metadata: dict[str, str | int | float | bool | None] = Field(
+        default_factory=dict, max_length=64
+    )
+
+
+class DocumentAccepted(BaseModel):
+    """The upsert or delete event was durably produced; indexing follows asynchronously."""
+
+    doc_id: str
+    op: Literal["upsert", "delete"]
+    event_id: str
+    status: Literal["accepted"] = "accepted"
+    links: dict[str, str] = Field(default_factory=dict)
+
+
+class DocumentOut(BaseModel):
+    """A document of the registry."""
+
+    doc_id: str
+    status: str
+    version: int
+    chunk_count: int
+    title: str | None = None
+    source: str | None = None
+    error: str | None = None
+    updated_at: dt.datetime | None = None
+
+
+class JobBody(Body):
+    """``POST /v1/ingest/jobs``: paths on the server, under the allowed roots."""
+
+    paths: list[str] = Field(min_length=1, max_length=100)
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+
+class JobFailure(BaseModel):
+    """One document that failed, with its reason."""
+
+    path: str
+    error: str
+
+
+class JobOut(BaseModel):
+    """Progress of a bulk ingest job."""
+
+    job_id: str
+    status: str
+    total_documents: int
+    done_documents: int
+    failed_documents: int
+    chunk_count: int
+    error: str | None = None
+    failures: list[JobFailure] = Field(default_factory=list)
+    links: dict[str, str] = Field(default_factory=dict)

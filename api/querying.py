@@ -1,0 +1,297 @@
+"""The API's side of the query path: admission, the exact-cache fast path, produce, await.
+
+One :class:`QueryService` per API process. It starts its Kafka producer and its
+:class:`~ragstream.replies.ReplyRouter` on first use (so the process starts, and ``/readyz``
+answers, even while Kafka is down), and then:
+
+1. admission: 429 + ``Retry-After`` when a query pool's summed consumer lag exceeds
+   ``api.max_lag`` (read from the pools' Redis pressure reports, cached 0.5 s);
+2. the exact answer cache (same key as the retrieval pool: tenant, index version, normalised
+   query and parameters): a hit is answered at once, and its response event is still published
+   to ``rag.responses`` so the delivery pool writes the query log and fires webhooks as for any
+   answer;
+3. otherwise a ``pending`` query-log row, a waiter registered *before* the query event is
+   produced (acks=all), and an await on the waiter's queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import math
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis
+import structlog
+from kafka import KafkaProducer
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.errors import ApiError
+from ingest.versions import IndexVersions
+from ragstream.db.models import QueryLog
+from ragstream.replies import Reply, ReplyRouter, Waiter
+from ragstream.settings import Settings
+from topics.base import Event, StageTiming
+from topics.producer import make_producer
+from topics.queries import QueryRequest
+from topics.registry import QUERIES, RESPONSES, TopicRegistry
+from topics.responses import QueryResponse
+from topics.serde import encode
+from workers.caches import AnswerCache, CacheHit
+from workers.runtime.pressure import read_pressure
+
+log = structlog.get_logger(__name__)
+
+#: The pools whose lag gates admission of new queries.
+QUERY_POOLS = ("retrieval", "rerank", "generation-small", "generation-large")
+PRESSURE_TTL_S = 0.5
+
+
+class QueryService:
+    """Admission, cache, produce and await for one API process.
+
+    Args:
+        settings: the process settings (Kafka, Redis, API limits).
+        sessions: SQL session factory (query log).
+        client: Redis client (cache, index versions, pressure).
+    """
+
+    def __init__(
+        self, settings: Settings, sessions: sessionmaker[Session], client: redis.Redis
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.registry = TopicRegistry(settings.kafka.topic_prefix)
+        self.cache = AnswerCache(
+            client,
+            ttl_s=settings.cache.ttl_s,
+            threshold=settings.cache.semantic_threshold,
+            max_entries=settings.cache.semantic_max_entries,
+        )
+        self.versions = IndexVersions(client)
+        self._redis = client
+        self._producer: KafkaProducer | None = None
+        self.replies: ReplyRouter | None = None
+        self._start_lock = threading.Lock()
+        self._pressure: tuple[float, int, str] = (0.0, 0, "")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _ensure_started(self) -> tuple[KafkaProducer, ReplyRouter]:
+        with self._start_lock:
+            if self._producer is None or self.replies is None:
+                try:
+                    producer = make_producer(self.settings.kafka, max_block_ms=10_000)
+                except Exception as exc:
+                    raise ApiError(503, "UNAVAILABLE", f"Kafka unreachable: {exc}") from exc
+                router = ReplyRouter(self.settings)
+                try:
+                    router.start()
+                except Exception as exc:
+                    producer.close(timeout=1)
+                    raise ApiError(503, "UNAVAILABLE", f"Kafka unreachable: {exc}") from exc
+                self._producer, self.replies = producer, router
+            return self._producer, self.replies
+
+    async def start(self) -> tuple[KafkaProducer, ReplyRouter]:
+        """Start the producer and reply router if not yet started.
+
+        Raises:
+            ApiError: 503 ``UNAVAILABLE`` when Kafka cannot be reached.
+        """
+        return await asyncio.to_thread(self._ensure_started)
+
+    def close(self) -> None:
+        """Flush and close the producer; stop the reply router."""
+        if self.replies is not None:
+            self.replies.close()
+        if self._producer is not None:
+            self._producer.close(timeout=5)
+        self._producer, self.replies = None, None
+
+    # -- admission -------------------------------------------------------------------------
+    def _lagging(self) -> tuple[int, str]:
+        now = time.monotonic()
+        at, lag, pool = self._pressure
+        if now - at < PRESSURE_TTL_S:
+            return lag, pool
+        worst = (0, "")
+        try:
+            for name in QUERY_POOLS:
+                p = read_pressure(self._redis, name)
+                if p.lag > worst[0]:
+                    worst = (p.lag, name)
+        except redis.RedisError as exc:
+            log.warning("api.pressure_unavailable", error=str(exc))
+        self._pressure = (now, *worst)
+        return worst
+
+    async def admit(self) -> None:
+        """Refuse new work while a query pool lags.
+
+        Raises:
+            ApiError: 429 ``OVERLOADED`` with ``Retry-After`` (lag x per-event cost, 1-60 s).
+        """
+        limit = self.settings.api.max_lag
+        if limit <= 0:
+            return
+        lag, pool = await asyncio.to_thread(self._lagging)
+        if lag > limit:
+            retry = min(60, max(1, math.ceil(lag * self.settings.api.retry_after_per_event_s)))
+            raise ApiError(
+                429,
+                "OVERLOADED",
+                f"the {pool} pool is {lag} events behind; retry later",
+                headers={"Retry-After": str(retry)},
+            )
+
+    # -- the cache fast path ---------------------------------------------------------------
+    def cached(self, request: QueryRequest) -> QueryResponse | None:
+        """The exact-cache answer re-addressed to ``request``, or ``None``."""
+        try:
+            version = self.versions.get(request.tenant)
+        except redis.RedisError:
+            return None
+        hit = self.cache.get_exact(request, version)
+        return None if hit is None else readdress(request, hit)
+
+    # -- query log -------------------------------------------------------------------------
+    def log_pending(self, request: QueryRequest) -> None:
+        """Insert the ``pending`` row (idempotent on ``request_id``)."""
+        try:
+            with self.sessions.begin() as session:
+                session.add(
+                    QueryLog(request_id=request.request_id, tenant=request.tenant,
+                             query=request.query)
+                )  # fmt: skip
+        except IntegrityError:
+            return
+
+    # -- produce and await -----------------------------------------------------------------
+    async def produce(self, event: Event, response: bool = False) -> None:
+        """Produce ``event`` to ``rag.queries`` (or ``rag.responses``) and await the ack.
+
+        Raises:
+            ApiError: 503 ``UNAVAILABLE`` when the broker does not acknowledge in time.
+        """
+        producer, _ = await self.start()
+        topic = self.registry.name(RESPONSES if response else QUERIES)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def ok(_: Any) -> None:
+            loop.call_soon_threadsafe(_settle, done, None)
+
+        def failed(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(_settle, done, exc)
+
+        try:
+            future = await asyncio.to_thread(
+                producer.send, topic, key=event.key(), value=encode(event)
+            )
+        except Exception as exc:
+            raise ApiError(503, "UNAVAILABLE", f"could not produce to {topic}: {exc}") from exc
+        future.add_callback(ok)
+        future.add_errback(failed)
+        try:
+            await asyncio.wait_for(done, timeout=self.settings.kafka.request_timeout_ms / 1000)
+        except Exception as exc:
+            raise ApiError(503, "UNAVAILABLE", f"Kafka did not acknowledge: {exc}") from exc
+
+    def subscribe(self, request_id: str, tokens: bool) -> asyncio.Queue[Reply]:
+        """Register a waiter for ``request_id`` on the reply router; replies arrive on the
+        returned queue. Call :meth:`unsubscribe` when done (always, in ``finally``)."""
+        assert self.replies is not None, "start() first"
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Reply] = asyncio.Queue()
+
+        def deliver(reply: Reply) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, reply)
+
+        self.replies.register(Waiter(request_id, deliver, tokens=tokens))
+        return queue
+
+    def unsubscribe(self, request_id: str) -> None:
+        """Drop the waiter of ``request_id`` (idempotent)."""
+        if self.replies is not None:
+            self.replies.unregister(request_id)
+
+    async def ask(
+        self, request: QueryRequest, *, wait_s: float | None, tokens: bool = False
+    ) -> tuple[QueryResponse | None, asyncio.Queue[Reply] | None]:
+        """Admit, try the cache, log, subscribe and produce ``request``.
+
+        Returns:
+            ``(response, None)`` for a cache hit; ``(None, queue)`` when the answer will arrive
+            on ``queue`` (the caller must :meth:`unsubscribe`); ``(None, None)`` when
+            ``wait_s`` is ``None`` (async mode: nobody waits).
+
+        Raises:
+            ApiError: 429 (pool lag), 503 (Kafka unreachable).
+        """
+        await self.admit()
+        await self.start()
+        hit = await asyncio.to_thread(self.cached, request)
+        await asyncio.to_thread(self.log_pending, request)
+        if hit is not None:
+            await self.produce(hit, response=True)  # the delivery pool logs it, fires webhooks
+            return hit, None
+        queue = self.subscribe(request.request_id, tokens) if wait_s is not None else None
+        try:
+            await self.produce(request)
+        except BaseException:
+            self.unsubscribe(request.request_id)
+            raise
+        return None, queue
+
+
+def readdress(request: QueryRequest, hit: CacheHit) -> QueryResponse:
+    """The cached response re-addressed to ``request`` with a ``cache`` stage (``api``)."""
+    started = dt.datetime.now(dt.UTC)
+    timing = StageTiming(
+        stage="cache", started_at=started, duration_ms=0.0,
+        detail={"kind": hit.kind, "at": "api"},
+    )  # fmt: skip
+    return hit.response.model_copy(
+        update={
+            "event_id": f"{request.request_id}:cache",
+            "tenant": request.tenant,
+            "request_id": request.request_id,
+            "trace": (*request.trace, timing),
+            "callback_url": request.callback_url,
+        }
+    )
+
+
+async def next_reply(queue: asyncio.Queue[Reply], until: float) -> Reply | None:
+    """The next reply on ``queue`` before the monotonic time ``until``, else ``None``."""
+    remaining = until - time.monotonic()
+    if remaining <= 0:
+        return None
+    try:
+        return await asyncio.wait_for(queue.get(), timeout=remaining)
+    except TimeoutError:
+        return None
+
+
+async def replies_until(queue: asyncio.Queue[Reply], until: float) -> AsyncIterator[Reply]:
+    """Replies on ``queue`` until a :class:`QueryResponse` (yielded last) or ``until``."""
+    while True:
+        reply = await next_reply(queue, until)
+        if reply is None:
+            return
+        yield reply
+        if isinstance(reply, QueryResponse):
+            return
+
+
+def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is None:
+        future.set_result(None)
+    else:
+        future.set_exception(exc)

@@ -1,0 +1,270 @@
+"""``POST /v1/query`` (sync, async or SSE) and ``GET /v1/queries/{request_id}``.
+
+Server-Sent Events of a streamed query (``"stream": true``), in order:
+
+- ``event: accepted`` ``{"request_id": ...}`` once the query event is durable;
+- ``event: token`` ``{"seq": n, "text": "..."}`` as the generation pool produces tokens;
+- ``event: answer`` with the full :class:`~api.models.QueryResult` (authoritative: tokens are a
+  preview, the answer is the recorded result), or ``event: error`` with the result of a failed
+  query, or ``event: timeout`` ``{"request_id", "links"}`` when the wait ran out (poll then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.auth import Principal
+from api.deps import principal, services
+from api.errors import ApiError, ErrorEnvelope
+from api.models import QueryBody, QueryResult
+from api.querying import QueryService, replies_until
+from api.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
+from ragstream.db.models import QueryLog
+from ragstream.settings import Settings
+from topics.queries import QueryRequest
+from topics.responses import ErrorCode, QueryResponse
+from topics.tokens import AnswerToken
+
+router = APIRouter(tags=["query"])
+
+#: HTTP status of a query that failed in the pipeline, by its error code.
+FAILED_STATUS = {
+    ErrorCode.INVALID_REQUEST: 422,
+    ErrorCode.PROMPT_TOO_LONG: 422,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.BACKEND_UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorEnvelope} for s in (401, 413, 422, 429, 503, 504)
+}
+
+
+def query_service(request: Request) -> QueryService:
+    """The process's :class:`QueryService`."""
+    return services(request).extras["queries"]  # type: ignore[no-any-return]
+
+
+def poll_link(settings: Settings, request_id: str) -> dict[str, str]:
+    """``{"self": "<public_url>/v1/queries/<id>"}``."""
+    return {"self": f"{settings.api.public_url}/v1/queries/{request_id}"}
+
+
+async def check_callback(settings: Settings, url: str | None) -> None:
+    """SSRF-check a ``callback_url`` when the query is submitted (again at delivery).
+
+    Raises:
+        ApiError: 422 ``INVALID_REQUEST`` naming the refused address.
+    """
+    if url is None:
+        return
+    allow = parse_networks(settings.webhooks.allow_networks)
+    try:
+        await asyncio.to_thread(check_url, url, allow)
+    except SsrfBlockedError as exc:
+        raise ApiError(422, "INVALID_REQUEST", f"callback_url: {exc}") from exc
+
+
+def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryRequest:
+    """The ``rag.queries`` event of ``body``, scoped to the caller's tenant.
+
+    Raises:
+        ApiError: 422 when the query is longer than ``api.max_query_chars``.
+    """
+    if len(body.query) > settings.api.max_query_chars:
+        raise ApiError(
+            422,
+            "INVALID_REQUEST",
+            f"query: at most {settings.api.max_query_chars} characters, got {len(body.query)}",
+        )
+    if not body.query.strip():
+        raise ApiError(422, "INVALID_REQUEST", "query: must not be blank")
+    now = dt.datetime.now(dt.UTC)
+    return QueryRequest(
+        tenant=who.tenant,
+        query=body.query,
+        deadline=now + dt.timedelta(seconds=settings.api.query_deadline_s),
+        top_n=body.top_n or settings.retrieval.top_n,
+        top_k=body.top_k or settings.rerank.top_k,
+        filters=tuple(body.filters),
+        route=body.route,
+        stream=body.stream,
+        callback_url=body.callback_url,
+    )
+
+
+def wait_seconds(settings: Settings, requested: float | None) -> float:
+    """The sync wait: the request's ``timeout_s`` or the default, capped by ``max_wait_s``."""
+    return min(requested or settings.api.wait_timeout_s, settings.api.max_wait_s)
+
+
+def result_response(result: QueryResult) -> JSONResponse:
+    """200 for an answer, 202 while pending, the error's HTTP status for a failure."""
+    if result.status == "answered":
+        return JSONResponse(result.model_dump(mode="json"), status_code=200)
+    if result.status == "pending":
+        return JSONResponse(result.model_dump(mode="json"), status_code=202)
+    assert result.error is not None
+    try:
+        status = FAILED_STATUS[ErrorCode(result.error.code)]
+    except ValueError:
+        status = 500
+    body = {
+        "error": {
+            "code": result.error.code,
+            "message": result.error.message,
+            "details": [{"request_id": result.request_id, "stage": result.error.stage}],
+        },
+        "result": result.model_dump(mode="json"),
+    }
+    return JSONResponse(body, status_code=status)
+
+
+def logged_result(
+    sessions: sessionmaker[Session], tenant: str, request_id: str
+) -> QueryResult | None:
+    """The query-log state of ``request_id`` if it belongs to ``tenant``."""
+    with sessions() as session:
+        row = session.get(QueryLog, request_id)
+        if row is None or row.tenant != tenant:
+            return None
+        trace = row.trace or {}
+        stages = trace.get("stages", []) if isinstance(trace, dict) else []
+        error = None
+        if row.error_code:
+            error = {"code": row.error_code, "message": row.error_message or "", "stage": ""}
+        return QueryResult.model_validate(
+            {
+                "request_id": row.request_id,
+                "status": row.status if row.status in ("answered", "failed") else "pending",
+                "answer": row.answer,
+                "citations": row.citations or [],
+                "tier": trace.get("tier", "") if isinstance(trace, dict) else "",
+                "error": error,
+                "trace": [
+                    {
+                        "stage": s["stage"],
+                        "duration_ms": s["duration_ms"],
+                        "detail": s.get("detail", {}),
+                    }
+                    for s in stages
+                ],
+                "cached": any(s.get("stage") == "cache" for s in stages),
+                "created_at": row.created_at,
+                "completed_at": row.completed_at,
+            }
+        )
+
+
+@router.post(
+    "/v1/query",
+    response_model=QueryResult,
+    responses={
+        202: {"model": QueryResult, "description": "Accepted; poll links.self."},
+        **ERRORS,
+    },
+)
+async def post_query(body: QueryBody, request: Request, who: Principal = Depends(principal)) -> Any:
+    """Ask a question of the caller's knowledge base (sync, async, or SSE with ``stream``)."""
+    started = time.monotonic()
+    svc = query_service(request)
+    settings = svc.settings
+    event = build_request(settings, who, body)
+    await check_callback(settings, body.callback_url)
+    wait_s = (
+        None if body.mode == "async" and not body.stream else wait_seconds(settings, body.timeout_s)
+    )
+    links = poll_link(settings, event.request_id)
+    hit, queue = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
+    if body.stream:
+        stream = sse_stream(svc, event, hit, queue, started, wait_s or 0.0)
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Request-Id": event.request_id},
+        )
+    if hit is not None:
+        ms = (time.monotonic() - started) * 1000
+        return result_response(QueryResult.from_response(hit, latency_ms=ms, links=links))
+    if queue is None:
+        pending = QueryResult(request_id=event.request_id, status="pending", links=links)
+        return JSONResponse(pending.model_dump(mode="json"), status_code=202)
+    try:
+        response = None
+        async for reply in replies_until(queue, started + wait_s):  # type: ignore[operator]
+            if isinstance(reply, QueryResponse):
+                response = reply
+    finally:
+        svc.unsubscribe(event.request_id)
+    ms = (time.monotonic() - started) * 1000
+    if response is not None:
+        return result_response(QueryResult.from_response(response, latency_ms=ms, links=links))
+    late = await asyncio.to_thread(logged_result, svc.sessions, who.tenant, event.request_id)
+    result = late or QueryResult(request_id=event.request_id, status="pending")
+    return result_response(result.model_copy(update={"latency_ms": ms, "links": links}))
+
+
+def sse(event: str, data: Any) -> bytes:
+    """One Server-Sent Event."""
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def sse_stream(  # noqa: PLR0917 - one call site
+    svc: QueryService,
+    event: QueryRequest,
+    hit: QueryResponse | None,
+    queue: asyncio.Queue[Any] | None,
+    started: float,
+    wait_s: float,
+) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed query (see the module docstring)."""
+    links = poll_link(svc.settings, event.request_id)
+    yield sse("accepted", {"request_id": event.request_id, "links": links})
+    try:
+        if hit is not None:
+            ms = (time.monotonic() - started) * 1000
+            yield sse("token", {"seq": 0, "text": hit.answer})
+            result = QueryResult.from_response(hit, latency_ms=ms, links=links)
+            yield sse("answer", result.model_dump(mode="json"))
+            return
+        assert queue is not None
+        async for reply in replies_until(queue, started + wait_s):
+            if isinstance(reply, AnswerToken):
+                if reply.text:
+                    yield sse("token", {"seq": reply.seq, "text": reply.text})
+                continue
+            ms = (time.monotonic() - started) * 1000
+            result = QueryResult.from_response(reply, latency_ms=ms, links=links)
+            name = "answer" if result.status == "answered" else "error"
+            yield sse(name, result.model_dump(mode="json"))
+            return
+        yield sse("timeout", {"request_id": event.request_id, "links": links})
+    finally:
+        svc.unsubscribe(event.request_id)
+
+
+@router.get(
+    "/v1/queries/{request_id}",
+    response_model=QueryResult,
+    responses={404: {"model": ErrorEnvelope}, 401: {"model": ErrorEnvelope}},
+)
+async def get_query(
+    request_id: str, request: Request, who: Principal = Depends(principal)
+) -> QueryResult:
+    """Status and answer of a query from the query log (tenant-scoped)."""
+    svc = query_service(request)
+    if len(request_id) > 128:
+        raise ApiError(404, "NOT_FOUND", "no such query")
+    result = await asyncio.to_thread(logged_result, svc.sessions, who.tenant, request_id)
+    if result is None:
+        raise ApiError(404, "NOT_FOUND", f"no query {request_id!r} for this tenant")
+    return result.model_copy(update={"links": poll_link(svc.settings, request_id)})

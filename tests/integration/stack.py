@@ -1,0 +1,195 @@
+"""A whole private ragstream for end-to-end tests: real pool processes (`ragstream worker`)
+on their own topic prefix, index alias and SQL store, and API servers in this process.
+
+Everything the product talks to is real: Kafka, Elasticsearch, Redis, the embedding model and
+the llama.cpp server that ``make up`` starts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from api.app import create_app
+from api.auth import create_key
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from ragstream.settings import Settings
+from topics.admin import ensure_topics, make_admin
+from topics.registry import TopicRegistry
+
+RAGSTREAM = str(Path(sys.executable).parent / "ragstream")
+QUERY_POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ApiServer:
+    """One uvicorn server (one API process's worth of state) in a thread."""
+
+    settings: Settings
+    port: int = field(default_factory=free_port)
+    server: uvicorn.Server | None = None
+    thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ApiServer:
+        app = create_app(self.settings)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("API server did not start")
+            time.sleep(0.05)
+        self.app = app
+        return self
+
+    @property
+    def waiting(self) -> int:
+        """Registered reply waiters of this process (a leak shows here)."""
+        replies = self.app.state.services.extras["queries"].replies
+        return 0 if replies is None else int(replies.waiting)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout=15)
+
+
+@dataclass
+class Stack:
+    """Pools as processes plus API servers, all under ``name``."""
+
+    name: str
+    settings: Settings
+    env: dict[str, str]
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    apis: list[ApiServer] = field(default_factory=list)
+    log_dir: Path | None = None
+    keys: dict[str, str] = field(default_factory=dict)
+    logs: list[Any] = field(default_factory=list)
+
+    def key(self, tenant: str, **kw: Any) -> str:
+        sessions = make_session_factory(make_engine(self.settings.database_url))
+        return create_key(sessions, tenant, **kw)[0]
+
+    def api(self, settings: Settings | None = None) -> ApiServer:
+        server = ApiServer(settings or self.settings).start()
+        self.apis.append(server)
+        return server
+
+    def start_pools(self, pools: tuple[str, ...] = QUERY_POOLS) -> None:
+        assert self.log_dir is not None
+        for pool in pools:
+            log = (self.log_dir / f"{pool}.log").open("wb")
+            self.logs.append(log)
+            self.procs[pool] = subprocess.Popen(
+                [RAGSTREAM, "worker", pool], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def wait_ready(self, timeout_s: float = 180) -> None:
+        """Wait until every pool process has joined its group (its log says so)."""
+        assert self.log_dir is not None
+        deadline = time.monotonic() + timeout_s
+        pending = set(self.procs)
+        while pending and time.monotonic() < deadline:
+            for pool in list(pending):
+                proc = self.procs[pool]
+                text = (self.log_dir / f"{pool}.log").read_text(errors="replace")
+                if proc.poll() is not None:
+                    raise RuntimeError(f"pool {pool} exited {proc.returncode}:\n{text[-3000:]}")
+                if "assigned" in text or "partitions assigned" in text:
+                    pending.discard(pool)
+            time.sleep(0.5)
+        if pending:
+            raise RuntimeError(f"pools not ready: {sorted(pending)}")
+
+    def close(self) -> None:
+        for server in self.apis:
+            server.stop()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self.logs:
+            log.close()
+
+
+def make_stack(tmp: Path, tag: str, **overrides: str) -> Stack:
+    """Settings and environment of a private stack: topics ``<name>.*``, index ``<name>``,
+    SQLite under ``tmp``, no pool metrics ports, webhooks allowed to 127.0.0.1."""
+    name = f"t-{tag}-{int(time.time() * 1000) % 10_000_000}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSTREAM_")}
+    env.update(
+        {
+            "RAGSTREAM_KAFKA__TOPIC_PREFIX": name + ".",
+            "RAGSTREAM_ELASTICSEARCH__INDEX_ALIAS": name,
+            "RAGSTREAM_DATABASE__URL": f"sqlite:///{tmp / 'store.db'}",
+            "RAGSTREAM_WEBHOOKS__ALLOW_NETWORKS": '["127.0.0.1/32"]',
+            "RAGSTREAM_LOGGING__FORMAT": "json",
+        }
+    )
+    for pool in ("ingest", "retrieval", "rerank", "generation_small", "generation_large"):
+        env[f"RAGSTREAM_POOLS__{pool.upper()}__METRICS_PORT"] = "0"
+        env[f"RAGSTREAM_POOLS__{pool.upper()}__MAX_WAIT_MS"] = "50"
+    env["RAGSTREAM_POOLS__DELIVERY__METRICS_PORT"] = "0"
+    env.update(overrides)
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("RAGSTREAM_")})
+    try:
+        settings = Settings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    upgrade_head(settings.database_url)
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, TopicRegistry(settings.kafka.topic_prefix).physical_topics())
+    admin.close()
+    log_dir = tmp / "logs"
+    log_dir.mkdir(exist_ok=True)
+    return Stack(name, settings, env, log_dir=log_dir)
+
+
+def wait_for(
+    fn: Any, timeout_s: float = 60, interval_s: float = 0.25, what: str = "condition"
+) -> Any:
+    """Poll ``fn()`` until it returns a truthy value; return it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def get_json(url: str, key: str) -> tuple[int, Any]:
+    r = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return r.status_code, r.json()

@@ -1,0 +1,321 @@
+"""The API end to end: real pool processes, real Kafka/ES/Redis/SQL, the real embedding model and
+the real small LLM. HTTP (sync, async + poll, SSE, OpenAI client) and Kafka (the Python client).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from ragstream.client import ApiRequestError, HttpClient, KafkaClient
+from tests.integration.stack import Stack, get_json, make_stack, wait_for
+
+DOCS = {
+    "vacuum": "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum "
+    "launcher starts workers every autovacuum_naptime, which defaults to one minute.",
+    "ports": "# Connections\n\nThe server listens on TCP port 5432 by default. The port is set "
+    "with the port configuration parameter.",
+    "zebra": "# Zebras\n\nThe Grevy's zebra is the largest living wild equid.",
+}
+SECRET = "# Launch\n\nThe Globex launch code is 9931. Keep it secret."
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = make_stack(tmp_path_factory.mktemp("api"), "api")
+    s.start_pools()
+    try:
+        s.wait_ready()
+        s.api()
+        s.keys["acme"] = s.key(s.name + "-acme")
+        s.keys["globex"] = s.key(s.name + "-globex")
+        url = s.apis[0].url
+        for doc_id, text in DOCS.items():
+            _upsert(url, s.keys["acme"], doc_id, text)
+        _upsert(url, s.keys["globex"], "launch", SECRET)
+        for key, doc in [(s.keys["acme"], d) for d in DOCS] + [(s.keys["globex"], "launch")]:
+            wait_for(
+                lambda k=key, d=doc: (
+                    get_json(f"{url}/v1/documents/{d}", k)[1].get("status") == "indexed"
+                ),
+                timeout_s=120,
+                what=f"document {doc} indexed",
+            )
+        yield s
+    finally:
+        s.close()
+
+
+def _upsert(url: str, key: str, doc_id: str, text: str) -> None:
+    r = httpx.post(
+        f"{url}/v1/documents",
+        json={"doc_id": doc_id, "text": text, "content_type": "text/markdown"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert r.status_code == 202, r.text
+
+
+def _client(stack: Stack, key: str, i: int = 0) -> HttpClient:
+    return HttpClient(stack.apis[i].url, key, timeout_s=120)
+
+
+def test_sync_query_over_http_answers_with_citations_and_trace(stack: Stack) -> None:
+    with _client(stack, stack.keys["acme"]) as c:
+        result = c.query("Which TCP port does the server listen on by default?", top_k=2)
+    assert result.status == "answered", result
+    assert result.citations and result.citations[0].doc_id == "ports"
+    assert "5432" in (result.answer or "")
+    stages = [t.stage for t in result.trace]
+    assert stages[:2] == ["retrieval", "rerank"] and stages[2].startswith("generation")
+    assert result.latency_ms and result.latency_ms > 0
+    # The query log has it too.
+    status, logged = get_json(
+        f"{stack.apis[0].url}/v1/queries/{result.request_id}", stack.keys["acme"]
+    )
+    assert status == 200 and logged["status"] == "answered"
+
+
+def test_query_over_kafka_with_the_python_client(stack: Stack) -> None:
+    tokens: list[str] = []
+    with KafkaClient(stack.settings) as c:
+        result = c.query(
+            "How often does the autovacuum launcher start workers?",
+            tenant=stack.name + "-acme",
+            on_token=tokens.append,
+        )
+    assert result.status == "answered"
+    assert result.citations[0].doc_id == "vacuum"
+    assert tokens, "tokens were streamed"
+    assert "".join(tokens).strip() == (result.answer or "").strip()
+
+
+def test_async_query_then_poll_and_other_tenants_cannot_read_it(stack: Stack) -> None:
+    url = stack.apis[0].url
+    with _client(stack, stack.keys["acme"]) as c:
+        pending = c.submit("What is the largest living wild equid?")
+        assert pending.status == "pending" and pending.links["self"].endswith(pending.request_id)
+        done = c.wait(pending.request_id, timeout_s=120)
+    assert done.status == "answered" and done.citations[0].doc_id == "zebra"
+    status, body = get_json(f"{url}/v1/queries/{pending.request_id}", stack.keys["globex"])
+    assert status == 404 and body["error"]["code"] == "NOT_FOUND"
+
+
+def test_sse_stream_sends_tokens_then_the_answer(stack: Stack) -> None:
+    with _client(stack, stack.keys["acme"]) as c:
+        events = list(c.stream("What does VACUUM reclaim?"))
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "accepted" and kinds[-1] == "answer", kinds
+    assert "token" in kinds
+    final = events[-1].result
+    assert final is not None and final.status == "answered"
+    streamed = "".join(str(e.data["text"]) for e in events if e.kind == "token")
+    assert final.answer and final.answer.strip().startswith(streamed.strip()[:20])
+
+
+def test_openai_client_works_unchanged(stack: Stack) -> None:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=stack.apis[0].url + "/v1", api_key=stack.keys["acme"])
+    question = "Which TCP port does the server listen on by default? Answer briefly."
+    completion = client.chat.completions.create(
+        model="ragstream", messages=[{"role": "user", "content": question}]
+    )
+    content = completion.choices[0].message.content or ""
+    assert "5432" in content
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    stream = client.chat.completions.create(
+        model="ragstream",
+        messages=[{"role": "user", "content": "What does VACUUM reclaim? Be brief."}],
+        stream=True,
+    )
+    parts = [ch.choices[0].delta.content or "" for ch in stream if ch.choices]
+    assert "".join(parts).strip(), parts
+
+
+def test_tenants_are_isolated(stack: Stack) -> None:
+    with _client(stack, stack.keys["acme"]) as c:
+        result = c.query("What is the Globex launch code?")
+    assert all(cit.doc_id != "launch" for cit in result.citations)
+    assert "9931" not in (result.answer or "")
+    with _client(stack, stack.keys["globex"]) as c:
+        own = c.query("What is the Globex launch code?")
+    assert own.citations and own.citations[0].doc_id == "launch"
+
+
+def test_exact_cache_hit_is_answered_by_the_api_and_still_logged(stack: Stack) -> None:
+    question = "Which parameter sets the port the server listens on?"
+    with _client(stack, stack.keys["acme"]) as c:
+        first = c.query(question)
+        assert first.status == "answered" and not first.cached
+        second = c.query(question)
+        assert second.status == "answered" and second.cached
+        assert second.answer == first.answer
+        assert any(t.stage == "cache" and t.detail.get("at") == "api" for t in second.trace)
+        logged = wait_for(
+            lambda: (r := c.get(second.request_id)).status == "answered" and r,
+            what="cache hit logged by the delivery pool",
+        )
+    assert logged.cached
+
+
+def test_two_api_processes_each_get_their_own_answers_and_leak_no_waiter(stack: Stack) -> None:
+    import concurrent.futures as cf
+
+    if len(stack.apis) < 2:
+        stack.api()
+    questions = [f"Which TCP port does the server use by default? (asked {i})" for i in range(6)]
+
+    def ask(i: int) -> tuple[int, str, str]:
+        with _client(stack, stack.keys["acme"], i % 2) as c:
+            r = c.query(questions[i])
+        return i, r.status, r.request_id
+
+    with cf.ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(ask, range(6)))
+    assert all(status == "answered" for _, status, _ in results), results
+    assert len({rid for _, _, rid in results}) == 6
+    # A waiter that times out answers 202 pending and leaves nothing registered.
+    with _client(stack, stack.keys["acme"], 1) as c:
+        late = c.query("What does the autovacuum launcher do? (timeout)", timeout_s=0.05)
+    assert late.status == "pending"
+    assert stack.apis[0].waiting == 0 and stack.apis[1].waiting == 0
+    with _client(stack, stack.keys["acme"]) as c:
+        assert c.wait(late.request_id, timeout_s=120).status == "answered"
+
+
+def test_document_delete_removes_it_from_answers(stack: Stack) -> None:
+    url = stack.apis[0].url
+    key = stack.keys["acme"]
+    _upsert(url, key, "okapi", "# Okapi\n\nThe okapi is the only living relative of the giraffe.")
+    wait_for(
+        lambda: get_json(f"{url}/v1/documents/okapi", key)[1].get("status") == "indexed",
+        timeout_s=120,
+        what="okapi indexed",
+    )
+    with _client(stack, key) as c:
+        assert (
+            c.query("What is the only living relative of the giraffe?").citations[0].doc_id
+            == "okapi"
+        )
+    r = httpx.delete(f"{url}/v1/documents/okapi", headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 202 and r.json()["op"] == "delete"
+    wait_for(
+        lambda: get_json(f"{url}/v1/documents/okapi", key)[1].get("status") == "deleted",
+        timeout_s=120,
+        what="okapi deleted",
+    )
+    with _client(stack, key) as c:
+        after = c.query("What is the only living relative of the giraffe, the okapi?")
+    assert all(cit.doc_id != "okapi" for cit in after.citations)
+
+
+def test_errors_are_typed_json_and_never_5xx(stack: Stack) -> None:
+    url = stack.apis[0].url
+    key = stack.keys["acme"]
+    auth = {"Authorization": f"Bearer {key}"}
+    cases = [
+        (httpx.post(f"{url}/v1/query", json={"query": "x"}), 401, "UNAUTHENTICATED"),
+        (
+            httpx.post(
+                f"{url}/v1/query", json={"query": "x"}, headers={"Authorization": "Bearer rsk_no"}
+            ),
+            401,
+            "UNAUTHENTICATED",
+        ),
+        (httpx.post(f"{url}/v1/query", json={"query": ""}, headers=auth), 422, "INVALID_REQUEST"),
+        (
+            httpx.post(f"{url}/v1/query", json={"query": "x" * 5000}, headers=auth),
+            422,
+            "INVALID_REQUEST",
+        ),
+        (
+            httpx.post(f"{url}/v1/query", json={"query": "x", "bogus": 1}, headers=auth),
+            422,
+            "INVALID_REQUEST",
+        ),
+        (
+            httpx.post(
+                f"{url}/v1/query",
+                content=b"{not json",
+                headers={**auth, "content-type": "application/json"},
+            ),
+            422,
+            "INVALID_REQUEST",
+        ),
+        (
+            httpx.post(
+                f"{url}/v1/documents",
+                content=json.dumps({"doc_id": "big", "text": "x" * 2_000_000}),
+                headers={**auth, "content-type": "application/json"},
+            ),
+            413,
+            "PAYLOAD_TOO_LARGE",
+        ),
+        (
+            httpx.post(
+                f"{url}/v1/query",
+                json={"query": "x", "callback_url": "http://169.254.169.254/latest"},
+                headers=auth,
+            ),
+            422,
+            "INVALID_REQUEST",
+        ),
+        (
+            httpx.post(f"{url}/v1/ingest/jobs", json={"paths": ["/etc"]}, headers=auth),
+            422,
+            "INVALID_REQUEST",
+        ),
+        (httpx.get(f"{url}/v1/ingest/jobs/nope", headers=auth), 404, "NOT_FOUND"),
+    ]
+    for response, status, code in cases:
+        assert response.status_code == status, (response.request.url, response.text)
+        assert response.json()["error"]["code"] == code, response.text
+
+
+def test_rate_limit_per_key_answers_429_with_retry_after(stack: Stack) -> None:
+    key = stack.key(stack.name + "-acme", rate_per_minute=2)
+    url = stack.apis[0].url
+    codes = []
+    for _ in range(3):
+        r = httpx.get(f"{url}/v1/queries/none", headers={"Authorization": f"Bearer {key}"})
+        codes.append(r.status_code)
+    assert codes[:2] == [404, 404] and codes[2] == 429
+    assert int(r.headers["retry-after"]) >= 1 and r.json()["error"]["code"] == "RATE_LIMITED"
+
+
+def test_lagging_pools_get_429_with_retry_after(stack: Stack) -> None:
+    client = redis.Redis.from_url(stack.settings.redis.url)
+    member = f"{stack.name}-fake-member"
+    lag = stack.settings.api.max_lag * 4
+    client.hset(
+        "ragstream:pressure:rerank",
+        member,
+        json.dumps({"lag": lag, "in_flight": 0, "at": time.time()}),
+    )
+    try:
+        time.sleep(0.6)  # the API caches the pressure reading for 0.5 s
+        with _client(stack, stack.keys["acme"]) as c, pytest.raises(ApiRequestError) as err:
+            c.query("Anything at all?")
+        assert err.value.status == 429 and err.value.code == "OVERLOADED"
+    finally:
+        client.hdel("ragstream:pressure:rerank", member)
+    time.sleep(0.6)
+    r = httpx.post(
+        f"{stack.apis[0].url}/v1/query",
+        json={"query": "What does VACUUM reclaim?", "mode": "async"},
+        headers={"Authorization": f"Bearer {stack.keys['acme']}"},
+    )
+    assert r.status_code == 202
+
+
+def test_readyz_checks_the_services(stack: Stack) -> None:
+    r = httpx.get(f"{stack.apis[0].url}/readyz")
+    assert r.status_code == 200 and r.json()["status"] == "ready"
+    assert Path(stack.settings.database_url.removeprefix("sqlite:///")).exists()
