@@ -35,6 +35,7 @@ def _settings() -> Settings:
 def _mount_subcommands() -> None:
     """Attach the command groups that live beside their code (imports stay light)."""
     from api.cli import keys_app, query_command
+    from evaluation.cli import eval_command
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
     from topics.cli import dlq_app, topics_app
@@ -47,6 +48,7 @@ def _mount_subcommands() -> None:
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(index_app, name="index")
     app.command("ingest")(ingest_command)
+    app.command("eval")(eval_command)
     app.add_typer(keys_app, name="keys")
     app.command("query")(query_command)
 

@@ -1,0 +1,119 @@
+"""``ragstream eval`` end to end on a private index laid out like the two manuals: the real
+embedding model, Elasticsearch, the rerank backends and the real LLM server (8-token answers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from ingest.pipeline import IngestOp
+from ragstream.cli import app
+from ragstream.settings import Settings
+from tests.integration.ingestkit import Kit
+
+TENANT = "evalsmoke"
+
+PAGES = {
+    # (corpus, page under the html root): (title, text)
+    ("py", "library/os.html"): (
+        "os - Miscellaneous operating system interfaces",
+        "os.getcwd() returns a string representing the current working directory. "
+        "os.chdir(path) changes the current working directory to path.",
+    ),
+    ("py", "_sources/library/tempfile.rst.txt"): (
+        "tempfile - Generate temporary files and directories",
+        "tempfile.TemporaryDirectory() creates a temporary directory; on completion of the "
+        "context or destruction of the object the directory and its contents are removed.",
+    ),
+    ("pg", "runtime-config-locks.html"): (
+        "Lock Management",
+        "deadlock_timeout is the amount of time to wait on a lock before checking for a "
+        "deadlock condition. The default is one second (1s).",
+    ),
+    ("pg", "tutorial-createdb.html"): (
+        "Creating a Database",
+        "To create a new database named mydb, run the command createdb mydb in a shell.",
+    ),
+}
+
+QUESTIONS = [
+    {"id": "py-1", "corpus": "python-3.11",
+     "question": "Which os function returns the current working directory?",
+     "answer_patterns": ["getcwd"], "expected_pages": ["library/os.html"], "kind": "factual"},
+    {"id": "py-2", "corpus": "python-3.11",
+     "question": "How do I get a temporary directory that is removed automatically?",
+     "answer_patterns": ["TemporaryDirectory"], "expected_pages": ["library/tempfile.html"],
+     "kind": "howto"},
+    {"id": "pg-1", "corpus": "postgresql-15",
+     "question": "How long does PostgreSQL wait on a lock before checking for a deadlock?",
+     "answer_patterns": ["1\\s*s", "one second"],
+     "expected_pages": ["runtime-config-locks.html"], "kind": "factual"},
+    {"id": "pg-2", "corpus": "postgresql-15",
+     "question": "How do I configure the zebra replication feature?",
+     "answer_patterns": ["not contain"], "expected_pages": [], "kind": "absent"},
+]  # fmt: skip
+
+
+def _html(title: str, text: str) -> bytes:
+    return (
+        f"<html><head><title>{title}</title></head><body><div role='main'>"
+        f"<h1>{title}</h1><p>{text}</p></div></body></html>"
+    ).encode()
+
+
+def test_eval_command_measures_modes_and_answers(
+    kit: Kit, settings: Settings, tmp_path: Path
+) -> None:
+    roots = {"py": tmp_path / "py" / "html", "pg": tmp_path / "pg" / "html"}
+    ops = []
+    for (corpus, page), (title, text) in PAGES.items():
+        path = roots[corpus] / page
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _html(title, text) if page.endswith(".html") else f"{title}\n\n{text}".encode()
+        path.write_bytes(data)
+        ops.append(IngestOp(TENANT, str(path), data=data, filename=str(path), source=str(path)))
+    assert all(o[0].status == "indexed" for o in kit.pipeline.apply(ops))
+    kit.index.refresh()
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    out = tmp_path / "out"
+    llm_up = httpx.get(settings.llm.base_url + "/health", timeout=5).status_code == 200
+    assert llm_up, "the LLM server (make up) is needed for this test"
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval", str(qfile), "--out", str(out), "--index", kit.index.alias,
+            "--tenant", TENANT, "--root", f"python-3.11={roots['py']}",
+            "--root", f"postgresql-15={roots['pg']}",
+            "--modes", "bm25,knn,hybrid,hybrid+none,hybrid+llm,hybrid+cross-encoder",
+            "--max-tokens", "8",
+        ],
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    default = f"hybrid+{settings.rerank.backend}"
+    assert f"eval: 4 questions, {default}: hit@5 1.000" in result.output
+    report = json.loads((out / "eval.json").read_text())
+    assert report["n_questions"] == 4
+    assert set(report["modes"]) == {"bm25", "knn", "hybrid", "hybrid+none", "hybrid+llm"}
+    assert "rerank.model" in report["skipped_modes"]["hybrid+cross-encoder"]
+    by_id = {q["id"]: q for q in report["questions"]}
+    # the one page on the subject is found by every mode; its reST source counts as the page
+    for qid in ("py-1", "py-2", "pg-1"):
+        assert all(r is not None and r <= 4 for r in by_id[qid]["ranks"].values()), by_id[qid]
+    assert by_id["py-2"]["top_pages"][0] == "python-3.11:library/tempfile.html"
+    assert all(r is None for r in by_id["pg-2"]["ranks"].values())
+    for mode in report["modes"].values():
+        assert mode["overall"]["n"] == 3 and mode["overall"]["hit_at_10"] == 1.0
+        assert set(mode["by_corpus"]) == {"python-3.11", "postgresql-15"}
+        assert set(mode["by_kind"]) == {"factual", "howto"}
+    answers = report["answers"]
+    assert answers["overall"]["n"] == 4 and answers["overall"]["absent_n"] == 1
+    assert set(answers["by_kind"]) == {"absent", "factual", "howto"}
+    assert all(q["answer"] is not None and q["error"] is None for q in report["questions"])
+    md = (out / "eval.md").read_text()
+    assert "| hybrid+llm | 3 |" in md and f"## Answers (`{default}`, top 5 passages" in md
