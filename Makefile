@@ -10,9 +10,12 @@ POSTGRES ?=
 UP_FLAGS := $(if $(POSTGRES),--postgres,)
 PYTEST_ARGS ?=
 
+# Where `make bench` writes; one folder per UTC day (bench/results/latest is a copy of the last).
+BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
+
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs up down status lint test unit demo clean-local
+.PHONY: install docs up down status lint test unit demo bench clean-local
 
 install: $(VENV)/.installed
 
@@ -56,3 +59,14 @@ demo: docs up
 	$(RAGSTREAM) db upgrade
 	$(RAGSTREAM) health
 	$(RAGSTREAM) infra status
+
+# Benchmarks (numbers, not tests): ingest, bus, query, evaluation -> $(BENCH_DIR)/ (JSON,
+# Markdown, PNG) and bench/results/latest/summary.json. The query benchmark and the evaluation
+# need both manuals ingested for tenant "default"; run on an otherwise idle machine.
+bench: install docs up
+	mkdir -p $(BENCH_DIR)
+	$(RAGSTREAM) bench ingest --out $(BENCH_DIR)/ingest.json
+	$(RAGSTREAM) bench bus --out $(BENCH_DIR)/bus.json
+	$(RAGSTREAM) bench query --out $(BENCH_DIR)/query.json
+	$(RAGSTREAM) eval --out $(BENCH_DIR)/eval
+	$(RAGSTREAM) bench summary $(BENCH_DIR) --latest bench/results/latest

@@ -6,6 +6,10 @@ per event: hop 1 latency (produce to hop 1's output), hop 2 latency (hop 1's out
 output) and end to end (produce to consumed at the end). The maximum throughput is measured by
 offering a burst as fast as the producer can and timing the drain. Everything runs once with
 batching on and once off (``max_batch=1``).
+
+The other ``ragstream bench`` commands live beside their code: ``ingest`` (:mod:`ingest.bench`),
+``query`` (:mod:`workers.benchmarks.query`) and ``summary`` (:mod:`workers.benchmarks.results`,
+the summary ``make bench`` writes).
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ from topics.bench import EchoEvent
 from topics.producer import EventProducer, make_producer
 from topics.registry import PhysicalTopic
 from topics.serde import decode
+from workers.benchmarks.plans import DEFAULT_PLANS, FULL, RETRIEVAL, ModePlan
+from workers.benchmarks.stats import percentiles
+
+
+def _rates(plan: ModePlan) -> str:
+    return ",".join(f"{r:g}" for r in plan.rates)
+
 
 bench_app = typer.Typer(help="Benchmarks that print numbers (never timed tests).")
 console = Console(width=160)
@@ -49,18 +60,6 @@ class RunResult:
     hop2_ms: dict[str, float] = field(default_factory=dict)
     end_to_end_ms: dict[str, float] = field(default_factory=dict)
     mean_batch: dict[str, float] = field(default_factory=dict)
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    """p50/p95/p99/max of ``values`` (nearest-rank), rounded to 0.01."""
-    if not values:
-        return {}
-    s = sorted(values)
-
-    def rank(q: float) -> float:
-        return round(s[min(len(s) - 1, max(0, int(q * len(s) + 0.5) - 1))], 2)
-
-    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99), "max": round(s[-1], 2)}
 
 
 class _Pipeline:
@@ -303,3 +302,86 @@ def ingest(
     console.print(render(results))
     write_json(results, out)
     console.print(f"wrote {out}")
+
+
+@bench_app.command("query")
+def query(
+    *,
+    modes: str = typer.Option("retrieval,full", help="Modes to run: retrieval, full."),
+    retrieval_rates: str = typer.Option(
+        _rates(DEFAULT_PLANS[RETRIEVAL]), help="Offered rates of retrieval mode, requests/s."
+    ),
+    full_rates: str = typer.Option(
+        _rates(DEFAULT_PLANS[FULL]), help="Offered rates of full mode, requests/s."
+    ),
+    retrieval_seconds: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].seconds, help="Per rate."),
+    full_seconds: float = typer.Option(DEFAULT_PLANS[FULL].seconds, help="Per rate."),
+    retrieval_p99_ms: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].p99_ms, help="SLO p99."),
+    full_p99_ms: float = typer.Option(DEFAULT_PLANS[FULL].p99_ms, help="SLO p99."),
+    retrieval_baseline_s: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].baseline_s),
+    full_baseline_s: float = typer.Option(DEFAULT_PLANS[FULL].baseline_s),
+    tenant: str = typer.Option("default", help="Tenant whose chunks are searched."),
+    index_alias: str | None = typer.Option(None, help="Chunk index alias; default: settings."),
+    questions: Path | None = typer.Option(None, help="JSONL with a 'question' per line."),
+    redis_db: int = typer.Option(13, help="Redis database the run owns (it is flushed)."),
+    stop_after_failures: int = typer.Option(2, help="Stop a mode after N SLO misses in a row."),
+    api_url: str | None = typer.Option(None, help="Gateway for the exact-cache probe."),
+    api_key: str | None = typer.Option(None, help="API key for the exact-cache probe."),
+    out: Path = typer.Option(Path(".local/bench/query.json"), help="JSON; .md and .png beside."),
+) -> None:
+    """Open-loop load through the query pools vs a sequential baseline; JSON, Markdown, PNG."""
+    from dataclasses import replace
+
+    from workers.benchmarks.query import QueryBenchConfig, run_query_bench
+    from workers.benchmarks.report import plot, render_markdown, render_table
+
+    def floats(text: str) -> tuple[float, ...]:
+        return tuple(float(r) for r in text.split(",") if r)
+
+    chosen = [m for m in modes.split(",") if m]
+    if not chosen or not set(chosen) <= {RETRIEVAL, FULL}:
+        raise typer.BadParameter(f"modes are {RETRIEVAL} and {FULL}", param_hint="--modes")
+
+    plans = {
+        RETRIEVAL: replace(DEFAULT_PLANS[RETRIEVAL], rates=floats(retrieval_rates),
+                           seconds=retrieval_seconds, p99_ms=retrieval_p99_ms,
+                           baseline_s=retrieval_baseline_s),
+        FULL: replace(DEFAULT_PLANS[FULL], rates=floats(full_rates), seconds=full_seconds,
+                      p99_ms=full_p99_ms, baseline_s=full_baseline_s),
+    }  # fmt: skip
+    config = QueryBenchConfig(
+        plans=tuple(plans[m] for m in chosen),
+        tenant=tenant,
+        index_alias=index_alias,
+        questions=questions,
+        redis_db=redis_db,
+        stop_after_failures=stop_after_failures,
+        api_url=api_url,
+        api_key=api_key,
+    )
+    payload = run_query_bench(get_settings(), config, echo=console.print)
+    for mode in payload["modes"]:
+        console.print(render_table(mode))
+        console.print(
+            f"{mode['mode']}: max sustainable {mode['max_sustainable_per_s']:g}/s, sequential "
+            f"baseline {mode['baseline']['throughput_per_s']:g}/s, "
+            f"ratio {mode['speedup_vs_sequential']}"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    out.with_suffix(".md").write_text(render_markdown(payload))
+    plot(payload, out.with_suffix(".png"))
+    console.print(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
+
+
+@bench_app.command("summary")
+def summary(
+    directory: Path = typer.Argument(..., help="Folder the benchmarks wrote their JSON into."),
+    latest: Path | None = typer.Option(
+        Path("bench/results/latest"), help="Folder to replace with a copy of DIRECTORY."
+    ),
+) -> None:
+    """Write DIRECTORY/summary.json and summary.md from the benchmarks' JSON (make bench)."""
+    from workers.benchmarks.results import render_markdown, write_summary
+
+    console.print(render_markdown(write_summary(directory, latest)))

@@ -1,0 +1,215 @@
+"""``ragstream bench query`` without services: settings hand-over, questions, the API probe,
+the report and ``make bench``'s summary."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ragstream.errors import ConfigurationError
+from ragstream.settings import Settings
+from topics.queries import QueryRequest
+from workers.benchmarks.api_probe import measure_api_exact_cache_hit
+from workers.benchmarks.procs import apply_overrides, overrides_env
+from workers.benchmarks.query import redis_url_with_db
+from workers.benchmarks.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
+from workers.benchmarks.report import plot, render_markdown
+from workers.benchmarks.results import build_summary, write_summary
+from workers.caches import exact_key
+
+
+def test_children_see_the_same_settings_as_the_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = Settings()
+    overrides = {
+        "kafka": {"topic_prefix": "bench-x-retrieval-"},
+        "cache": {"semantic_threshold": 2.0},
+        "pools": {"rerank": {**base.pools.rerank.model_dump(), "metrics_port": 19999}},
+    }
+    env = overrides_env(overrides)
+    assert env["RAGSTREAM_POOLS__RERANK__METRICS_PORT"] == "19999"
+    assert env["RAGSTREAM_KAFKA__TOPIC_PREFIX"] == "bench-x-retrieval-"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    child = Settings()
+    mine = apply_overrides(base, overrides)
+    assert child.kafka.topic_prefix == mine.kafka.topic_prefix == "bench-x-retrieval-"
+    assert child.cache.semantic_threshold == mine.cache.semantic_threshold == 2.0
+    # Every field of the pool is passed, so the pool keeps its own max_batch (16, not 32).
+    assert child.pools.rerank == mine.pools.rerank
+    assert child.pools.rerank.max_batch == base.pools.rerank.max_batch
+    assert mine.kafka.bootstrap_servers == base.kafka.bootstrap_servers  # untouched
+    with pytest.raises(AttributeError):
+        apply_overrides(base, {"no_such_section": {"x": 1}})
+
+
+def test_the_benchmark_never_flushes_the_systems_redis_database() -> None:
+    assert redis_url_with_db("redis://127.0.0.1:6379/0", 13) == "redis://127.0.0.1:6379/13"
+    with pytest.raises(ConfigurationError):
+        redis_url_with_db("redis://127.0.0.1:6379/13", 13)
+    with pytest.raises(ConfigurationError):
+        redis_url_with_db("redis://127.0.0.1:6379", 0)
+
+
+def test_questions_come_from_a_jsonl_file_or_the_built_in_list(tmp_path: Path) -> None:
+    path = tmp_path / "q.jsonl"
+    rows = [{"id": "a", "question": "What is VACUUM?"}, {"id": "b", "question": " Why? "}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    assert load_questions(path) == (["What is VACUUM?", "Why?"], str(path))
+    path.write_text('{"id": "c"}\n')
+    with pytest.raises(ValueError, match="question"):
+        load_questions(path)
+    questions, source = load_questions(None)
+    assert source == "built-in" or Path(source).name == "questions.sample.jsonl"
+    assert len(questions) >= 10 and len(BUILT_IN_QUESTIONS) >= 30
+
+
+def test_unique_queries_never_share_an_exact_cache_key() -> None:
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
+    keys = {
+        exact_key(
+            QueryRequest(tenant="default", query=unique_query(q, "run1", n), deadline=deadline), 1
+        )
+        for n, q in enumerate(BUILT_IN_QUESTIONS[:3] * 3)
+    }
+    assert len(keys) == 9
+
+
+def test_api_probe_times_repeats_after_one_priming_request() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        cached = len(seen) not in (1, 3)  # the priming request and one repeat miss
+        return httpx.Response(200, json={"status": "answered", "cached": cached})
+
+    result = measure_api_exact_cache_hit(
+        "http://api.test", "rsk_x", "Why?", repeats=5, transport=httpx.MockTransport(handler)
+    )
+    assert len(seen) == 6
+    assert all(r.url.path == "/v1/query" and r.method == "POST" for r in seen)
+    assert seen[0].headers["authorization"] == "Bearer rsk_x"
+    assert json.loads(seen[0].content)["query"] == "Why?"
+    assert result["repeats"] == 5 and result["misses"] == 1
+    assert 0 <= result["p50"] <= result["p99"] <= result["max"]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (503, {}, httpx.HTTPStatusError),
+        (202, {"status": "pending"}, RuntimeError),
+    ],
+)
+def test_api_probe_refuses_what_it_cannot_time(
+    status: int, body: dict[str, Any], error: type[Exception]
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=body)
+
+    with pytest.raises(error):
+        measure_api_exact_cache_hit(
+            "http://api.test", "k", "q", repeats=1, transport=httpx.MockTransport(handler)
+        )
+
+
+def _rate(offered: float, p50: float, met: bool) -> dict[str, Any]:
+    return {
+        "offered_per_s": offered, "ok": 10, "sent": 10, "achieved_per_s": offered,
+        "end_to_end_ms": {"p50": p50, "p95": p50 * 2, "p99": p50 * 3, "max": p50 * 3},
+        "ttft_ms": {"p50": p50 / 2, "p95": p50, "p99": p50, "max": p50},
+        "errors": {}, "lost": 0, "error_rate": 0.0, "met_slo": met,
+        "batch_mean": {"retrieval": 2.5}, "stages": {"retrieval": {
+            "wait_ms": {"p50": 3.0, "p95": 4.0, "p99": 5.0}, "service_ms": {"p50": 40.0,
+            "p95": 50.0, "p99": 60.0}}}, "delivery_ms": {"p50": 2.0, "p95": 3.0, "p99": 4.0},
+    }  # fmt: skip
+
+
+def _mode(mode: str, best: float, baseline: float) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "slo": {"p99_ms": 1000.0, "max_error_rate": 0.01},
+        "baseline": {"throughput_per_s": baseline, "latency_ms": {"p50": 90.0}, "requests": 50},
+        "rates": [_rate(best, 100.0, True), _rate(best * 2, 900.0, False)],
+        "max_sustainable_per_s": best,
+        "speedup_vs_sequential": round(best / baseline, 2),
+    }
+
+
+QUERY = {
+    "bench": "query",
+    "at": "2026-11-29T18:00:00Z",
+    "machine": "AMD EPYC, 2 logical CPUs",
+    "setup": {"tenant": "default"},
+    "modes": [_mode("retrieval", 40.0, 8.0), _mode("full", 0.4, 0.25)],
+    "api_exact_cache_hit": {"measured": False, "note": "not measured"},
+}
+INGEST = {"bench": "ingest", "results": [
+    {"name": "(a) hardware limit: encode only", "chunks_per_s": 17.64, "seconds": 66.2,
+     "ratio_to_a": 1.0},
+    {"name": "(b) stream path: Kafka ingest pool", "seconds": 61.3, "ratio_to_a": 1.079},
+    {"name": "(c) batch path: Celery bulk job", "seconds": 62.4, "ratio_to_a": 1.06},
+    {"name": "(e) re-ingest, unchanged", "seconds": 0.81, "ratio_to_a": None},
+]}  # fmt: skip
+BUS = {"bench": "bus", "results": [
+    {"mode": "batched", "offered_per_s": 200.0, "hop1_ms": {"p50": 14.0},
+     "hop2_ms": {"p50": 9.8}, "achieved_per_s": 198.4},
+    {"mode": "batched", "offered_per_s": 50.0, "hop1_ms": {"p50": 12.5},
+     "hop2_ms": {"p50": 12.7}, "achieved_per_s": 49.9},
+    {"mode": "batched", "offered_per_s": 0, "hop1_ms": {"p50": 700.0},
+     "hop2_ms": {"p50": 196.4}, "achieved_per_s": 2393.8},
+    {"mode": "unbatched", "offered_per_s": 10.0, "hop1_ms": {"p50": 1.0},
+     "hop2_ms": {"p50": 1.0}, "achieved_per_s": 10.0},
+]}  # fmt: skip
+
+
+def test_report_writes_markdown_and_a_png(tmp_path: Path) -> None:
+    text = render_markdown(QUERY)
+    assert "Maximum sustainable rate: **40/s**" in text and "speed-up **5.0x**" in text
+    out = tmp_path / "query.png"
+    plot(QUERY, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summary_maps_every_benchmark_to_the_issue_keys(tmp_path: Path) -> None:
+    run = tmp_path / "2026-11-29"
+    (run / "eval").mkdir(parents=True)
+    (run / "query.json").write_text(json.dumps(QUERY))
+    (run / "ingest.json").write_text(json.dumps(INGEST))
+    (run / "bus.json").write_text(json.dumps(BUS))
+    metrics = {"hit_at_5": 0.9, "mrr_at_10": 0.7, "answer_accuracy": 0.2,
+               "absent_refusal_rate": 0.0}  # fmt: skip
+    report = {"n_questions": 30, "headline": metrics, "modes": {"hybrid": {"hit_at_5": 0.1}}}
+    (run / "eval" / "eval.json").write_text(json.dumps(report))
+    latest = tmp_path / "latest"
+    latest.mkdir()
+    (latest / "stale.txt").write_text("old")
+    s = write_summary(run, latest)
+    assert s["ingest"]["stream_ratio_to_limit"] == 1.079
+    assert s["ingest"]["batch_ratio_to_limit"] == 1.06
+    assert s["ingest"]["unchanged_reingest_time_ratio"] == round(0.81 / 62.4, 4)
+    assert s["bus"]["hop_p50_ms"] == 12.7  # lowest batched rate, the slower hop
+    assert s["query"]["retrieval_speedup_vs_sequential"] == 5.0
+    assert s["query"]["generation_speedup_vs_sequential"] == 1.6
+    assert s["query"]["generation_ttft_p50_ms"] == 50.0
+    assert s["eval"] == metrics
+    assert s["targets"]["query.retrieval_speedup_vs_sequential"]["met"] is True
+    assert s["targets"]["query.generation_speedup_vs_sequential"]["met"] is False
+    assert s["targets"]["bus.hop_p50_ms"]["met"] is False
+    assert json.loads((latest / "summary.json").read_text()) == s
+    assert (latest / "query.json").exists() and not (latest / "stale.txt").exists()
+
+
+def test_summary_of_missing_results_says_what_is_missing(tmp_path: Path) -> None:
+    (tmp_path / "bus.json").write_text(json.dumps(BUS))
+    s = build_summary(tmp_path)
+    assert s["bus"]["hop_p50_ms"] == 12.7
+    assert s["ingest"]["stream_ratio_to_limit"] is None
+    assert s["eval"]["hit_at_5"] is None
+    assert s["targets"]["query.retrieval_speedup_vs_sequential"]["met"] is None
+    assert any("ingest.json missing" in n for n in s["notes"])
+    assert any("eval/eval.json missing" in n for n in s["notes"])
