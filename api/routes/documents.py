@@ -118,7 +118,7 @@ async def create_ingest_job(
         )
     except SourceRejectedError as exc:
         raise ApiError(422, "INVALID_REQUEST", str(exc)) from exc
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # unreadable, or not encodable as a file name
         raise ApiError(422, "INVALID_REQUEST", f"paths: {exc}") from exc
     if not files:
         raise ApiError(422, "INVALID_REQUEST", "paths: no file with a known extension")
