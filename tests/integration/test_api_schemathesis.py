@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
-from schemathesis import openapi
+from schemathesis import GenerationMode, openapi
 from schemathesis.checks import not_a_server_error
 
 from api.app import create_app
@@ -45,7 +44,7 @@ def api_schema(fuzz_stack: Stack) -> Any:
 
 def no_server_error_but_timeout(ctx: Any, response: Any, case: Any) -> bool | None:
     """Like ``not_a_server_error``, except a 504 ``TIMEOUT`` for a valid unanswered question."""
-    if response.status_code == 504:  # noqa: PLR2004
+    if response.status_code == 504:
         body = response.json()
         assert body["error"]["code"] == "TIMEOUT", body
         return True
