@@ -359,7 +359,13 @@ def query(
         api_url=api_url,
         api_key=api_key,
     )
-    payload = run_query_bench(get_settings(), config, echo=console.print)
+    from ragstream.errors import ConfigurationError
+
+    try:
+        payload = run_query_bench(get_settings(), config, echo=console.print)
+    except (ConfigurationError, RuntimeError) as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(1) from exc
     for mode in payload["modes"]:
         console.print(render_table(mode))
         console.print(

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import structlog
 from kafka import KafkaConsumer
 
 from ragstream.settings import Settings
@@ -25,7 +26,7 @@ from topics.queries import QueryRequest
 from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS, TopicRegistry
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
-from topics.serde import decode
+from topics.serde import EventDecodeError, decode
 from topics.tokens import AnswerToken
 from workers.benchmarks.plans import RETRIEVAL
 from workers.benchmarks.stats import (
@@ -35,6 +36,8 @@ from workers.benchmarks.stats import (
     stage_samples,
     trace_end,
 )
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -102,7 +105,13 @@ class Collector(threading.Thread):
         while not self.stopping.is_set():
             polled = self.consumer.poll(timeout_ms=100)
             now = time.time()
-            events = [decode(self.models[r.topic], r.value) for rs in polled.values() for r in rs]
+            events = []
+            for records in polled.values():
+                for r in records:
+                    try:
+                        events.append(decode(self.models[r.topic], r.value))
+                    except EventDecodeError as exc:  # a pool's bug: its request counts as lost
+                        log.warning("bench.undecodable_result", topic=r.topic, error=str(exc))
             with self.lock:
                 for event in events:
                     self._record(event, now)
@@ -134,9 +143,12 @@ class Collector(threading.Thread):
             out.status = "ok"
 
     def close(self) -> None:
-        """Stop consuming and close the consumer."""
+        """Stop consuming and close the consumer (also when the thread never started)."""
         self.stopping.set()
-        self.join(timeout=10)
+        if self.is_alive():
+            self.join(timeout=10)
+        else:
+            self.consumer.close()
 
 
 @dataclass

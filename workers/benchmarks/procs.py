@@ -9,6 +9,7 @@ and the pools run with identical settings.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -173,13 +174,15 @@ class PoolProcesses:
         consumer groups and topics. A pool still running after ``timeout_s`` is killed."""
         for proc in self.procs.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+                    os.killpg(proc.pid, signal.SIGTERM)
         for pool, proc in self.procs.items():
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 log.warning("bench.pool_killed", pool=pool)
-                os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self._delete_kafka_state()
 

@@ -187,12 +187,12 @@ def run_mode(
     echo(f"{plan.mode} baseline: {baseline}")
     slo = Slo(plan.p99_ms)
     procs = PoolProcesses(s, overrides, POOLS[plan.mode], config.log_dir / run / plan.mode)
-    procs.start()
     collector = Collector(s, plan.mode)
-    collector.start()
     producer = EventProducer(make_producer(s.kafka, linger_ms=1))
     results: list[RateResult] = []
     try:
+        procs.start()
+        collector.start()
         queries = TopicRegistry(prefix).name(QUERIES)
         target = LoadTarget(
             producer, queries, collector, make, procs.check_alive, procs.batch_totals
