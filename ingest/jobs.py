@@ -20,6 +20,10 @@ from ragstream.db.models import IngestJob, IngestJobItem, utcnow
 
 DONE_STATUSES = ("indexed", "unchanged", "deleted")
 FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
+#: Celery task sent (by name, with the job id) when a job reaches a final status; the webhook
+#: layer (``api.webhooks.tasks``) implements it. Sending by name keeps ``ingest`` free of API
+#: imports.
+JOB_COMPLETED_TASK = "ragstream.webhooks.ingest_job_completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,8 @@ class JobProgress:
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    #: True when the call that returned this progress moved the job to its final status.
+    finished_now: bool = False
 
     @property
     def finished(self) -> bool:
@@ -121,10 +127,11 @@ def refresh_counters(sessions: sessionmaker[Session], job_id: str) -> JobProgres
         job.failed_documents = counts.get("failed", 0)
         job.chunk_count = int(chunks or 0)
         job.heartbeat_at = utcnow()
-        if counts.get("pending", 0) == 0 and job.status == "running":
+        finished_now = counts.get("pending", 0) == 0 and job.status == "running"
+        if finished_now:
             job.status = "completed_with_failures" if job.failed_documents else "succeeded"
             job.finished_at = utcnow()
-        return _progress(job)
+        return _progress(job, finished_now=finished_now)
 
 
 def progress(sessions: sessionmaker[Session], job_id: str) -> JobProgress:
@@ -186,15 +193,20 @@ def record_resume(sessions: sessionmaker[Session], job_id: str) -> int:
         return job.resumes
 
 
-def fail_job(sessions: sessionmaker[Session], job_id: str, reason: str) -> None:
-    """Mark the job failed with ``reason`` (its items keep their status)."""
+def fail_job(sessions: sessionmaker[Session], job_id: str, reason: str) -> bool:
+    """Mark the job failed with ``reason`` (its items keep their status).
+
+    Returns True if the job was not final before (this call finished it).
+    """
     with sessions.begin() as session:
         job = session.get(IngestJob, job_id)
         if job is None:
             raise KeyError(job_id)
+        was_final = job.status in FINAL_JOB_STATUSES
         job.status = "failed"
         job.error = reason
         job.finished_at = utcnow()
+        return not was_final
 
 
 def aware(value: dt.datetime) -> dt.datetime:
@@ -202,7 +214,7 @@ def aware(value: dt.datetime) -> dt.datetime:
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
-def _progress(job: IngestJob) -> JobProgress:
+def _progress(job: IngestJob, *, finished_now: bool = False) -> JobProgress:
     return JobProgress(
         job.id,
         job.tenant,
@@ -215,4 +227,5 @@ def _progress(job: IngestJob) -> JobProgress:
         job.created_at,
         job.started_at,
         job.finished_at,
+        finished_now,
     )

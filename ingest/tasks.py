@@ -7,7 +7,10 @@ the stream path.
   deterministic chunk ids), so it acknowledges late and is redelivered if its worker dies;
 - a watchdog thread in every worker resumes running jobs whose heartbeat went stale (their
   workers died) by re-enqueueing their pending items, and fails them with a reason after
-  ``ingest.job_max_resumes`` resumes.
+  ``ingest.job_max_resumes`` resumes;
+- whichever of these moves a job to its final status sends ``jobs.JOB_COMPLETED_TASK`` (by
+  name) so the webhook layer announces ``ingest.job.completed`` to the job's callback URL and
+  the tenant's endpoints.
 """
 
 from __future__ import annotations
@@ -64,6 +67,15 @@ def enqueue_batches(job_id: str, item_ids: list[int], size: int) -> int:
     return n
 
 
+def announce_finished(job_id: str) -> None:
+    """Ask the webhook layer to announce that job ``job_id`` finished (never raises: a broker
+    error is logged; the job's state in SQL is unaffected)."""
+    try:
+        celery_app.send_task(jobs.JOB_COMPLETED_TASK, args=[job_id])
+    except Exception as exc:
+        log.error("job.announce_failed", job_id=job_id, error=f"{type(exc).__name__}: {exc}")
+
+
 @celery_app.task(name="ragstream.ingest.run_job", acks_late=True)  # type: ignore[untyped-decorator]
 def run_job(job_id: str) -> dict[str, Any]:
     """Fan a job out into batch tasks. Idempotent: only pending items are sent."""
@@ -71,8 +83,8 @@ def run_job(job_id: str) -> dict[str, Any]:
     jobs.mark_running(ctx.sessions, job_id)
     pending = jobs.pending_item_ids(ctx.sessions, job_id)
     batches = enqueue_batches(job_id, pending, ctx.settings.ingest.job_batch_size)
-    if not pending:
-        jobs.refresh_counters(ctx.sessions, job_id)
+    if not pending and jobs.refresh_counters(ctx.sessions, job_id).finished_now:
+        announce_finished(job_id)
     log.info("job.fanned_out", job_id=job_id, items=len(pending), batches=batches)
     return {"job_id": job_id, "items": len(pending), "batches": batches}
 
@@ -105,6 +117,8 @@ def ingest_batch(job_id: str, item_ids: list[int]) -> dict[str, Any]:
         stop_beat.set()
     _record(ctx.sessions, results)
     progress = jobs.refresh_counters(ctx.sessions, job_id)
+    if progress.finished_now:
+        announce_finished(job_id)
     return {"job_id": job_id, "items": len(results), "status": progress.status}
 
 
@@ -185,7 +199,8 @@ def reap_stale_jobs(settings: Settings, sessions: sessionmaker[Session]) -> list
     for job in jobs.stale_jobs(sessions, settings.ingest.job_stale_after_s):
         pending = jobs.pending_item_ids(sessions, job.id)
         if not pending:
-            jobs.refresh_counters(sessions, job.id)
+            if jobs.refresh_counters(sessions, job.id).finished_now:
+                announce_finished(job.id)
             acted.append(job.id)
             continue
         if job.resumes >= settings.ingest.job_max_resumes:
@@ -194,7 +209,8 @@ def reap_stale_jobs(settings: Settings, sessions: sessionmaker[Session]) -> list
                 f"{job.resumes} resume(s); {len(pending)} document(s) never finished "
                 "(are the Celery workers running?)"
             )
-            jobs.fail_job(sessions, job.id, reason)
+            if jobs.fail_job(sessions, job.id, reason):
+                announce_finished(job.id)
             log.error("job.failed_by_watchdog", job_id=job.id, pending=len(pending))
         else:
             resumes = jobs.record_resume(sessions, job.id)

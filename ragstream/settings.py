@@ -170,6 +170,10 @@ class WebhookSettings(BaseModel):
     ``signing_secret`` is a ``whsec_``-prefixed base64 key; the default is a development key
     and must be replaced in production. ``allow_networks`` lists CIDRs that webhooks may reach
     although they are not globally routable (tests allow ``127.0.0.1/32``).
+    A pending delivery that never got a Celery task (broker down when it was created) is
+    scheduled by the sweeper of every Celery worker: every ``sweep_interval_s`` (0 disables
+    it), once it is ``sweep_after_s`` old, unless it was queued less than
+    ``schedule_marker_ttl_s`` ago (a long queue is not a lost task).
     """
 
     signing_secret: str = "whsec_cmFnc3RyZWFtLWRldmVsb3BtZW50LWtleS0wMDAwMDA="  # noqa: S105 - dev key
@@ -178,6 +182,10 @@ class WebhookSettings(BaseModel):
     backoff_base_s: float = 2.0
     backoff_cap_s: float = 300.0
     timeout_s: float = 10.0
+    max_endpoints_per_tenant: int = Field(default=20, ge=1)
+    sweep_interval_s: float = Field(default=15.0, ge=0)
+    sweep_after_s: float = Field(default=60.0, ge=0)
+    schedule_marker_ttl_s: int = Field(default=3600, ge=1)
 
 
 class EchoSettings(BaseModel):

@@ -6,6 +6,7 @@ library). Timeouts, connection errors, 429 and 5xx are retried with exponential 
 after ``max_attempts`` the delivery is ``failed``. Redirects are followed by hand (at most 3),
 each target checked by the SSRF guard again. The stable ``webhook_id`` lets receivers
 de-duplicate, and :func:`enqueue` never creates a second delivery for the same id.
+:func:`get_delivery` is the read side (status and every attempt) behind the HTTP API.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def attempt(
         )
     except SsrfBlockedError as exc:
         return AttemptResult(None, str(exc), False, (time.perf_counter() - started) * 1000)
+    except (httpx.InvalidURL, ValueError) as exc:  # a URL httpx cannot send: never will
+        ms = (time.perf_counter() - started) * 1000
+        return AttemptResult(None, f"invalid webhook URL: {exc}", False, ms)
     except httpx.HTTPError as exc:
         ms = (time.perf_counter() - started) * 1000
         return AttemptResult(None, f"{type(exc).__name__}: {exc}", True, ms)
@@ -158,3 +162,75 @@ def run_attempt(
             row.status = status
             row.finished_at = utcnow()
     return status, result
+
+
+def attempt_count(sessions: sessionmaker[Session], delivery_id: int) -> int | None:
+    """Attempts made so far for delivery ``delivery_id`` (``None``: no such delivery)."""
+    with sessions() as session:
+        row = session.get(WebhookDelivery, delivery_id)
+        return None if row is None else row.attempt_count
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptView:
+    """One recorded attempt: number (from 1), HTTP status (None on a transport error),
+    error text, latency in ms and when it was made (UTC)."""
+
+    attempt: int
+    status_code: int | None
+    error: str | None
+    latency_ms: float | None
+    attempted_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryView:
+    """A delivery with its attempts in order; ``status`` is pending, succeeded or failed."""
+
+    webhook_id: str
+    tenant: str
+    event_type: str
+    url: str
+    status: str
+    attempt_count: int
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+    attempts: tuple[AttemptView, ...]
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def get_delivery(
+    sessions: sessionmaker[Session], tenant: str, webhook_id: str
+) -> DeliveryView | None:
+    """The tenant's delivery ``webhook_id`` with every attempt, or ``None`` (unknown, or
+    another tenant's)."""
+    with sessions() as session:
+        row = session.scalars(
+            select(WebhookDelivery).where(
+                WebhookDelivery.webhook_id == webhook_id, WebhookDelivery.tenant == tenant
+            )
+        ).first()
+        if row is None:
+            return None
+        attempts = session.scalars(
+            select(WebhookAttempt)
+            .where(WebhookAttempt.delivery_id == row.id)
+            .order_by(WebhookAttempt.attempt, WebhookAttempt.id)
+        ).all()
+        return DeliveryView(
+            row.webhook_id,
+            row.tenant,
+            row.event_type,
+            row.url,
+            row.status,
+            row.attempt_count,
+            _utc(row.created_at),
+            _utc(row.finished_at) if row.finished_at else None,
+            tuple(
+                AttemptView(a.attempt, a.status_code, a.error, a.latency_ms, _utc(a.attempted_at))
+                for a in attempts
+            ),
+        )

@@ -54,7 +54,10 @@ def check_url(url: str, allow: Sequence[Network]) -> list[IPAddress]:
     Raises:
         SsrfBlockedError: bad scheme, no host, unresolvable, or a refused address.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise SsrfBlockedError(f"webhook URL cannot be parsed: {exc}") from exc
     if parts.scheme not in ("http", "https"):
         raise SsrfBlockedError(f"webhook URL scheme must be http or https, not {parts.scheme!r}")
     host = parts.hostname

@@ -1,16 +1,37 @@
-"""Celery task ``ragstream.webhooks.deliver``: one attempt per run, retried with back-off."""
+"""Celery side of webhooks: delivery attempts, ingest-job announcements and the sweeper.
+
+- ``ragstream.webhooks.deliver(delivery_id, attempts=None)``: one attempt per run, the next one
+  scheduled with exponential back-off while it may still succeed. ``attempts`` is the number
+  of attempts the message expects to have been made; a message that finds more (a duplicate
+  sent by the sweeper, a redelivery) does nothing.
+- ``ragstream.webhooks.ingest_job_completed(job_id)``: sent by the ingest tasks when a job
+  reaches a final status; creates its ``ingest.job.completed`` deliveries (idempotent) and
+  schedules them.
+- the sweeper: like the ingest watchdog, a daemon thread started in every worker on
+  ``worker_ready``; every ``webhooks.sweep_interval_s`` it schedules pending deliveries that
+  never got a task (see :mod:`api.webhooks.outbox`).
+"""
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from typing import Any
 
+import redis
+import structlog
+from celery.signals import worker_process_init, worker_ready
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.webhooks.delivery import run_attempt
+from api.webhooks.delivery import attempt_count, run_attempt
+from api.webhooks.outbox import CeleryScheduler, announce_job, sweep_pending
 from api.webhooks.ssrf import parse_networks
+from ingest.jobs import JOB_COMPLETED_TASK
 from ragstream.celery_app import celery_app
 from ragstream.settings import get_settings
+
+log = structlog.get_logger(__name__)
 
 
 @lru_cache(maxsize=1)
@@ -20,17 +41,45 @@ def _sessions() -> sessionmaker[Session]:
     return make_session_factory(make_engine(get_settings().database_url))
 
 
+@lru_cache(maxsize=1)
+def _scheduler() -> CeleryScheduler:
+    settings = get_settings()
+    return CeleryScheduler(
+        redis.Redis.from_url(settings.redis.url),
+        marker_ttl_s=settings.webhooks.schedule_marker_ttl_s,
+        app=celery_app,
+    )
+
+
+@worker_process_init.connect  # type: ignore[untyped-decorator]
+def _forget_parent_clients(**_: object) -> None:
+    """In a forked pool process, drop the parent's SQL pool without closing its connections
+    (SQLAlchemy's rule for ``fork``) so this process opens its own."""
+    if _sessions.cache_info().currsize:
+        _sessions().kw["bind"].dispose(close=False)
+    _sessions.cache_clear()
+    _scheduler.cache_clear()
+
+
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     """Exponential back-off before attempt ``attempt + 1``: ``min(cap, base * 2**(attempt-1))``."""
     return float(min(cap_s, base_s * 2.0 ** max(0, attempt - 1)))
 
 
 @celery_app.task(name="ragstream.webhooks.deliver", bind=True, acks_late=True, max_retries=None)  # type: ignore[untyped-decorator]
-def deliver(self: Any, delivery_id: int) -> str:
-    """Attempt delivery ``delivery_id``; schedule the next attempt if it may succeed later."""
+def deliver(self: Any, delivery_id: int, attempts: int | None = None) -> str:
+    """Attempt delivery ``delivery_id``; schedule the next attempt if it may succeed later.
+
+    Returns ``succeeded`` or ``failed`` (final), or ``stale`` when the message expected fewer
+    attempts than were made (a duplicate). While the delivery may still succeed, the task is
+    retried instead, with ``attempts`` set to the attempts made so far.
+    """
     cfg = get_settings().webhooks
+    sessions = _sessions()
+    if attempts is not None and attempt_count(sessions, delivery_id) != attempts:
+        return "stale"
     status, _ = run_attempt(
-        _sessions(),
+        sessions,
         delivery_id,
         secret=cfg.signing_secret,
         allow=parse_networks(cfg.allow_networks),
@@ -38,6 +87,58 @@ def deliver(self: Any, delivery_id: int) -> str:
         timeout_s=cfg.timeout_s,
     )
     if status == "retry":
-        attempt_no = self.request.retries + 1
-        raise self.retry(countdown=backoff_s(attempt_no, cfg.backoff_base_s, cfg.backoff_cap_s))
+        made = attempt_count(sessions, delivery_id) or 1
+        raise self.retry(
+            args=[delivery_id, made],
+            countdown=backoff_s(made, cfg.backoff_base_s, cfg.backoff_cap_s),
+        )
     return status
+
+
+@celery_app.task(  # type: ignore[untyped-decorator]
+    name=JOB_COMPLETED_TASK,
+    acks_late=True,
+    autoretry_for=(SQLAlchemyError,),
+    retry_backoff=2,
+    retry_backoff_max=120,
+    max_retries=8,
+)
+def ingest_job_completed(job_id: str) -> int:
+    """Create and schedule the ``ingest.job.completed`` deliveries of job ``job_id``.
+
+    Idempotent (stable webhook ids); returns how many deliveries were created.
+    """
+    created = announce_job(_sessions(), job_id)
+    _scheduler().schedule(created)
+    return len(created)
+
+
+def sweep_once() -> int:
+    """One sweep with the process settings; returns how many deliveries were scheduled."""
+    cfg = get_settings().webhooks
+    sent = sweep_pending(_sessions(), _scheduler(), older_than_s=cfg.sweep_after_s)
+    if sent:
+        log.warning("webhook.swept", scheduled=len(sent))
+    return len(sent)
+
+
+def _sweeper_loop(stop: threading.Event) -> None:
+    while True:
+        try:
+            sweep_once()
+        except Exception as exc:  # the sweeper must outlive a database or broker hiccup
+            log.error("webhook.sweeper_error", error=f"{type(exc).__name__}: {exc}")
+        if stop.wait(get_settings().webhooks.sweep_interval_s):
+            return
+
+
+_SWEEPER_STOP = threading.Event()
+
+
+@worker_ready.connect  # type: ignore[untyped-decorator]
+def _start_sweeper(**_: object) -> None:
+    if get_settings().webhooks.sweep_interval_s <= 0:
+        return
+    threading.Thread(
+        target=_sweeper_loop, args=(_SWEEPER_STOP,), name="webhook-sweeper", daemon=True
+    ).start()

@@ -1,17 +1,19 @@
-"""The delivery pool writes the query log once per request id, whatever is replayed."""
+"""The delivery pool writes the query log, and creates each webhook delivery, once per request
+id, whatever is replayed."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kafka import KafkaProducer
 from sqlalchemy import select
 
+from api.webhooks.outbox import Scheduled
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
-from ragstream.db.models import QueryLog
+from ragstream.db.models import QueryLog, WebhookDelivery
 from ragstream.settings import PoolSettings, Settings
 from tests.integration.kafkakit import wait_for
 from topics.admin import ensure_topics, make_admin
@@ -21,6 +23,17 @@ from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
 from topics.serde import encode
 from workers.pools.delivery import delivery_handler
 from workers.runtime.runner import PoolRunner
+
+
+class RecordingScheduler:
+    """Records what the pool asks to schedule (no Celery here)."""
+
+    def __init__(self) -> None:
+        self.scheduled: list[Scheduled] = []
+
+    def schedule(self, deliveries: Sequence[Scheduled]) -> list[Scheduled]:
+        self.scheduled += deliveries
+        return list(deliveries)
 
 
 def test_query_log_is_written_once_per_request(
@@ -33,8 +46,12 @@ def test_query_log_is_written_once_per_request(
     admin = make_admin(settings.kafka)
     ensure_topics(admin, registry.physical_topics())
     admin.close()
+    scheduler = RecordingScheduler()
     handler = delivery_handler(
-        sessions, pool=PoolSettings(max_batch=16, max_wait_ms=100), group=unique_name("g")
+        sessions,
+        pool=PoolSettings(max_batch=16, max_wait_ms=100),
+        scheduler=scheduler,
+        group=unique_name("g"),
     )
     runner = PoolRunner(
         handler,
@@ -50,6 +67,7 @@ def test_query_log_is_written_once_per_request(
         status="answered",
         answer="5432 [1]",
         citations=(Citation(n=1, doc_id="ports", chunk_id="c1"),),
+        callback_url="http://127.0.0.1:9/hook",
     )
     replay = first.model_copy(update={"answer": "a different second answer"})
     failed = QueryResponse(
@@ -79,3 +97,8 @@ def test_query_log_is_written_once_per_request(
         {"n": 1, "doc_id": "ports", "chunk_id": "c1", "title": "", "source": ""}
     ]
     assert log["r2"].status == "failed" and log["r2"].error_code == "DEADLINE_EXCEEDED"
+    # One webhook delivery for r1's callback (r2 has no target), scheduled once.
+    with sessions() as s:
+        (hook,) = s.scalars(select(WebhookDelivery)).all()
+    assert hook.url == "http://127.0.0.1:9/hook" and hook.payload["data"]["answer"] == "5432 [1]"
+    assert scheduler.scheduled == [Scheduled(hook.id, hook.webhook_id)]

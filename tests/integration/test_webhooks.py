@@ -2,62 +2,22 @@
 
 from __future__ import annotations
 
-import http.server
 import ipaddress
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import select
-from standardwebhooks.webhooks import Webhook
 
 from api.webhooks.delivery import enqueue, run_attempt
 from api.webhooks.ssrf import SsrfBlockedError, address_allowed, check_url, parse_networks
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.db.models import WebhookAttempt, WebhookDelivery
-from ragstream.settings import WebhookSettings
+from tests.integration.hookkit import SECRET, Receiver
 
-SECRET = WebhookSettings().signing_secret
 LOOPBACK = parse_networks(["127.0.0.1/32"])
-
-
-class Receiver:
-    """Answers each POST with the next status of ``statuses`` and records verified bodies."""
-
-    def __init__(self, statuses: list[int], redirect_to: str | None = None) -> None:
-        self.statuses = statuses
-        self.received: list[tuple[str, Any]] = []
-        self.verified = 0
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                payload = Webhook(SECRET).verify(body, headers)  # raises if the signature is bad
-                outer.verified += 1
-                outer.received.append((headers["webhook-id"], payload))
-                if redirect_to:
-                    self.send_response(307)
-                    self.send_header("location", redirect_to)
-                else:
-                    self.send_response(outer.statuses.pop(0) if outer.statuses else 200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: Any) -> None:
-                return
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -103,8 +63,8 @@ def test_500_then_200_is_one_delivery_succeeded_on_attempt_2(sessions: Any) -> N
         assert first is not None and again is None  # a replayed answer: still one delivery
         assert _deliver_until_final(sessions, first) == "succeeded"
         assert receiver.verified == 2
-        assert [r[0] for r in receiver.received] == ["msg_r1", "msg_r1"]  # stable id
-        assert receiver.received[-1][1] == payload
+        assert [r.webhook_id for r in receiver.received] == ["msg_r1", "msg_r1"]  # stable id
+        assert receiver.received[-1].payload == payload
         with sessions() as s:
             (row,) = s.scalars(select(WebhookDelivery)).all()
             attempts = s.scalars(select(WebhookAttempt).order_by(WebhookAttempt.attempt)).all()
@@ -145,6 +105,8 @@ def test_delivery_fails_for_good_after_max_attempts(sessions: Any) -> None:
         "http://localhost:9/",
         "ftp://example.com/",
         "http:///nohost",
+        "http://[::1/unclosed-bracket",
+        "http://127.0.0.1:99999/bad-port",
     ],
 )
 def test_ssrf_targets_are_refused(url: str) -> None:
@@ -168,6 +130,6 @@ def test_redirect_to_a_refused_address_is_not_followed(sessions: Any) -> None:
         with sessions() as s:
             (attempt,) = s.scalars(select(WebhookAttempt)).all()
             assert "refused address 169.254.169.254" in (attempt.error or "")
-        assert json.dumps(receiver.received[0][1]) == '{"x": 1}'
+        assert json.dumps(receiver.received[0].payload) == '{"x": 1}'
     finally:
         receiver.close()

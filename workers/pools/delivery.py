@@ -1,17 +1,27 @@
-"""The delivery pool: ``rag.responses`` in; the SQL query log written idempotently.
+"""The delivery pool: ``rag.responses`` in; the SQL query log and the webhooks out.
 
 Exactly-once out: the first final response of a ``request_id`` is recorded; a replayed or
-duplicate response (at-least-once upstream) finds the row final and changes nothing. Webhook
-delivery and HTTP waiters build on this log (see the API issue).
+duplicate response (at-least-once upstream) finds the row final and changes nothing. In the
+same SQL transaction, each response that became final gets one ``query.completed`` webhook
+delivery per target (its ``callback_url`` and the tenant's endpoints registered for the event),
+with a webhook id derived from (tenant, request id, URL) - so a replay creates nothing and
+schedules nothing. After the commit a Celery task is sent per new delivery; if the broker is
+down they stay ``pending`` and the Celery workers' sweeper schedules them later (see
+:mod:`api.webhooks.outbox`). The SSRF guard runs at delivery time, on every attempt.
+
+The answer caches are filled by the generation pool, which knows the index version the answer
+was computed against; this pool leaves them alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.webhooks.outbox import Scheduled, add_query_deliveries
 from ragstream.db.models import QueryLog, utcnow
 from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
@@ -23,41 +33,69 @@ from workers.runtime.handler import Handler, Outcome
 FINAL = ("answered", "failed")
 
 
-def record_responses(sessions: sessionmaker[Session], responses: Sequence[QueryResponse]) -> int:
-    """Write each first final response into the query log; return how many rows changed."""
-    changed = 0
+class Scheduler(Protocol):
+    """Sends the Celery task of new deliveries (``api.webhooks.outbox.CeleryScheduler``)."""
+
+    def schedule(self, deliveries: Sequence[Scheduled]) -> list[Scheduled]:
+        """Schedule ``deliveries``; return those sent (the rest are left to the sweeper)."""
+        ...
+
+
+def _record(session: Session, responses: Sequence[QueryResponse]) -> list[QueryResponse]:
+    """Write each first final response into the query log; return those written, in order."""
+    ids = list({r.request_id for r in responses})
+    rows = {
+        row.request_id: row
+        for row in session.scalars(select(QueryLog).where(QueryLog.request_id.in_(ids)))
+    }
+    written: list[QueryResponse] = []
+    for r in responses:
+        row = rows.get(r.request_id)
+        if row is None:
+            row = QueryLog(request_id=r.request_id, tenant=r.tenant, query="")
+            session.add(row)
+            rows[r.request_id] = row
+        elif row.status in FINAL:
+            continue  # a replay or a duplicate: the first answer stays
+        row.status = "answered" if r.status == "answered" else "failed"
+        row.answer = r.answer or None
+        row.citations = [c.model_dump(mode="json") for c in r.citations]
+        row.trace = {"stages": [t.model_dump(mode="json") for t in r.trace], "tier": r.tier}
+        row.error_code = r.error.code.value if r.error else None
+        row.error_message = r.error.message if r.error else None
+        row.completed_at = utcnow()
+        written.append(r)
+    return written
+
+
+def record_responses(
+    sessions: sessionmaker[Session], responses: Sequence[QueryResponse]
+) -> tuple[list[QueryResponse], list[Scheduled]]:
+    """Record the batch in one transaction: query log rows and their webhook deliveries.
+
+    Returns ``(responses that became final, deliveries created)``; both are empty for a batch
+    of replays. Nothing is scheduled here (see :func:`delivery_handler`).
+    """
     with sessions.begin() as session:
-        ids = list({r.request_id for r in responses})
-        rows = {
-            row.request_id: row
-            for row in session.scalars(select(QueryLog).where(QueryLog.request_id.in_(ids)))
-        }
-        for r in responses:
-            row = rows.get(r.request_id)
-            if row is None:
-                row = QueryLog(request_id=r.request_id, tenant=r.tenant, query="")
-                session.add(row)
-                rows[r.request_id] = row
-            elif row.status in FINAL:
-                continue  # a replay or a duplicate: the first answer stays
-            row.status = "answered" if r.status == "answered" else "failed"
-            row.answer = r.answer or None
-            row.citations = [c.model_dump(mode="json") for c in r.citations]
-            row.trace = {"stages": [t.model_dump(mode="json") for t in r.trace], "tier": r.tier}
-            row.error_code = r.error.code.value if r.error else None
-            row.error_message = r.error.message if r.error else None
-            row.completed_at = utcnow()
-            changed += 1
-    return changed
+        written = _record(session, responses)
+        created = add_query_deliveries(session, written)
+    return written, created
 
 
 def delivery_handler(
-    sessions: sessionmaker[Session], *, pool: PoolSettings, group: str = "ragstream-delivery"
+    sessions: sessionmaker[Session],
+    *,
+    pool: PoolSettings,
+    scheduler: Scheduler,
+    group: str = "ragstream-delivery",
 ) -> Handler[QueryResponse]:
-    """The delivery pool's handler: one SQL transaction per batch, no output events."""
+    """The delivery pool's handler: one SQL transaction per batch, then one Celery task per
+    new webhook delivery; no output events."""
 
     def fn(events: list[QueryResponse]) -> Sequence[Outcome]:
-        record_responses(sessions, events)
+        _, created = record_responses(sessions, events)
+        if created:
+            scheduler.schedule(created)
         return []
 
     return Handler(
@@ -73,17 +111,23 @@ def delivery_handler(
 
 def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker delivery``."""
+    import redis
+
+    from api.webhooks.outbox import CeleryScheduler
     from ragstream.db.engine import make_engine, make_session_factory
     from workers.runtime.build import build_runner, until_signalled
 
     sessions = make_session_factory(make_engine(settings.database_url))
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    scheduler = CeleryScheduler(client, marker_ttl_s=settings.webhooks.schedule_marker_ttl_s)
     handler = delivery_handler(
         sessions,
         pool=settings.pools.delivery,
+        scheduler=scheduler,
         group=settings.kafka.topic_prefix + "ragstream-delivery",
     )
     runner = build_runner(handler, settings, settings.pools.delivery)
-    return until_signalled(runner)
+    return until_signalled(runner, cleanup=client.close)
 
 
 register_pool("delivery", run_delivery_pool)

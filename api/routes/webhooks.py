@@ -1,0 +1,112 @@
+"""``/v1/webhooks``: a tenant's webhook endpoints and its deliveries.
+
+- ``POST /v1/webhooks`` (201): register ``{url, event_types, description}``; the URL is
+  SSRF-checked now (after DNS resolution) and again at every delivery; 422 when refused.
+- ``GET /v1/webhooks``, ``GET /v1/webhooks/{id}``, ``DELETE /v1/webhooks/{id}`` (204).
+- ``GET /v1/webhooks/deliveries/{webhook_id}``: status and every attempt of one delivery.
+
+Everything is scoped to the API key's tenant; another tenant's endpoint or delivery is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request, Response
+
+from api.auth import Principal
+from api.deps import principal, services
+from api.errors import ApiError, ErrorEnvelope
+from api.webhooks import endpoints
+from api.webhooks.delivery import get_delivery
+from api.webhooks.protocol import DeliveryOut, EndpointBody, EndpointList, EndpointOut
+from api.webhooks.ssrf import parse_networks
+
+router = APIRouter(tags=["webhooks"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorEnvelope} for s in (401, 404, 422, 429)
+}
+EndpointId = Annotated[str, Path(min_length=1, max_length=64)]
+WebhookId = Annotated[str, Path(min_length=1, max_length=64)]
+
+
+@router.post(
+    "/v1/webhooks",
+    status_code=201,
+    response_model=EndpointOut,
+    responses={**ERRORS, 409: {"model": ErrorEnvelope}},
+)
+async def create_webhook(
+    body: EndpointBody, request: Request, p: Principal = Depends(principal)
+) -> EndpointOut:
+    """Register an endpoint for the caller's tenant (at most ``webhooks.max_endpoints_per_tenant``).
+
+    Deliveries are signed with Standard Webhooks headers (``webhook-id``,
+    ``webhook-timestamp``, ``webhook-signature``); de-duplicate on ``webhook-id``.
+    """
+    svc = services(request)
+    cfg = svc.settings.webhooks
+    try:
+        created = await asyncio.to_thread(
+            endpoints.register,
+            svc.sessions,
+            p.tenant,
+            body.url,
+            body.event_types,
+            allow=parse_networks(cfg.allow_networks),
+            description=body.description,
+            max_per_tenant=cfg.max_endpoints_per_tenant,
+        )
+    except endpoints.EndpointLimitError as exc:
+        raise ApiError(409, "CONFLICT", str(exc)) from exc
+    except endpoints.EndpointError as exc:
+        raise ApiError(422, "INVALID_REQUEST", str(exc)) from exc
+    return EndpointOut.of(created)
+
+
+@router.get("/v1/webhooks", response_model=EndpointList, responses=ERRORS)
+async def list_webhooks(request: Request, p: Principal = Depends(principal)) -> EndpointList:
+    """The caller's endpoints, oldest first."""
+    found = await asyncio.to_thread(endpoints.list_endpoints, services(request).sessions, p.tenant)
+    return EndpointList(data=[EndpointOut.of(e) for e in found])
+
+
+@router.get("/v1/webhooks/{endpoint_id}", response_model=EndpointOut, responses=ERRORS)
+async def get_webhook(
+    endpoint_id: EndpointId, request: Request, p: Principal = Depends(principal)
+) -> EndpointOut:
+    """One of the caller's endpoints."""
+    found = await asyncio.to_thread(
+        endpoints.get_endpoint, services(request).sessions, p.tenant, endpoint_id
+    )
+    if found is None:
+        raise ApiError(404, "NOT_FOUND", f"no webhook endpoint {endpoint_id!r} for this tenant")
+    return EndpointOut.of(found)
+
+
+@router.delete(
+    "/v1/webhooks/{endpoint_id}", status_code=204, response_class=Response, responses=ERRORS
+)
+async def delete_webhook(
+    endpoint_id: EndpointId, request: Request, p: Principal = Depends(principal)
+) -> Response:
+    """Delete one of the caller's endpoints (deliveries already made keep their record)."""
+    deleted = await asyncio.to_thread(
+        endpoints.delete_endpoint, services(request).sessions, p.tenant, endpoint_id
+    )
+    if not deleted:
+        raise ApiError(404, "NOT_FOUND", f"no webhook endpoint {endpoint_id!r} for this tenant")
+    return Response(status_code=204)
+
+
+@router.get("/v1/webhooks/deliveries/{webhook_id}", response_model=DeliveryOut, responses=ERRORS)
+async def get_webhook_delivery(
+    webhook_id: WebhookId, request: Request, p: Principal = Depends(principal)
+) -> DeliveryOut:
+    """Status and attempts of one delivery of the caller's tenant (by its ``webhook-id``)."""
+    found = await asyncio.to_thread(get_delivery, services(request).sessions, p.tenant, webhook_id)
+    if found is None:
+        raise ApiError(404, "NOT_FOUND", f"no webhook delivery {webhook_id!r} for this tenant")
+    return DeliveryOut.of(found)
