@@ -15,7 +15,7 @@ BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
 
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs up down status lint test unit demo bench clean-local
+.PHONY: install docs up down status lint test unit demo stop bench clean-local
 
 install: $(VENV)/.installed
 
@@ -55,10 +55,13 @@ test: install docs
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# Starts every process (Procfile, under honcho), ingests both manuals as a Celery job, asks ten
+# questions through the API, and leaves everything running. `make stop` stops the processes.
 demo: docs up
-	$(RAGSTREAM) db upgrade
-	$(RAGSTREAM) health
-	$(RAGSTREAM) infra status
+	$(RAGSTREAM) demo run
+
+stop: install
+	$(RAGSTREAM) demo stop
 
 # Benchmarks (numbers, not tests): ingest, bus, query, evaluation -> $(BENCH_DIR)/ (JSON,
 # Markdown, PNG) and bench/results/latest/summary.json. The query benchmark and the evaluation

@@ -38,6 +38,7 @@ def _mount_subcommands() -> None:
     from evaluation.cli import eval_command
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
+    from ragstream.demo import demo_app
     from topics.cli import dlq_app, topics_app
     from workers.bench import bench_app
 
@@ -51,6 +52,7 @@ def _mount_subcommands() -> None:
     app.command("eval")(eval_command)
     app.add_typer(keys_app, name="keys")
     app.command("query")(query_command)
+    app.add_typer(demo_app, name="demo")
 
 
 _mount_subcommands()

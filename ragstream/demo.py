@@ -1,0 +1,252 @@
+"""``ragstream demo``: the main job end to end on the real manuals.
+
+``ragstream demo run``:
+
+1. migrates the SQL store and creates the topics;
+2. starts every process of the ``Procfile`` under honcho, in the background (one process per
+   pool, the API, a Celery worker and Flower), unless they already run;
+3. waits until the API is ready and every pool has reported in;
+4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job with a
+   progress bar (unchanged documents are skipped by content hash on a second run);
+5. asks ten questions (``evaluation/questions.sample.jsonl``) through the HTTP API and prints
+   answers, numbered citations and latencies;
+6. leaves everything running and prints the URLs and how to stop.
+
+``ragstream demo stop`` stops the processes (``make down`` stops the services).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import redis
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragstream.settings import PROJECT_ROOT, Settings, get_settings
+
+console = Console()
+demo_app = typer.Typer(help="The main job end to end on the real manuals.", no_args_is_help=True)
+
+MANUALS = (
+    Path("/usr/share/doc/python3.11/html"),
+    Path("/usr/share/doc/postgresql-doc-15/html"),
+)
+QUESTIONS = PROJECT_ROOT / "evaluation" / "questions.sample.jsonl"
+PROCFILE = PROJECT_ROOT / "Procfile"
+POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
+TENANT = "default"
+
+
+def _state_dir(settings: Settings) -> Path:
+    path = settings.infra.local_dir / "demo"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _running_pid(settings: Settings) -> int | None:
+    pid_file = _state_dir(settings) / "honcho.pid"
+    if not pid_file.exists():
+        return None
+    pid = int(pid_file.read_text().strip() or 0)
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return None
+    status = Path(f"/proc/{pid}/status")
+    if status.exists() and "State:\tZ" in status.read_text():
+        return None  # a zombie left by a non-reaping init
+    return pid
+
+
+def start_processes(settings: Settings) -> int:
+    """Start the Procfile under honcho (new session, logs in ``.local/demo/processes.log``)."""
+    pid = _running_pid(settings)
+    if pid is not None:
+        console.print(f"processes already running (honcho pid {pid})")
+        return pid
+    state = _state_dir(settings)
+    log = (state / "processes.log").open("ab")
+    honcho = str(Path(sys.executable).parent / "honcho")
+    proc = subprocess.Popen(
+        [honcho, "-f", str(PROCFILE), "-d", str(PROJECT_ROOT), "start"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+    )
+    (state / "honcho.pid").write_text(str(proc.pid))
+    console.print(f"started the Procfile under honcho (pid {proc.pid}); logs: {log.name}")
+    return proc.pid
+
+
+def wait_ready(settings: Settings, timeout_s: float = 300) -> None:
+    """Wait for ``/readyz`` and a pressure report of every pool.
+
+    Raises:
+        typer.Exit: not ready within ``timeout_s`` (the log tail is printed).
+    """
+    from workers.runtime.pressure import read_pressure
+
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    url = f"http://{settings.api.host}:{settings.api.port}/readyz"
+    deadline = time.monotonic() + timeout_s
+    missing: list[str] = ["api", *POOLS]
+    with console.status("waiting for the API and the pools..."):
+        while time.monotonic() < deadline:
+            missing = []
+            try:
+                if httpx.get(url, timeout=5).status_code != 200:
+                    missing.append("api")
+            except httpx.HTTPError:
+                missing.append("api")
+            missing += [p for p in POOLS if read_pressure(client, p).members == 0]
+            if not missing:
+                console.print("API ready; every pool reported in")
+                return
+            if _running_pid(settings) is None:
+                break
+            time.sleep(1.0)
+    tail = (_state_dir(settings) / "processes.log").read_text(errors="replace")[-4000:]
+    console.print(f"[red]not ready[/red]: {', '.join(missing)}\n{tail}")
+    raise typer.Exit(1)
+
+
+def demo_key(settings: Settings) -> str:
+    """The demo's API key for tenant ``default`` (created once, kept in ``.local/demo``)."""
+    from api.auth import create_key, lookup
+    from ragstream.db.engine import make_engine, make_session_factory
+
+    sessions = make_session_factory(make_engine(settings.database_url))
+    path = _state_dir(settings) / "api_key"
+    if path.exists():
+        key = path.read_text().strip()
+        if lookup(sessions, key) is not None:
+            return key
+    key, _ = create_key(sessions, TENANT, name="demo")
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+def ingest_manuals(settings: Settings) -> None:
+    """One Celery bulk job over both manuals, followed with a progress bar."""
+    from ingest import jobs
+    from ingest.cli import follow
+    from ingest.sources import discover
+    from ingest.tasks import run_job
+    from ragstream.db.engine import make_engine, make_session_factory
+
+    missing = [str(m) for m in MANUALS if not m.is_dir()]
+    if missing:
+        console.print(f"[red]missing manuals[/red] {missing}: run `make docs`")
+        raise typer.Exit(1)
+    files = discover(list(MANUALS), settings.ingest.allowed_roots, settings.ingest.extensions)
+    sessions = make_session_factory(make_engine(settings.database_url))
+    job_id = jobs.create_job(sessions, TENANT, files)
+    run_job.delay(job_id)
+    console.print(
+        f"ingest job [bold]{job_id}[/bold]: {len(files)} pages of the Python 3.11 and "
+        "PostgreSQL 15 manuals (unchanged pages are skipped)"
+    )
+    follow(settings, sessions, job_id)
+
+
+def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
+    """Ask ``limit`` sample questions through the API; print answers, citations, latency."""
+    from api.cli import print_result
+    from ragstream.client import ApiRequestError, HttpClient
+
+    questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    latencies: list[tuple[str, float, str]] = []
+    with HttpClient(base, key, timeout_s=330) as client:
+        for i, q in enumerate(questions[:limit], 1):
+            console.rule(f"[bold]{i}. {q['question']}")
+            try:
+                result = client.query(q["question"], timeout_s=180)
+            except ApiRequestError as exc:
+                console.print(f"[red]{exc}[/red]")
+                latencies.append((q["id"], float("nan"), exc.code))
+                continue
+            print_result(result)
+            latencies.append((q["id"], result.latency_ms or float("nan"), result.status))
+    table = Table("question", "latency ms", "status", title="latencies through the API")
+    for qid, ms, status in latencies:
+        table.add_row(qid, f"{ms:.0f}", status)
+    console.print(table)
+
+
+def print_urls(settings: Settings) -> None:
+    """Where to look, and how to stop."""
+    api = f"http://{settings.api.host}:{settings.api.port}"
+    pools = settings.pools
+    ports = {
+        "ingest": pools.ingest.metrics_port,
+        "retrieval": pools.retrieval.metrics_port,
+        "rerank": pools.rerank.metrics_port,
+        "generation-small": pools.generation_small.metrics_port,
+        "generation-large": pools.generation_large.metrics_port,
+        "delivery": pools.delivery.metrics_port,
+    }
+    console.rule("[bold green]ragstream is running")
+    console.print(f"API docs (OpenAPI):  {api}/docs")
+    console.print(f"API metrics:         {api}/metrics")
+    console.print(f"Flower (Celery):     http://127.0.0.1:{settings.celery.flower_port}")
+    for pool, port in ports.items():
+        console.print(f"{pool + ' metrics:':<21}http://127.0.0.1:{port}/metrics")
+    console.print(f"API key (tenant {TENANT}): {_state_dir(settings) / 'api_key'}")
+    console.print('Ask:   ragstream query "How do I create a virtual environment?" --stream')
+    console.print(f"Logs:  {_state_dir(settings) / 'processes.log'}")
+    console.print("Stop:  make stop   (processes)   ·   make down   (services)")
+
+
+@demo_app.command("run")
+def run(
+    questions: int = typer.Option(10, help="How many sample questions to ask."),
+    skip_ingest: bool = typer.Option(False, help="Do not (re-)ingest the manuals."),
+) -> None:
+    """Start everything, ingest the manuals, ask questions, leave it running."""
+    from ragstream.db.engine import upgrade_head
+    from topics.admin import ensure_topics, make_admin
+    from topics.registry import TopicRegistry
+
+    settings = get_settings()
+    upgrade_head(settings.database_url)
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, TopicRegistry(settings.kafka.topic_prefix).physical_topics())
+    admin.close()
+    start_processes(settings)
+    wait_ready(settings)
+    key = demo_key(settings)
+    if not skip_ingest:
+        ingest_manuals(settings)
+    ask_questions(settings, key, questions)
+    print_urls(settings)
+
+
+@demo_app.command("stop")
+def stop() -> None:
+    """Stop the Procfile processes started by ``demo run`` (SIGTERM, then SIGKILL)."""
+    settings = get_settings()
+    pid = _running_pid(settings)
+    if pid is None:
+        console.print("no demo processes are running")
+        return
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while _running_pid(settings) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if _running_pid(settings) is not None:
+        os.killpg(pid, signal.SIGKILL)
+    (_state_dir(settings) / "honcho.pid").unlink(missing_ok=True)
+    console.print("stopped")
