@@ -57,6 +57,7 @@ test: install docs
 
 # Starts every process (Procfile, under honcho), ingests both manuals as a Celery job, asks ten
 # questions through the API, and leaves everything running. `make stop` stops the processes.
+demo: export PATH := $(CURDIR)/$(BIN):$(PATH)
 demo: docs up
 	$(RAGSTREAM) demo run
 

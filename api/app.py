@@ -167,15 +167,11 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _mount_routes(app: FastAPI) -> None:
-    from api.routes import documents, openai_compat, query
+    from api.routes import documents, openai_compat, query, webhooks
 
     app.include_router(query.router)
     app.include_router(openai_compat.router)
     app.include_router(documents.router)
-    try:
-        from api.routes import webhooks  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return
     app.include_router(webhooks.router)
 
 

@@ -81,8 +81,7 @@ def start_processes(settings: Settings) -> int:
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"},
+        start_new_session=True,  # the Procfile runs `ragstream`: the venv's bin is on PATH
     )
     (state / "honcho.pid").write_text(str(proc.pid))
     console.print(f"started the Procfile under honcho (pid {proc.pid}); logs: {log.name}")
