@@ -30,6 +30,7 @@ def configure_celery(settings: Settings, app: Celery = celery_app) -> Celery:
         broker_url=settings.redis.url,
         result_backend=settings.redis.url,
         task_default_queue=settings.celery.queue,
+        task_routes={"ragstream.webhooks.*": {"queue": settings.celery.webhook_queue}},
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

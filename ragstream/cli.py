@@ -110,7 +110,10 @@ def api(
 @app.command("celery-worker")
 def celery_worker(
     concurrency: int | None = typer.Option(None, help="Worker processes; default: settings."),
-    queues: str | None = typer.Option(None, help="Comma-separated queues; default: settings."),
+    queues: str = typer.Option(
+        "all",
+        help="Comma-separated queues: 'jobs' (bulk ingest), 'webhooks', 'all', or queue names.",
+    ),
 ) -> None:
     """Run a Celery worker for bulk ingestion jobs and webhook deliveries."""
     import os
@@ -119,11 +122,17 @@ def celery_worker(
 
     settings = _settings()
     celery = configure_celery(settings)
+    aliases = {
+        "jobs": [settings.celery.queue],
+        "webhooks": [settings.celery.webhook_queue],
+        "all": [settings.celery.queue, settings.celery.webhook_queue],
+    }
+    names = [q for part in queues.split(",") for q in aliases.get(part.strip(), [part.strip()])]
     celery.worker_main(
         [
             "worker",
             f"--concurrency={concurrency or settings.celery.concurrency}",
-            f"--queues={queues or settings.celery.queue}",
+            f"--queues={','.join(dict.fromkeys(n for n in names if n))}",
             "--loglevel=INFO",
             "--events",
             f"--hostname=ragstream-{os.getpid()}@%h",

@@ -104,6 +104,12 @@ class CelerySettings(BaseModel):
     queue: str = "ragstream"
     flower_port: int = 5555
 
+    @property
+    def webhook_queue(self) -> str:
+        """Queue of the webhook tasks (``<queue>.webhooks``): a delivery never waits behind a
+        bulk ingest batch when a worker serves it alone (``celery-worker --queues webhooks``)."""
+        return f"{self.queue}.webhooks"
+
 
 class PoolSettings(BaseModel):
     """One worker pool's batching, retry and metrics settings.
