@@ -28,7 +28,7 @@ from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
-from workers.rerank.backends import Reranker
+from workers.rerank.backends import LlmReranker, Reranker
 from workers.rerank.factory import make_reranker
 from workers.rerank.select import select_top_k
 from workers.retrieval.hybrid import TRANSIENT_STATUSES, HybridRetriever, check_responses
@@ -91,11 +91,18 @@ def _why_not(mode: str, settings: Settings) -> str | None:
 def build_reranker(settings: Settings, backend: str) -> Reranker:
     """The rerank pool's reranker with ``backend`` swapped in, warmed up.
 
+    The ``llm`` backend sends at most ``llm.n_parallel`` requests at once (see the code).
+
     Raises:
         ConfigurationError: the backend cannot be built or its model cannot be loaded.
     """
     rerank = settings.rerank.model_copy(update={"backend": backend})
     reranker = make_reranker(rerank, settings.llm.base_url)
+    if isinstance(reranker, LlmReranker):
+        # At most one request per server slot: requests queued inside llama.cpp count against
+        # the client's timeout, and 30 pairs sent at once time out on 2 cores. Scores do not
+        # depend on concurrency.
+        reranker.max_concurrency = min(reranker.max_concurrency, settings.llm.n_parallel)
     reranker.warm_up()
     return reranker
 

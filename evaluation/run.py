@@ -45,7 +45,7 @@ from evaluation.report import (
     QuestionRecord,
     write_report,
 )
-from ragstream.errors import ConfigurationError
+from ragstream.errors import ConfigurationError, TransientError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
@@ -257,8 +257,8 @@ def _retrieve(
             t = time.perf_counter()
             try:
                 lists = runner.reranked(mode.removeprefix("hybrid+"), batch, fused)
-            except ConfigurationError as exc:  # e.g. a cross-encoder that does not load
-                run.skip(mode, str(exc))
+            except (ConfigurationError, TransientError) as exc:  # no model; server failing
+                run.skip(mode, f"{type(exc).__name__}: {exc}")
                 continue
             run.add(mode, lists, fused_s + time.perf_counter() - t)
     return run
