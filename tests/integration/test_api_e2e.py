@@ -319,3 +319,26 @@ def test_readyz_checks_the_services(stack: Stack) -> None:
     r = httpx.get(f"{stack.apis[0].url}/readyz")
     assert r.status_code == 200 and r.json()["status"] == "ready"
     assert Path(stack.settings.database_url.removeprefix("sqlite:///")).exists()
+
+
+def test_query_cli_prints_answer_citations_and_timings(stack: Stack) -> None:
+    import subprocess
+
+    from tests.integration.stack import RAGSTREAM
+
+    run = subprocess.run(
+        [RAGSTREAM, "query", "Which TCP port does the server listen on by default?",
+         "--tenant", stack.name + "-acme", "--stream"],
+        env=stack.env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "5432" in run.stdout
+    assert "[1]" in run.stdout and "ports" in run.stdout  # a numbered citation
+    assert "retrieval" in run.stdout and "rerank" in run.stdout  # the stage timings
+    over_http = subprocess.run(
+        [RAGSTREAM, "query", "What does VACUUM reclaim?", "--api", stack.apis[0].url,
+         "--api-key", stack.keys["acme"]],
+        env=stack.env, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert over_http.returncode == 0, over_http.stdout + over_http.stderr
+    assert "vacuum" in over_http.stdout
