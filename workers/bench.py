@@ -35,13 +35,13 @@ from topics.bench import EchoEvent
 from topics.producer import EventProducer, make_producer
 from topics.registry import PhysicalTopic
 from topics.serde import decode
-from workers.benchmarks.plans import DEFAULT_PLANS, FULL, RETRIEVAL, ModePlan
+from workers.benchmarks.plans import DEFAULT_PLANS, FULL, RETRIEVAL, parse_rates
 from workers.benchmarks.stats import percentiles
 
-
-def _rates(plan: ModePlan) -> str:
-    return ",".join(f"{r:g}" for r in plan.rates)
-
+RATES_HELP = (
+    "Offered rates of {mode} mode: requests/s (5,10,20) or multiples of the measured "
+    "sequential baseline (x0.5,x1,x2)."
+)
 
 bench_app = typer.Typer(help="Benchmarks that print numbers (never timed tests).")
 console = Console(width=160)
@@ -309,10 +309,10 @@ def query(
     *,
     modes: str = typer.Option("retrieval,full", help="Modes to run: retrieval, full."),
     retrieval_rates: str = typer.Option(
-        _rates(DEFAULT_PLANS[RETRIEVAL]), help="Offered rates of retrieval mode, requests/s."
+        DEFAULT_PLANS[RETRIEVAL].rates_text(), help=RATES_HELP.format(mode="retrieval")
     ),
     full_rates: str = typer.Option(
-        _rates(DEFAULT_PLANS[FULL]), help="Offered rates of full mode, requests/s."
+        DEFAULT_PLANS[FULL].rates_text(), help=RATES_HELP.format(mode="full")
     ),
     retrieval_seconds: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].seconds, help="Per rate."),
     full_seconds: float = typer.Option(DEFAULT_PLANS[FULL].seconds, help="Per rate."),
@@ -320,6 +320,12 @@ def query(
     full_p99_ms: float = typer.Option(DEFAULT_PLANS[FULL].p99_ms, help="SLO p99."),
     retrieval_baseline_s: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].baseline_s),
     full_baseline_s: float = typer.Option(DEFAULT_PLANS[FULL].baseline_s),
+    retrieval_deadline_s: float = typer.Option(
+        DEFAULT_PLANS[RETRIEVAL].deadline_s, help="Each request's deadline, s."
+    ),
+    full_deadline_s: float = typer.Option(
+        DEFAULT_PLANS[FULL].deadline_s, help="Each request's deadline, s."
+    ),
     tenant: str = typer.Option("default", help="Tenant whose chunks are searched."),
     index_alias: str | None = typer.Option(None, help="Chunk index alias; default: settings."),
     questions: Path | None = typer.Option(None, help="JSONL with a 'question' per line."),
@@ -335,19 +341,24 @@ def query(
     from workers.benchmarks.query import QueryBenchConfig, run_query_bench
     from workers.benchmarks.report import plot, render_markdown, render_table
 
-    def floats(text: str) -> tuple[float, ...]:
-        return tuple(float(r) for r in text.split(",") if r)
+    def rates(text: str, option: str) -> dict[str, Any]:
+        try:
+            values, relative = parse_rates(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=option) from exc
+        return {"rates": values, "relative": relative}
 
     chosen = [m for m in modes.split(",") if m]
     if not chosen or not set(chosen) <= {RETRIEVAL, FULL}:
         raise typer.BadParameter(f"modes are {RETRIEVAL} and {FULL}", param_hint="--modes")
 
     plans = {
-        RETRIEVAL: replace(DEFAULT_PLANS[RETRIEVAL], rates=floats(retrieval_rates),
+        RETRIEVAL: replace(DEFAULT_PLANS[RETRIEVAL], **rates(retrieval_rates, "--retrieval-rates"),
                            seconds=retrieval_seconds, p99_ms=retrieval_p99_ms,
-                           baseline_s=retrieval_baseline_s),
-        FULL: replace(DEFAULT_PLANS[FULL], rates=floats(full_rates), seconds=full_seconds,
-                      p99_ms=full_p99_ms, baseline_s=full_baseline_s),
+                           baseline_s=retrieval_baseline_s, deadline_s=retrieval_deadline_s),
+        FULL: replace(DEFAULT_PLANS[FULL], **rates(full_rates, "--full-rates"),
+                      seconds=full_seconds, p99_ms=full_p99_ms, baseline_s=full_baseline_s,
+                      deadline_s=full_deadline_s),
     }  # fmt: skip
     config = QueryBenchConfig(
         plans=tuple(plans[m] for m in chosen),

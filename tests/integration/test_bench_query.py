@@ -56,12 +56,15 @@ def test_bench_query_smoke_run_writes_sane_numbers(
             "query", "--tenant", "acme", "--index-alias", kit.index.alias,
             "--questions", str(questions), "--redis-db", "14", "--out", str(out),
             "--retrieval-rates", "2", "--retrieval-seconds", "3", "--retrieval-baseline-s", "2",
-            "--retrieval-p99-ms", "60000",
+            "--retrieval-p99-ms", "60000", "--retrieval-deadline-s", "120",
             "--full-rates", "0.5", "--full-seconds", "4", "--full-baseline-s", "1",
-            "--full-p99-ms", "120000",
+            "--full-p99-ms", "300000", "--full-deadline-s", "300",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, (result.output, result.exception)
+    # Absolute rates and the default seed make the arrival counts fixed (8 and 3 requests);
+    # a rate relative to the measured baseline could draw no arrival at all in a few seconds.
+    # The generous SLOs and deadlines absorb other work on the shared LLM server and cores.
     payload = json.loads(out.read_text())
     assert payload["setup"]["chunks"] == len(DOCS)
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
@@ -75,7 +78,7 @@ def test_bench_query_smoke_run_writes_sane_numbers(
         assert rate["sent"] >= 1 and rate["ok"] == rate["sent"], rate
         assert rate["error_rate"] == 0.0 and rate["errors"] == {} and rate["lost"] == 0
         e2e = rate["end_to_end_ms"]
-        assert 0 < e2e["p50"] <= e2e["p99"] <= e2e["max"] < 120_000
+        assert 0 < e2e["p50"] <= e2e["p99"] <= e2e["max"] < 300_000
         assert rate["batch_mean"]["retrieval"] >= 1 and rate["batches"]["rerank"] >= 1
         stages = set(rate["stages"])
         assert {"retrieval", "rerank"} <= stages

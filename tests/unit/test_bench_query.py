@@ -15,6 +15,7 @@ from ragstream.errors import ConfigurationError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from workers.benchmarks.api_probe import measure_api_exact_cache_hit
+from workers.benchmarks.plans import ModePlan, parse_rates
 from workers.benchmarks.procs import apply_overrides, overrides_env
 from workers.benchmarks.query import redis_url_with_db
 from workers.benchmarks.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
@@ -45,6 +46,19 @@ def test_children_see_the_same_settings_as_the_benchmark(monkeypatch: pytest.Mon
     assert mine.kafka.bootstrap_servers == base.kafka.bootstrap_servers  # untouched
     with pytest.raises(AttributeError):
         apply_overrides(base, {"no_such_section": {"x": 1}})
+
+
+def test_rates_are_absolute_or_multiples_of_the_baseline() -> None:
+    assert parse_rates("5, 10,20") == ((5.0, 10.0, 20.0), False)
+    assert parse_rates("x0.5,x1,x4") == ((0.5, 1.0, 4.0), True)
+    for bad in ("", "x1,2", "x0", "-1", "fast"):
+        with pytest.raises(ValueError):
+            parse_rates(bad)
+    plan = ModePlan("full", (0.5, 2.0), 90, 15000, 60, 60, relative=True)
+    assert plan.offered(0.2345) == (0.117, 0.469)  # three significant digits
+    assert plan.rates_text() == "x0.5,x2"
+    absolute = ModePlan("retrieval", (5.0, 10.0), 15, 1000, 10, 20)
+    assert absolute.offered(123.0) == (5.0, 10.0) and absolute.rates_text() == "5,10"
 
 
 def test_the_benchmark_never_flushes_the_systems_redis_database() -> None:

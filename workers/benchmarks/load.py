@@ -308,25 +308,19 @@ def measure_rate(
 
 
 def warm_up(target: LoadTarget, timeout_s: float, burst: int) -> None:
-    """Send one request every 2 s until one result comes back (models load meanwhile), then
-    a burst of ``burst`` at once and wait for it, so the first measured step meets warm pools.
+    """Send one request and wait for its result while the pools load their models (their
+    fresh consumer groups start from the earliest offset, so nothing sent early is missed),
+    then ``burst`` requests at once and wait for all of them, so the first measured step
+    meets warm pools and no warm-up request is still queued.
 
     Raises:
-        RuntimeError: nothing came back within ``timeout_s``, or a pool process died.
+        RuntimeError: a warm-up request had no result within ``timeout_s``, or a pool died.
     """
-    deadline = time.monotonic() + timeout_s
-    sent: list[str] = []
-    while time.monotonic() < deadline:
-        target.check()
-        ids, _ = offer(target.producer, target.topic, [0.0], target.make, target.collector)
-        sent += ids
-        _wait(target.collector, sent, time.monotonic() + 2.0, target.check)
-        if any(o.status is not None for o in target.collector.take(sent)):
-            break
-    else:
-        raise RuntimeError(f"no result within {timeout_s:.0f} s of warm-up")
-    ids, _ = offer(target.producer, target.topic, [0.0] * burst, target.make, target.collector)
-    _wait(target.collector, ids, deadline + 120, target.check)
+    for n in (1, burst):
+        ids, _ = offer(target.producer, target.topic, [0.0] * n, target.make, target.collector)
+        _wait(target.collector, ids, time.monotonic() + timeout_s, target.check)
+        if target.collector.unanswered(ids):
+            raise RuntimeError(f"warm-up: no result within {timeout_s:.0f} s")
 
 
 def request_factory(

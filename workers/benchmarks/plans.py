@@ -11,8 +11,18 @@ RETRIEVAL, FULL = "retrieval", "full"
 
 @dataclass(frozen=True)
 class ModePlan:
-    """One mode's load: offered ``rates`` (requests/s) for ``seconds`` each, the SLO's p99
-    (ms), each request's deadline (s) and the sequential baseline's duration (s)."""
+    """One mode's load.
+
+    Attributes:
+        mode: ``retrieval`` or ``full``.
+        rates: offered rates in requests/s, or, when ``relative``, multiples of the sequential
+            baseline's measured throughput (so the steps resolve the speed-up itself).
+        seconds: how long each rate is offered (s).
+        p99_ms: the SLO's p99 end-to-end latency (ms).
+        deadline_s: each request's deadline (s after it is sent).
+        baseline_s: how long the sequential baseline runs (s).
+        relative: whether ``rates`` are multiples of the baseline.
+    """
 
     mode: str
     rates: tuple[float, ...]
@@ -20,14 +30,44 @@ class ModePlan:
     p99_ms: float
     deadline_s: float
     baseline_s: float
+    relative: bool = False
+
+    def offered(self, baseline_per_s: float) -> tuple[float, ...]:
+        """The rates to offer (requests/s, three significant digits) given the baseline's
+        throughput (requests/s)."""
+        if not self.relative:
+            return self.rates
+        return tuple(float(f"{r * baseline_per_s:.3g}") for r in self.rates)
+
+    def rates_text(self) -> str:
+        """``rates`` as the CLI writes them: ``x0.5,x1,x2`` (relative) or ``5,10,20``."""
+        mark = "x" if self.relative else ""
+        return ",".join(f"{mark}{r:g}" for r in self.rates)
 
 
-#: Defaults for a 2-core machine: retrieval + rerank does tens of requests/s, generation with
-#: Gemma 3 270M on CPU a fraction of one (MODELS.md: ~3.5 s per answer). The p99 targets: an
-#: interactive retrieval step within 1 s; a whole generated answer within 15 s (the Haystack
-#: reference in DESIGN.md takes 13.3 s at p50, sequentially). A step lasts long enough that
-#: an overloaded rate's growing queue pushes p99 past the target within it.
+def parse_rates(text: str) -> tuple[tuple[float, ...], bool]:
+    """``(rates, relative)`` from ``"5,10,20"`` (requests/s) or ``"x0.5,x1,x2"`` (multiples of
+    the baseline).
+
+    Raises:
+        ValueError: empty, mixed, non-numeric or non-positive rates.
+    """
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    relative = bool(items) and all(t.startswith("x") for t in items)
+    if not items or (not relative and any(t.startswith("x") for t in items)):
+        raise ValueError(f"rates must be all absolute or all xN multiples: {text!r}")
+    rates = tuple(float(t.removeprefix("x")) for t in items)
+    if any(r <= 0 for r in rates):
+        raise ValueError(f"rates must be positive: {text!r}")
+    return rates, relative
+
+
+#: Defaults for a 2-core machine, as multiples of the sequential baseline so the steps are
+#: fine where the targets are (retrieval + rerank: 4x; full generation: 2x). The p99 targets:
+#: an interactive retrieval step within 1 s; a whole generated answer within 15 s (the
+#: Haystack reference in DESIGN.md takes 13.3 s at p50, sequentially). A step lasts long
+#: enough that an overloaded rate's growing queue pushes p99 past the target within it.
 DEFAULT_PLANS = {
-    RETRIEVAL: ModePlan(RETRIEVAL, (5, 10, 20, 30, 40, 60, 80, 100, 120), 15, 1000, 10, 20),
-    FULL: ModePlan(FULL, (0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0), 90, 15000, 60, 60),
+    RETRIEVAL: ModePlan(RETRIEVAL, (0.5, 1, 2, 3, 4, 5, 6, 8), 15, 1000, 10, 20, relative=True),
+    FULL: ModePlan(FULL, (0.5, 0.75, 1, 1.5, 2, 2.5, 3), 90, 15000, 60, 60, relative=True),
 }

@@ -186,6 +186,7 @@ def run_mode(
         pipeline.close()
     echo(f"{plan.mode} baseline: {baseline}")
     slo = Slo(plan.p99_ms)
+    rates = plan.offered(baseline.throughput_per_s)
     procs = PoolProcesses(s, overrides, POOLS[plan.mode], config.log_dir / run / plan.mode)
     collector = Collector(s, plan.mode)
     producer = EventProducer(make_producer(s.kafka, linger_ms=1))
@@ -198,8 +199,8 @@ def run_mode(
             producer, queries, collector, make, procs.check_alive, procs.batch_totals
         )
         # warm with about what the first step offers in its first two seconds
-        warm_up(target, config.warm_up_timeout_s, burst=min(8, max(1, round(2 * plan.rates[0]))))
-        for rate in plan.rates:
+        warm_up(target, config.warm_up_timeout_s, burst=min(8, max(1, round(2 * rates[0]))))
+        for rate in rates:
             r = measure_rate(
                 target,
                 mode=plan.mode,
