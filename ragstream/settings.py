@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: The repository root when running from a checkout (``pip install -e .``).
@@ -128,16 +128,42 @@ class PoolSettings(BaseModel):
     metrics_port: int = 0
 
 
+#: Per-pool defaults; an environment variable that sets one field of a pool keeps the others.
+POOL_DEFAULTS: dict[str, dict[str, int]] = {
+    "ingest": {"max_batch": 16, "max_wait_ms": 50, "metrics_port": 9101},
+    "retrieval": {"max_batch": 32, "max_wait_ms": 10, "metrics_port": 9102},
+    "rerank": {"max_batch": 16, "max_wait_ms": 10, "metrics_port": 9103},
+    "generation_small": {"max_batch": 8, "max_wait_ms": 20, "metrics_port": 9104},
+    "generation_large": {"max_batch": 8, "max_wait_ms": 20, "metrics_port": 9106},
+    "delivery": {"max_batch": 64, "max_wait_ms": 20, "metrics_port": 9105},
+    "echo": {"max_batch": 64, "max_wait_ms": 5},
+}
+
+
 class PoolsSettings(BaseModel):
     """Settings of each worker pool (``RAGSTREAM_POOLS__RETRIEVAL__MAX_BATCH=16``)."""
 
-    ingest: PoolSettings = PoolSettings(max_batch=16, max_wait_ms=50, metrics_port=9101)
-    retrieval: PoolSettings = PoolSettings(max_batch=32, max_wait_ms=10, metrics_port=9102)
-    rerank: PoolSettings = PoolSettings(max_batch=16, max_wait_ms=10, metrics_port=9103)
-    generation_small: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9104)
-    generation_large: PoolSettings = PoolSettings(max_batch=8, max_wait_ms=20, metrics_port=9106)
-    delivery: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=20, metrics_port=9105)
-    echo: PoolSettings = PoolSettings(max_batch=64, max_wait_ms=5)
+    ingest: PoolSettings = PoolSettings(**POOL_DEFAULTS["ingest"])
+    retrieval: PoolSettings = PoolSettings(**POOL_DEFAULTS["retrieval"])
+    rerank: PoolSettings = PoolSettings(**POOL_DEFAULTS["rerank"])
+    generation_small: PoolSettings = PoolSettings(**POOL_DEFAULTS["generation_small"])
+    generation_large: PoolSettings = PoolSettings(**POOL_DEFAULTS["generation_large"])
+    delivery: PoolSettings = PoolSettings(**POOL_DEFAULTS["delivery"])
+    echo: PoolSettings = PoolSettings(**POOL_DEFAULTS["echo"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_pool_defaults(cls, data: Any) -> Any:
+        """Merge a partial pool (``{"metrics_port": 0}`` from one variable) over that pool's
+        defaults instead of over :class:`PoolSettings`' generic ones."""
+        if not isinstance(data, dict):
+            return data
+        merged = dict(data)
+        for name, defaults in POOL_DEFAULTS.items():
+            given = merged.get(name)
+            if isinstance(given, dict):
+                merged[name] = {**defaults, **given}
+        return merged
 
 
 class IngestSettings(BaseModel):

@@ -43,3 +43,13 @@ def test_nothing_else_reads_the_environment() -> None:
             if any(p in text for p in ("os.getenv", "os.environ[", "environ.get(", "getenv(")):
                 offenders.append(str(Path(path).relative_to(PROJECT_ROOT)))
     assert offenders == []
+
+
+def test_one_pool_variable_keeps_that_pools_other_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGSTREAM_POOLS__RERANK__METRICS_PORT", "1234")
+    monkeypatch.setenv("RAGSTREAM_POOLS__GENERATION_SMALL__MAX_BATCH", "4")
+    s = Settings()
+    assert s.pools.rerank.metrics_port == 1234
+    assert s.pools.rerank.max_batch == 16 and s.pools.rerank.max_wait_ms == 10
+    assert s.pools.generation_small.max_batch == 4
+    assert s.pools.generation_small.metrics_port == 9104
