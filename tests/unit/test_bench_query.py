@@ -227,3 +227,14 @@ def test_summary_of_missing_results_says_what_is_missing(tmp_path: Path) -> None
     assert s["targets"]["query.retrieval_speedup_vs_sequential"]["met"] is None
     assert any("ingest.json missing" in n for n in s["notes"])
     assert any("eval/eval.json missing" in n for n in s["notes"])
+
+
+def test_bus_overhead_is_the_greedy_hop_when_measured() -> None:
+    from workers.benchmarks.results import bus_numbers
+
+    greedy = {"mode": "greedy", "offered_per_s": 50.0, "hop1_ms": {"p50": 3.1},
+              "hop2_ms": {"p50": 4.2}, "achieved_per_s": 50.0}  # fmt: skip
+    n = bus_numbers({"results": [*BUS["results"], greedy]})
+    assert n["hop_p50_ms"] == 4.2 and n["hop_mode"] == "greedy"
+    assert n["batched_hop_p50_ms"] == 12.7
+    assert bus_numbers(BUS)["hop_mode"] == "batched"
