@@ -49,7 +49,9 @@ LATENCY = Histogram(
 
 
 class BodyLimit:
-    """Pure ASGI middleware: 413 for a body over ``limit`` bytes (declared or streamed)."""
+    """Pure ASGI middleware: a typed 413 for a body over ``limit`` bytes, declared
+    (``Content-Length``) or streamed (chunked: read here, at most ``limit`` bytes are held,
+    then replayed to the app)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -60,39 +62,40 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._too_large(scope, receive, send)
-            return
-        seen = 0
-        started = False
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.limit:
-                    raise _TooLargeError
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited, tracking_send)
-        except _TooLargeError:
-            if not started:
+        if declared is not None:
+            if declared.strip().isdigit() and int(declared) > self.limit:
                 await self._too_large(scope, receive, send)
+                return
+            await self.app(scope, receive, send)  # the server enforces the declared length
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_json(413, "PAYLOAD_TOO_LARGE", f"request body over {self.limit} bytes")
         await response(scope, receive, send)
-
-
-class _TooLargeError(Exception):
-    pass
 
 
 def build_services(settings: Settings) -> Services:
@@ -129,6 +132,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.services = build_services(settings)
     install_error_handlers(app)
     _mount_routes(app)
+    app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
 
     @app.middleware("http")
     async def measure(request: Any, call_next: Any) -> Any:
@@ -139,8 +143,6 @@ def create_app(settings: Settings) -> FastAPI:
         REQUESTS.labels(name, str(response.status_code)).inc()
         LATENCY.labels(name).observe(time.perf_counter() - started)
         return response
-
-    app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

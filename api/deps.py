@@ -72,7 +72,7 @@ def check_rate(client: redis.Redis, principal: Principal, default_per_minute: in
     Raises:
         ApiError: 429 ``RATE_LIMITED`` with ``Retry-After`` (seconds to the next window).
     """
-    limit = principal.rate_per_minute or default_per_minute
+    limit = default_per_minute if principal.rate_per_minute is None else principal.rate_per_minute
     if limit <= 0:
         return
     now = time.time()

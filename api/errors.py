@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = structlog.get_logger(__name__)
 
 STATUS_CODES = {
     400: "INVALID_REQUEST",
@@ -111,6 +115,16 @@ def install_error_handlers(app: FastAPI) -> None:
         first = details[0] if details else {"field": "", "message": "invalid request"}
         message = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
         return error_json(422, "INVALID_REQUEST", message, details=details)
+
+    @app.exception_handler(OperationalError)
+    async def _store_down(_: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("api.store_unavailable", error=str(exc.orig))
+        return error_json(503, "UNAVAILABLE", "the metadata store is unreachable")
+
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("api.internal_error", error=str(exc))
+        return error_json(500, "INTERNAL", "internal error; it has been logged")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -16,7 +16,7 @@ Mode = Literal["sync", "async"]
 class Body(BaseModel):
     """Strict bodies: unknown fields are an error, not silently ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class QueryBody(Body):
@@ -27,7 +27,9 @@ class QueryBody(Body):
     at once. ``stream=true`` answers ``text/event-stream`` instead (see the route).
     """
 
-    query: str = Field(min_length=1, max_length=4000, description="The question.")
+    query: str = Field(
+        min_length=1, max_length=4000, pattern=r"^[^\x00]*$", description="The question."
+    )
     top_n: int | None = Field(default=None, ge=1, le=200, description="Candidates retrieved.")
     top_k: int | None = Field(default=None, ge=1, le=50, description="Passages kept.")
     filters: list[Filter] = Field(default_factory=list, max_length=20)
@@ -109,8 +111,8 @@ class DocumentBody(Body):
     doc_id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
     text: str = Field(min_length=1, max_length=1_000_000)
     content_type: Literal["text/plain", "text/markdown", "text/html"] = "text/plain"
-    title: str | None = Field(default=None, max_length=1024)
-    source: str | None = Field(default=None, max_length=2048)
+    title: str | None = Field(default=None, max_length=1024, pattern=r"^[^\x00]*$")
+    source: str | None = Field(default=None, max_length=2048, pattern=r"^[^\x00]*$")
     metadata: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, max_length=64
     )

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
 from ingest.versions import IndexVersions
-from ragstream.db.models import QueryLog
+from ragstream.db.models import QueryLog, utcnow
 from ragstream.replies import Reply, ReplyRouter, Waiter
 from ragstream.settings import Settings
 from topics.base import Event, StageTiming
@@ -49,6 +49,7 @@ log = structlog.get_logger(__name__)
 #: The pools whose lag gates admission of new queries.
 QUERY_POOLS = ("retrieval", "rerank", "generation-small", "generation-large")
 PRESSURE_TTL_S = 0.5
+START_RETRY_S = 5.0
 
 
 class QueryService:
@@ -78,22 +79,39 @@ class QueryService:
         self.replies: ReplyRouter | None = None
         self._start_lock = threading.Lock()
         self._pressure: tuple[float, int, str] = (0.0, 0, "")
+        self._failed: tuple[float, str] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def _ensure_started(self) -> tuple[KafkaProducer, ReplyRouter]:
+        if self._producer is not None and self.replies is not None and self.replies.running:
+            return self._producer, self.replies
+        # While Kafka is down, fail fast for a few seconds instead of queueing every request
+        # behind one slow connection attempt (each would hold a thread).
+        failed = self._failed
+        if failed is not None and time.monotonic() - failed[0] < START_RETRY_S:
+            raise ApiError(503, "UNAVAILABLE", f"Kafka unreachable: {failed[1]}")
         with self._start_lock:
+            if self.replies is not None and not self.replies.running:
+                log.warning("api.reply_router_restarting")
+                self.replies.close()
+                self.replies = None
             if self._producer is None or self.replies is None:
                 try:
-                    producer = make_producer(self.settings.kafka, max_block_ms=10_000)
+                    producer = self._producer or make_producer(
+                        self.settings.kafka, max_block_ms=10_000
+                    )
                 except Exception as exc:
+                    self._failed = (time.monotonic(), str(exc))
                     raise ApiError(503, "UNAVAILABLE", f"Kafka unreachable: {exc}") from exc
                 router = ReplyRouter(self.settings)
                 try:
                     router.start()
                 except Exception as exc:
+                    self._failed = (time.monotonic(), str(exc))
                     producer.close(timeout=1)
+                    self._producer = None
                     raise ApiError(503, "UNAVAILABLE", f"Kafka unreachable: {exc}") from exc
-                self._producer, self.replies = producer, router
+                self._producer, self.replies, self._failed = producer, router, None
             return self._producer, self.replies
 
     async def start(self) -> tuple[KafkaProducer, ReplyRouter]:
@@ -121,10 +139,10 @@ class QueryService:
         worst = (0, "")
         try:
             for name in QUERY_POOLS:
-                p = read_pressure(self._redis, name)
+                p = read_pressure(self._redis, self.settings.kafka.topic_prefix + name)
                 if p.lag > worst[0]:
                     worst = (p.lag, name)
-        except redis.RedisError as exc:
+        except (redis.RedisError, ValueError, KeyError, TypeError) as exc:  # advisory signal
             log.warning("api.pressure_unavailable", error=str(exc))
         self._pressure = (now, *worst)
         return worst
@@ -237,15 +255,43 @@ class QueryService:
         hit = await asyncio.to_thread(self.cached, request)
         await asyncio.to_thread(self.log_pending, request)
         if hit is not None:
-            await self.produce(hit, response=True)  # the delivery pool logs it, fires webhooks
+            try:  # the delivery pool logs it and fires webhooks, as for any answer
+                await self.produce(hit, response=True)
+            except ApiError as exc:  # the answer is in hand: log it here, answer anyway
+                log.warning("api.cache_hit_not_published", error=exc.message)
+                await asyncio.to_thread(self.settle_log, hit, None)
             return hit, None
         queue = self.subscribe(request.request_id, tokens) if wait_s is not None else None
         try:
             await self.produce(request)
+        except ApiError as exc:
+            self.unsubscribe(request.request_id)
+            await asyncio.to_thread(self.settle_log, None, (request.request_id, exc.message))
+            raise
         except BaseException:
             self.unsubscribe(request.request_id)
             raise
         return None, queue
+
+    def settle_log(self, response: QueryResponse | None, failure: tuple[str, str] | None) -> None:
+        """Finalise a ``pending`` row the delivery pool will never see: an answer that could
+        not be published, or a query whose event could not be produced (``UNAVAILABLE``)."""
+        request_id = response.request_id if response is not None else failure[0]  # type: ignore[index]
+        with self.sessions.begin() as session:
+            row = session.get(QueryLog, request_id)
+            if row is None or row.status != "pending":
+                return
+            row.completed_at = utcnow()
+            if response is not None:
+                row.status, row.answer = "answered", response.answer
+                row.citations = [c.model_dump(mode="json") for c in response.citations]
+                row.trace = {
+                    "stages": [t.model_dump(mode="json") for t in response.trace],
+                    "tier": response.tier,
+                }
+            else:
+                row.status, row.error_code = "failed", "UNAVAILABLE"
+                row.error_message = failure[1] if failure else None
 
 
 def readdress(request: QueryRequest, hit: CacheHit) -> QueryResponse:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,15 +57,34 @@ def _running_pid(settings: Settings) -> int | None:
     pid_file = _state_dir(settings) / "honcho.pid"
     if not pid_file.exists():
         return None
-    pid = int(pid_file.read_text().strip() or 0)
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
+    text = pid_file.read_text().strip()
+    if not text.isdigit() or int(text) <= 1:
         return None
-    status = Path(f"/proc/{pid}/status")
-    if status.exists() and "State:\tZ" in status.read_text():
+    pid = int(text)
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    if "honcho" not in cmdline or str(PROCFILE) not in cmdline:
+        return None  # the pid was reused by another program
+    if "State:\tZ" in status:
         return None  # a zombie left by a non-reaping init
     return pid
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (honcho starts each Procfile process in its own session,
+    so a signal to honcho's process group does not reach them)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(stat.parent.name))
+    return found
 
 
 def start_processes(settings: Settings) -> int:
@@ -75,13 +95,16 @@ def start_processes(settings: Settings) -> int:
         return pid
     state = _state_dir(settings)
     log = (state / "processes.log").open("ab")
-    honcho = str(Path(sys.executable).parent / "honcho")
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ)  # passed through to the processes; the Procfile runs `ragstream`
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.Popen(
-        [honcho, "-f", str(PROCFILE), "-d", str(PROJECT_ROOT), "start"],
+        [str(bin_dir / "honcho"), "-f", str(PROCFILE), "-d", str(PROJECT_ROOT), "start"],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
-        start_new_session=True,  # the Procfile runs `ragstream`: the venv's bin is on PATH
+        start_new_session=True,
+        env=env,
     )
     (state / "honcho.pid").write_text(str(proc.pid))
     console.print(f"started the Procfile under honcho (pid {proc.pid}); logs: {log.name}")
@@ -108,7 +131,8 @@ def wait_ready(settings: Settings, timeout_s: float = 300) -> None:
                     missing.append("api")
             except httpx.HTTPError:
                 missing.append("api")
-            missing += [p for p in POOLS if read_pressure(client, p).members == 0]
+            prefix = settings.kafka.topic_prefix
+            missing += [p for p in POOLS if read_pressure(client, prefix + p).members == 0]
             if not missing:
                 console.print("API ready; every pool reported in")
                 return
@@ -241,11 +265,13 @@ def stop() -> None:
     if pid is None:
         console.print("no demo processes are running")
         return
-    os.killpg(pid, signal.SIGTERM)
+    children = _children(pid)
+    os.kill(pid, signal.SIGTERM)  # honcho stops every process it started, then exits
     deadline = time.monotonic() + 60
     while _running_pid(settings) is not None and time.monotonic() < deadline:
         time.sleep(0.5)
-    if _running_pid(settings) is not None:
-        os.killpg(pid, signal.SIGKILL)
+    for child in [pid, *children]:  # whatever did not stop in time
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
     (_state_dir(settings) / "honcho.pid").unlink(missing_ok=True)
     console.print("stopped")

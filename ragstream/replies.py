@@ -147,10 +147,14 @@ class ReplyRouter:
                 continue
             for tp, records in batches.items():
                 for record in records:
-                    self._route(tp.topic, record)
+                    try:
+                        self._route(tp.topic, record)
+                    except Exception as exc:  # one bad record must not stop the router
+                        self.dropped += 1
+                        log.warning("replies.route_failed", topic=tp.topic, error=str(exc))
 
     def _route(self, topic: str, record: Any) -> None:
-        key = record.key.decode() if record.key else None
+        key = record.key.decode(errors="replace") if record.key else None
         with self._lock:
             waiter = self._waiters.get(key) if key else None
         if waiter is None:

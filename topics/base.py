@@ -41,7 +41,10 @@ Tenant = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-
 class Contract(BaseModel):
     """Frozen, closed pydantic model used for events and their parts."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+    # NaN/Infinity would serialise as null and fail on the next stage: refuse them here.
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", str_strip_whitespace=False, allow_inf_nan=False
+    )
 
 
 class StageTiming(Contract):

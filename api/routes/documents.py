@@ -4,7 +4,8 @@
   a document apply in order); 202 once Kafka acknowledged it. The ingest pool indexes it.
 - ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
-- ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the allowed roots.
+- ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
+  each allowed root (``<root>/<tenant>/``).
 - ``GET /v1/ingest/jobs/{job_id}``: progress and per-document failures.
 
 Every route is scoped to the API key's tenant.
@@ -103,7 +104,11 @@ async def get_document(
 async def create_ingest_job(
     body: JobBody, request: Request, who: Principal = Depends(principal)
 ) -> JSONResponse:
-    """Start a bulk ingest job over server-side ``paths`` (under ``ingest.allowed_roots``)."""
+    """Start a bulk ingest job over server-side ``paths``.
+
+    A tenant may only read its own folder of each allowed root (``<root>/<tenant>/...``): the
+    roots are shared by every tenant, and one must not index another's files.
+    """
     from ingest.sources import SourceRejectedError, discover
     from ingest.tasks import run_job
 
@@ -114,7 +119,10 @@ async def create_ingest_job(
         raise ApiError(422, "INVALID_REQUEST", "paths: NUL character")
     try:
         files = await asyncio.to_thread(
-            discover, body.paths, settings.ingest.allowed_roots, settings.ingest.extensions
+            discover,
+            body.paths,
+            [root / who.tenant for root in settings.ingest.allowed_roots],
+            settings.ingest.extensions,
         )
     except SourceRejectedError as exc:
         raise ApiError(422, "INVALID_REQUEST", str(exc)) from exc

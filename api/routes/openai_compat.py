@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import Principal
 from api.deps import principal
@@ -30,6 +30,9 @@ from topics.responses import QueryResponse
 from topics.tokens import AnswerToken
 
 router = APIRouter(tags=["openai"])
+#: The official OpenAI clients retry 5xx twice unless told not to: a timed-out or failed
+#: question would be asked three times.
+NO_RETRY = {"x-should-retry": "false"}
 
 
 class TextPart(BaseModel):
@@ -115,6 +118,7 @@ def _failure(r: QueryResponse) -> ApiError:
         r.error.code.value,
         r.error.message,
         details=[{"request_id": r.request_id, "stage": r.error.stage}],
+        headers=NO_RETRY,
     )
 
 
@@ -124,6 +128,7 @@ def _timeout(request_id: str) -> ApiError:
         "TIMEOUT",
         f"no answer within the wait; poll /v1/queries/{request_id}",
         details=[{"request_id": request_id}],
+        headers=NO_RETRY,
     )
 
 
@@ -140,9 +145,11 @@ async def chat_completions(
     question = question_of(body)
     if len(question) > svc.settings.api.max_query_chars:
         question = question[-svc.settings.api.max_query_chars :]
-    event = build_request(
-        svc.settings, who, QueryBody(query=question, route=_route(body.model), stream=body.stream)
-    )
+    try:
+        query = QueryBody(query=question, route=_route(body.model), stream=body.stream)
+    except ValidationError as exc:
+        raise ApiError(422, "INVALID_REQUEST", f"messages: {exc.errors()[0]['msg']}") from exc
+    event = build_request(svc.settings, who, query)
     wait_s = wait_seconds(svc.settings, None)
     hit, queue = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
     if body.stream:
@@ -195,11 +202,15 @@ async def chunks(  # noqa: PLR0917 - one call site
     rid = event.request_id
     yield _chunk(rid, model, {"role": "assistant", "content": ""}, None)
     shown = ""
+    next_seq = 0
     try:
         final = hit
         if final is None:
             async for reply in replies_until(queue, until):
                 if isinstance(reply, AnswerToken):
+                    if reply.seq < next_seq:
+                        continue  # a replayed generation re-sends tokens: show each once
+                    next_seq = reply.seq + 1
                     if reply.text:
                         shown += reply.text
                         yield _chunk(rid, model, {"content": reply.text}, None)

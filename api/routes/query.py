@@ -28,6 +28,7 @@ from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody, QueryResult
 from api.querying import QueryService, replies_until
 from api.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
+from ingest.jobs import aware
 from ragstream.db.models import QueryLog
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
@@ -159,8 +160,8 @@ def logged_result(
                     for s in stages
                 ],
                 "cached": any(s.get("stage") == "cache" for s in stages),
-                "created_at": row.created_at,
-                "completed_at": row.completed_at,
+                "created_at": aware(row.created_at),
+                "completed_at": aware(row.completed_at) if row.completed_at else None,
             }
         )
 
@@ -237,8 +238,12 @@ async def sse_stream(  # noqa: PLR0917 - one call site
             yield sse("answer", result.model_dump(mode="json"))
             return
         assert queue is not None
+        next_seq = 0
         async for reply in replies_until(queue, started + wait_s):
             if isinstance(reply, AnswerToken):
+                if reply.seq < next_seq:
+                    continue  # a replayed generation re-sends tokens: show each once
+                next_seq = reply.seq + 1
                 if reply.text:
                     yield sse("token", {"seq": reply.seq, "text": reply.text})
                 continue

@@ -140,6 +140,31 @@ class Stack:
                 proc.wait()
         for log in self.logs:
             log.close()
+        self.drop_resources()
+
+    def drop_resources(self) -> None:
+        """Delete this stack's topics and index (tests must not pile them up)."""
+        from elasticsearch import Elasticsearch
+
+        admin = make_admin(self.settings.kafka)
+        prefix = self.settings.kafka.topic_prefix
+        try:
+            mine = [t for t in admin.list_topics() if t.startswith(prefix)]
+            if mine:
+                admin.delete_topics(mine)
+        except Exception as exc:  # cleanup is best effort
+            print(f"could not delete topics: {exc}")
+        finally:
+            admin.close()
+        es = Elasticsearch(self.settings.elasticsearch.url)
+        alias = self.settings.elasticsearch.index_alias
+        try:  # by name: wildcard deletes are refused (action.destructive_requires_name)
+            found = es.options(ignore_status=404).indices.get(index=f"{alias}-v*")
+            names = [n for n in found if n.startswith(f"{alias}-v")]
+            if names:
+                es.indices.delete(index=",".join(names))
+        finally:
+            es.close()
 
 
 def make_stack(tmp: Path, tag: str, **overrides: str) -> Stack:

@@ -52,7 +52,9 @@ def build_runner(
         registry=registry,
     )
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
-    runner.attach_pressure(PressureReporter(client, runner.handler.name, runner.member))
+    # Namespaced by the topic prefix: stacks sharing one Redis never add into each other's lag.
+    pressure_name = settings.kafka.topic_prefix + runner.handler.name
+    runner.attach_pressure(PressureReporter(client, pressure_name, runner.member))
     if serve and pool.metrics_port:
         try:
             serve_metrics(pool.metrics_port)
