@@ -53,7 +53,12 @@ def ingest_command(
         console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
         raise typer.Exit(2)
     try:
-        files = discover(paths, settings.ingest.allowed_roots, settings.ingest.extensions)
+        files = discover(
+            paths,
+            settings.ingest.allowed_roots,
+            settings.ingest.extensions,
+            settings.ingest.exclude_dirs,
+        )
     except SourceRejectedError as exc:
         console.print(f"[red]error[/red]: {exc}")
         raise typer.Exit(2) from exc

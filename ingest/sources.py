@@ -63,12 +63,29 @@ def read_source(path: str | Path, roots: Sequence[Path], max_bytes: int) -> byte
         raise SourceRejectedError(f"{path}: cannot read: {exc}") from exc
 
 
+#: Folders a directory walk never enters: build artefacts that duplicate the pages (Sphinx's
+#: ``_sources`` holds the reST of every HTML page, ``_static`` its JSON/JS), and tool folders.
+EXCLUDED_DIRS = (
+    "_sources",
+    "_static",
+    "_images",
+    "_downloads",
+    ".git",
+    "__pycache__",
+    "node_modules",
+)
+
+
 def discover(
-    inputs: Iterable[str | Path], roots: Sequence[Path], extensions: Sequence[str]
+    inputs: Iterable[str | Path],
+    roots: Sequence[Path],
+    extensions: Sequence[str],
+    exclude_dirs: Sequence[str] = EXCLUDED_DIRS,
 ) -> list[SourceFile]:
     """Expand directories (recursively, by extension), files and ``*.manifest.jsonl`` manifests.
 
-    A manifest has one JSON object per line: ``{"path": ..., "doc_id"?: ..., "title"?: ...,
+    A directory walk skips every folder named in ``exclude_dirs``. A manifest has one JSON
+    object per line: ``{"path": ..., "doc_id"?: ..., "title"?: ...,
     "metadata"?: {...}}``; relative paths are relative to the manifest. Results are sorted,
     de-duplicated by ``doc_id``; every path is checked against ``roots``.
 
@@ -81,7 +98,10 @@ def discover(
     for raw in inputs:
         path = Path(raw)
         if path.is_dir():
+            skip = set(exclude_dirs)
             for f in sorted(path.rglob("*")):
+                if skip.intersection(f.relative_to(path).parts[:-1]):
+                    continue
                 if f.is_file() and f.suffix.lower() in exts:
                     try:
                         resolved = resolve_allowed(f, roots)

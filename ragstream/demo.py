@@ -173,7 +173,8 @@ def ingest_manuals(settings: Settings) -> None:
     if missing:
         console.print(f"[red]missing manuals[/red] {missing}: run `make docs`")
         raise typer.Exit(1)
-    files = discover(list(MANUALS), settings.ingest.allowed_roots, settings.ingest.extensions)
+    ingest = settings.ingest
+    files = discover(list(MANUALS), ingest.allowed_roots, ingest.extensions, ingest.exclude_dirs)
     sessions = make_session_factory(make_engine(settings.database_url))
     job_id = jobs.create_job(sessions, TENANT, files)
     run_job.delay(job_id)

@@ -177,6 +177,10 @@ class IngestSettings(BaseModel):
     ]
     #: File extensions a directory walk picks up.
     extensions: list[str] = [".html", ".htm", ".md", ".markdown", ".txt", ".pdf", ".json", ".jsonl"]
+    #: Folders a directory walk skips (see ``ingest.sources.EXCLUDED_DIRS``).
+    exclude_dirs: list[str] = [
+        "_sources", "_static", "_images", "_downloads", ".git", "__pycache__", "node_modules",
+    ]  # fmt: skip
     json_text_field: str = "text"
     max_document_bytes: int = 20 * 1024 * 1024
     #: Documents per Celery batch task.

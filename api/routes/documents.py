@@ -123,6 +123,7 @@ async def create_ingest_job(
             body.paths,
             [root / who.tenant for root in settings.ingest.allowed_roots],
             settings.ingest.extensions,
+            settings.ingest.exclude_dirs,
         )
     except SourceRejectedError as exc:
         raise ApiError(422, "INVALID_REQUEST", str(exc)) from exc

@@ -49,3 +49,16 @@ def test_unreadable_manifest_is_a_rejection(tmp_path: Path) -> None:
     manifest.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(SourceRejectedError, match="cannot read manifest"):
         discover([manifest], [tmp_path], [".md"])
+
+
+def test_directory_walk_skips_build_artefact_folders(tmp_path: Path) -> None:
+    (tmp_path / "library").mkdir()
+    (tmp_path / "library" / "os.html").write_text("<p>os</p>")
+    (tmp_path / "_sources" / "library").mkdir(parents=True)
+    (tmp_path / "_sources" / "library" / "os.rst.txt").write_text("os")
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "glossary.json").write_text("{}")
+    found = discover([tmp_path], [tmp_path], [".html", ".txt", ".json"])
+    assert [Path(f.path).relative_to(tmp_path).as_posix() for f in found] == ["library/os.html"]
+    everything = discover([tmp_path], [tmp_path], [".html", ".txt", ".json"], exclude_dirs=())
+    assert len(everything) == 3
