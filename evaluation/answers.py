@@ -21,7 +21,7 @@ from topics.queries import QueryRequest
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import Candidate
-from workers.pools.generation import Generator
+from workers.pools.generation import NOT_FOUND, Generator
 from workers.runtime.handler import Emit
 
 #: Time a question may take through the generator's retries (it retries an unreachable
@@ -56,6 +56,12 @@ class Answer:
     completion_tokens: int
     batch_s: float
 
+    @property
+    def empty(self) -> bool:
+        """The model generated no text (at most the one token that hit a stop sequence), and
+        the generation pool answered its not-in-the-documents sentence in its place."""
+        return self.error is None and self.text == NOT_FOUND and self.completion_tokens <= 1
+
 
 class Answerer:
     """Generates answers with the pools' generators (built lazily, one per tier).
@@ -63,9 +69,15 @@ class Answerer:
     Args:
         settings: the settings tree (``generation``, ``llm``, ``pools``).
         max_tokens: answer budget in tokens; ``None`` keeps the tier's setting.
+        instruction: replaces the prompt's instruction
+            (:data:`workers.generation.prompt.INSTRUCTION`) to compare prompts; ``None`` keeps
+            the pool's.
     """
 
-    def __init__(self, settings: Settings, max_tokens: int | None = None) -> None:
+    def __init__(
+        self, settings: Settings, max_tokens: int | None = None, instruction: str | None = None
+    ) -> None:
+        self.instruction = instruction
         if max_tokens is not None:
             llm = settings.llm.model_copy(update={"max_tokens": max_tokens})
             tiers = {
@@ -83,6 +95,8 @@ class Answerer:
         if tier not in self._generators:
             generator = build_generator(self.settings, tier, None)
             generator.cache = None  # an evaluation must never answer users from its cache
+            if self.instruction is not None:
+                generator.builder.instruction = self.instruction
             self._generators[tier] = generator
         return self._generators[tier]
 

@@ -41,6 +41,9 @@ def eval_command(  # noqa: PLR0917 - typer options
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", min=1, help="Answer budget in tokens; default: the settings'."
     ),
+    instruction: str | None = typer.Option(
+        None, "--instruction", help="Prompt instruction to try; default: the generation pool's."
+    ),
     root: list[str] = typer.Option(
         [], "--root", help="CORPUS=HTML_ROOT (repeatable); default: the two manuals' roots."
     ),
@@ -72,13 +75,24 @@ def eval_command(  # noqa: PLR0917 - typer options
     asked = tuple(m.strip() for m in modes.split(",") if m.strip()) if modes else ALL_MODES
     try:
         options = EvalOptions(
-            modes=asked, tenant=tenant, index_alias=index, generate=generate, limit=limit,
-            top_n=top_n, top_k=top_k, max_tokens=max_tokens, roots=parse_roots(root),
-        )  # fmt: skip
+            modes=asked,
+            tenant=tenant,
+            index_alias=index,
+            generate=generate,
+            limit=limit,
+            top_n=top_n,
+            top_k=top_k,
+            max_tokens=max_tokens,
+            instruction=instruction,
+            roots=parse_roots(root),
+        )
         report = run_evaluation(
-            settings, load_questions(path), options, questions_file=str(path),
+            settings,
+            load_questions(path),
+            options,
+            questions_file=str(path),
             progress=lambda msg: console.print(f"[dim]{msg}[/dim]"),
-        )  # fmt: skip
+        )
     except (EvaluationError, ValueError) as exc:
         console.print(f"[red]error[/red]: {exc}")
         raise typer.Exit(2) from exc

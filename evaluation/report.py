@@ -24,7 +24,10 @@ class ModeReport(BaseModel):
 
 class AnswersReport(BaseModel):
     """Answer metrics of the default configuration, overall and per ``kind`` and ``corpus``;
-    ``seconds_per_question``: generation wall time divided by the questions."""
+    ``seconds_per_question``: generation wall time divided by the questions;
+    ``empty_completions``: answers for which the model generated no text (at most the one
+    token that hit a stop sequence); the generation pool then answers its not-in-the-documents
+    sentence, which counts as a refusal."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -34,11 +37,14 @@ class AnswersReport(BaseModel):
     by_kind: dict[str, AnswerMetrics]
     by_corpus: dict[str, AnswerMetrics]
     seconds_per_question: float
+    empty_completions: int = 0
 
 
 class QuestionRecord(BaseModel):
     """One question's outcome: its rank per mode (``None``: no expected page in the list, or
-    an ``absent`` question), the pages of the default mode's top passages, and its answer."""
+    an ``absent`` question), the pages of the default mode's top passages, and its answer with
+    its size in the serving model's tokens (``completion_tokens`` <= 1 with the
+    not-in-the-documents sentence: the model produced no text and the pool answered that)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -53,6 +59,8 @@ class QuestionRecord(BaseModel):
     correct: bool | None = None
     refused: bool | None = None
     error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
 
 class Headline(BaseModel):
@@ -162,7 +170,7 @@ def to_markdown(report: EvalReport) -> str:
         lines += [
             "",
             f"## Answers (`{a.mode}`, top {a.top_k} passages, "
-            f"{a.seconds_per_question:.1f} s/question)",
+            f"{a.seconds_per_question:.1f} s/question, {a.empty_completions} empty completions)",
             "",
             ANSWER_HEAD.format(col="group"),
             _answer_row("all", a.overall),

@@ -70,6 +70,7 @@ class EvalOptions:
         top_n: fused candidates (N); ``None``: ``settings.retrieval.top_n``.
         top_k: passages given to generation (K); ``None``: ``settings.rerank.top_k``.
         max_tokens: answer budget in tokens; ``None``: the generation settings'.
+        instruction: the prompt's instruction; ``None``: the generation pool's.
         roots: corpus name -> the manual's html root, for mapping chunks to pages.
     """
 
@@ -81,6 +82,7 @@ class EvalOptions:
     top_n: int | None = None
     top_k: int | None = None
     max_tokens: int | None = None
+    instruction: str | None = None
     roots: Mapping[str, Path] = field(default_factory=lambda: dict(CORPUS_ROOTS))
 
 
@@ -174,7 +176,7 @@ def run_evaluation(
         ]
         say(f"generating {len(jobs)} answers with {default}, top {top_k} passages")
         tg = time.perf_counter()
-        answers = _generate(settings, options.max_tokens, jobs)
+        answers = _generate(settings, options, jobs)
         gen_s = time.perf_counter() - tg
     records, judged = _records(qs, run, answers, options.roots, default)
     return EvalReport(
@@ -194,13 +196,15 @@ def run_evaluation(
             for m in run.lists
         },
         skipped_modes={**plan.skipped, **run.skipped},
-        answers=_answers_report(qs, judged, default, top_k, gen_s) if answers else None,
+        answers=_answers_report(qs, answers, judged, default=default, top_k=top_k, gen_s=gen_s)
+        if answers
+        else None,
         questions=records,
     ).with_headline()
 
 
-def _generate(settings: Settings, max_tokens: int | None, jobs: list[AnswerJob]) -> list[Answer]:
-    answerer = Answerer(settings, max_tokens)
+def _generate(settings: Settings, options: EvalOptions, jobs: list[AnswerJob]) -> list[Answer]:
+    answerer = Answerer(settings, options.max_tokens, options.instruction)
     try:
         return answerer.answer(jobs)
     finally:
@@ -221,6 +225,9 @@ def _config(
         "llm": settings.llm.base_url,
         "prompt_style": settings.llm.prompt_style,
         "max_tokens": options.max_tokens or settings.llm.max_tokens,
+        "instruction": "the generation pool's"
+        if options.instruction is None
+        else options.instruction,
     }
 
 
@@ -301,6 +308,8 @@ def _records(
             )
             record = record.model_copy(
                 update={
+                    "prompt_tokens": a.prompt_tokens,
+                    "completion_tokens": a.completion_tokens,
                     "answer": a.text,
                     "correct": judged[-1][1],
                     "refused": judged[-1][2],
@@ -313,7 +322,9 @@ def _records(
 
 def _answers_report(
     qs: list[EvalQuestion],
+    answers: list[Answer],
     judged: list[tuple[bool, bool, bool]],
+    *,
     default: str,
     top_k: int,
     gen_s: float,
@@ -332,6 +343,7 @@ def _answers_report(
             for c, g in group_by(pairs, lambda p: p[0].corpus).items()
         },
         seconds_per_question=round(gen_s / len(qs), 3),
+        empty_completions=sum(1 for a in answers if a.empty),
     )
 
 

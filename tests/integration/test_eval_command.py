@@ -115,5 +115,6 @@ def test_eval_command_measures_modes_and_answers(
     assert answers["overall"]["n"] == 4 and answers["overall"]["absent_n"] == 1
     assert set(answers["by_kind"]) == {"absent", "factual", "howto"}
     assert all(q["answer"] is not None and q["error"] is None for q in report["questions"])
+    assert all(q["prompt_tokens"] > 0 and q["completion_tokens"] <= 8 for q in report["questions"])
     md = (out / "eval.md").read_text()
     assert "| hybrid+llm | 3 |" in md and f"## Answers (`{default}`, top 5 passages" in md

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from evaluation.answers import Answer
 from evaluation.metrics import (
     answer_metrics,
     first_relevant_rank,
@@ -40,6 +41,7 @@ from evaluation.report import (
 from ragstream.settings import LlmSettings, RerankSettings, Settings
 from topics.retrieved import Candidate
 from workers.generation.prompt import NOT_IN_DOCUMENTS
+from workers.pools.generation import NOT_FOUND
 from workers.pools.rerank import _passage
 
 PY, PG = "python-3.11", "postgresql-15"
@@ -134,6 +136,14 @@ def test_refusals(answer: str) -> None:
 )
 def test_answers_that_are_not_refusals(answer: str) -> None:
     assert not is_refusal(answer)
+
+
+def test_an_empty_completion_is_told_from_a_refusal_the_model_wrote() -> None:
+    assert Answer(NOT_FOUND, None, 900, 1, 1.0).empty  # one token: the stop sequence
+    assert Answer(NOT_FOUND, None, 900, 0, 1.0).empty
+    assert not Answer(NOT_FOUND, None, 900, 9, 1.0).empty  # the model wrote the sentence
+    assert not Answer("4", None, 900, 1, 1.0).empty
+    assert not Answer("timed out", "BACKEND_UNAVAILABLE", 0, 0, 1.0).empty
 
 
 def test_answer_metrics_split_answerable_and_absent() -> None:
