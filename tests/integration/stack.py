@@ -171,7 +171,7 @@ def make_stack(tmp: Path, tag: str, **overrides: str) -> Stack:
     """Settings and environment of a private stack: topics ``<name>.*``, index ``<name>``,
     SQLite under ``tmp``, no pool metrics ports, webhooks allowed to 127.0.0.1."""
     name = f"t-{tag}-{int(time.time() * 1000) % 10_000_000}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGSTREAM_")}
+    env = dict(os.environ)  # the machine's own settings (e.g. service ports) stay
     env.update(
         {
             "RAGSTREAM_KAFKA__TOPIC_PREFIX": name + ".",
