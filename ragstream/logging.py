@@ -32,10 +32,21 @@ def configure_logging(settings: LoggingSettings) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
     # Client libraries log every connection at INFO; keep their warnings and errors only.
     for noisy in ("kafka", "elastic_transport", "urllib3", "httpx"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at write time, not at configure time: a stream
+    swapped and closed later (test capture, a CLI runner) must not break every logger."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
