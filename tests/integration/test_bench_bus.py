@@ -20,7 +20,8 @@ def test_bench_bus_smoke_run_writes_sane_numbers(tmp_path: Path) -> None:
     assert result.exit_code == 0, (result.output, result.exception)
     runs = json.loads(out.read_text())["results"]
     assert [(r["mode"], r["offered_per_s"]) for r in runs] == [
-        ("batched", 20.0), ("batched", 0), ("unbatched", 20.0), ("unbatched", 0)
+        ("batched", 20.0), ("batched", 0), ("greedy", 20.0), ("greedy", 0),
+        ("unbatched", 20.0), ("unbatched", 0),
     ]  # fmt: skip
     for r in runs:
         assert r["received"] == r["sent"] > 0, r
