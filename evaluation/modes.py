@@ -22,17 +22,15 @@ from typing import Any
 import httpx
 import numpy as np
 import numpy.typing as npt
-from elasticsearch import ApiError, Elasticsearch, TransportError
+from elasticsearch import Elasticsearch
 
-from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.rerank.backends import LlmReranker, Reranker
 from workers.rerank.factory import make_reranker
 from workers.rerank.select import select_top_k
-from workers.retrieval.hybrid import TRANSIENT_STATUSES, HybridRetriever, check_responses
-from workers.retrieval.query import bm25_query, es_filters, knn_clause
+from workers.retrieval.hybrid import HybridRetriever
 
 BASE_MODES = ("bm25", "knn", "hybrid")
 RERANK_BACKENDS = ("none", "llm", "cross-encoder")
@@ -141,31 +139,9 @@ class ModeRunner:
             PermanentError: Elasticsearch refused the request or one search (400: a
                 :class:`~workers.retrieval.hybrid.QueryRejectedError`).
         """
-        s = self.settings.retrieval
-        header = {"index": self.alias}
-        searches: list[dict[str, Any]] = []
-        for request, vector in zip(requests, vectors, strict=True):
-            filters = es_filters(request.tenant, request.filters)
-            size, k = max(s.bm25_size, request.top_n), max(s.knn_k, request.top_n)
-            clause = knn_clause(vector.tolist(), filters, k, s.knn_num_candidates)
-            searches += [
-                header,
-                bm25_query(request.query, filters, size),
-                header,
-                {"size": k, "_source": {"excludes": ["embedding"]}, "knn": clause},
-            ]
-        try:
-            responses = list(self.es.msearch(searches=searches).body["responses"])
-        except ApiError as exc:
-            status = exc.meta.status
-            if status in TRANSIENT_STATUSES or status >= 500:
-                raise TransientError(f"elasticsearch msearch failed ({status}): {exc}") from exc
-            raise PermanentError(f"elasticsearch refused msearch ({status}): {exc}") from exc
-        except TransportError as exc:
-            raise TransientError(f"elasticsearch msearch failed: {exc}") from exc
-        check_responses(requests, responses)
-        bm25 = [_candidates(responses[2 * i], "bm25") for i in range(len(requests))]
-        knn = [_candidates(responses[2 * i + 1], "knn") for i in range(len(requests))]
+        pairs = self.hybrid.search_pairs(requests, vectors)
+        bm25 = [_candidates(b, "bm25") for b, _ in pairs]
+        knn = [_candidates(k, "knn") for _, k in pairs]
         return bm25, knn
 
     def fused(

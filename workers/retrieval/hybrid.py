@@ -85,17 +85,24 @@ class HybridRetriever:
                 for a filter value the field cannot parse or a vector of the wrong dimension;
                 names the request.
         """
+        return [
+            self._fuse(query, _hits(bm25), _hits(knn))
+            for query, (bm25, knn) in zip(queries, self.search_pairs(queries, vectors), strict=True)
+        ]
+
+    def search_pairs(
+        self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
+    ) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
+        """The raw ``(bm25, knn)`` Elasticsearch responses per query, from one ``_msearch``
+        (before fusion: the evaluation compares the lists alone). Raises as
+        :meth:`search_batch`."""
         if not queries:
             return []
         if vectors.ndim != 2 or vectors.shape[0] != len(queries):
             raise ValueError(f"vectors must be ({len(queries)}, dim), got {vectors.shape}")
         responses = self._msearch(self._searches(queries, vectors))
         check_responses(queries, responses)
-        results: list[list[Candidate]] = []
-        for i, query in enumerate(queries):
-            bm25, knn = responses[2 * i], responses[2 * i + 1]
-            results.append(self._fuse(query, _hits(bm25), _hits(knn)))
-        return results
+        return [(responses[2 * i], responses[2 * i + 1]) for i in range(len(queries))]
 
     def _searches(
         self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
