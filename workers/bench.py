@@ -312,6 +312,23 @@ def ingest(
     console.print(f"wrote {out}")
 
 
+def parse_replicas(text: str) -> dict[str, int]:
+    """``"retrieval=2,rerank=1"`` as ``{"retrieval": 2, "rerank": 1}``.
+
+    Raises:
+        typer.BadParameter: an item is not ``POOL=N`` with ``N >= 1``.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        pool, _, count = item.partition("=")
+        if not pool or not count.isdigit() or int(count) < 1:
+            raise typer.BadParameter(
+                f"expected POOL=N with N >= 1, got {item!r}", param_hint="--replicas"
+            )
+        out[pool.strip()] = int(count)
+    return out
+
+
 @bench_app.command("query")
 def query(
     *,
@@ -341,6 +358,12 @@ def query(
     stop_after_failures: int = typer.Option(2, help="Stop a mode after N SLO misses in a row."),
     api_url: str | None = typer.Option(None, help="Gateway for the exact-cache probe."),
     api_key: str | None = typer.Option(None, help="API key for the exact-cache probe."),
+    replicas: str = typer.Option(
+        "", help="Processes per pool, e.g. retrieval=2 (they share its consumer group)."
+    ),
+    baseline_embed_threads: int = typer.Option(
+        0, help="Torch threads of the baseline's embedder (0: one per core)."
+    ),
     out: Path = typer.Option(Path(".local/bench/query.json"), help="JSON; .md and .png beside."),
 ) -> None:
     """Open-loop load through the query pools vs a sequential baseline; JSON, Markdown, PNG."""
@@ -377,6 +400,8 @@ def query(
         stop_after_failures=stop_after_failures,
         api_url=api_url,
         api_key=api_key,
+        replicas=parse_replicas(replicas),
+        baseline_embed_threads=baseline_embed_threads,
     )
     from ragstream.errors import ConfigurationError
 

@@ -14,9 +14,10 @@ import pytest
 from ragstream.errors import ConfigurationError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
+from workers.bench import parse_replicas
 from workers.benchmarks.api_probe import measure_api_exact_cache_hit
 from workers.benchmarks.plans import ModePlan, parse_rates
-from workers.benchmarks.procs import apply_overrides, overrides_env
+from workers.benchmarks.procs import PoolProcesses, apply_overrides, overrides_env
 from workers.benchmarks.query import redis_url_with_db
 from workers.benchmarks.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
 from workers.benchmarks.report import plot, render_markdown
@@ -238,3 +239,24 @@ def test_bus_overhead_is_the_greedy_hop_when_measured() -> None:
     assert n["hop_p50_ms"] == 4.2 and n["hop_mode"] == "greedy"
     assert n["batched_hop_p50_ms"] == 12.7
     assert bus_numbers(BUS)["hop_mode"] == "batched"
+
+
+def test_replicas_are_pool_equals_count(tmp_path: Path) -> None:
+    import typer
+
+    assert parse_replicas("") == {}
+    assert parse_replicas("retrieval=2, rerank=1") == {"retrieval": 2, "rerank": 1}
+    for bad in ("retrieval", "retrieval=0", "=2", "retrieval=two"):
+        with pytest.raises(typer.BadParameter):
+            parse_replicas(bad)
+    s = Settings()
+    procs = PoolProcesses(s, {}, ("retrieval", "rerank"), tmp_path, replicas={"retrieval": 2})
+    assert [len(p) for p in procs.ports.values()] == [2, 1]
+    assert len({port for ports in procs.ports.values() for port in ports}) == 3
+    # each process of a pool gets its own metrics port and the pool's other settings
+    env = procs._env("retrieval", procs.ports["retrieval"][1])
+    assert env["RAGSTREAM_POOLS__RETRIEVAL__METRICS_PORT"] == str(procs.ports["retrieval"][1])
+    assert env["RAGSTREAM_POOLS__RETRIEVAL__MAX_BATCH"] == str(s.pools.retrieval.max_batch)
+    for bad in ({"generation-small": 1}, {"retrieval": 0}):
+        with pytest.raises(ValueError, match="replicas"):
+            PoolProcesses(s, {}, ("retrieval", "rerank"), tmp_path, replicas=bad)

@@ -6,14 +6,18 @@ import datetime as dt
 import itertools
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 
 from topics.base import StageTiming
 from workers.benchmarks.load import Outcome, summarise
 from workers.benchmarks.stats import (
+    CpuSample,
     Slo,
+    busy_cores,
     consecutive_failures,
+    core_ms_per_request,
     max_sustainable_rate,
     percentiles,
     poisson_arrivals,
@@ -119,3 +123,20 @@ def test_summarise_counts_errors_lost_and_cached_against_the_slo() -> None:
     assert r.delivery_ms["p50"] == pytest.approx(20.0, abs=0.01)  # 50 - 10 - 20
     clean = summarise("retrieval", 10.0, 10.0, ok, Slo(1000))
     assert clean.met_slo and clean.error_rate == 0.0
+
+
+def test_machine_cpu_is_busy_time_over_wall_time_of_every_cpu(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")
+    start = CpuSample.now(str(stat))
+    assert start == CpuSample(busy=150, total=1000)
+    stat.write_text("cpu  250 0 100 1000 50 0 0 0 0 0\n")
+    end = CpuSample.now(str(stat))
+    # 200 of 400 ticks busy on 2 CPUs: one core busy on average
+    assert busy_cores(start, end, cpus=2) == 1.0
+    assert core_ms_per_request(1.0, seconds=10.0, requests=50) == 200.0
+    assert busy_cores(start, start, cpus=2) is None  # no time passed
+    assert busy_cores(None, end, cpus=2) is None
+    assert core_ms_per_request(None, 10.0, 5) is None and core_ms_per_request(1.0, 10.0, 0) is None
+    assert CpuSample.now(str(tmp_path / "missing")) is None

@@ -10,6 +10,7 @@ throughput and its latency.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,14 +21,16 @@ from topics.queries import QueryRequest
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import RetrievedCandidates
-from workers.benchmarks.stats import percentiles
+from workers.benchmarks.stats import CpuSample, busy_cores, core_ms_per_request, percentiles
 from workers.runtime.handler import Emit, Outcome
 
 
 @dataclass
 class BaselineResult:
     """Closed loop, one request in flight: ``requests`` in ``seconds`` (s), throughput in
-    requests/s, latency in ms; ``errors`` counts requests that ended in an error response."""
+    requests/s, latency in ms; ``errors`` counts requests that ended in an error response.
+    ``cpu_busy_cores`` is the machine's mean busy logical CPUs meanwhile (Elasticsearch and the
+    LLM server included), ``core_ms_per_request`` the machine's CPU time per request."""
 
     mode: str
     requests: int
@@ -35,6 +38,8 @@ class BaselineResult:
     throughput_per_s: float
     latency_ms: dict[str, float]
     errors: int
+    cpu_busy_cores: float | None = None
+    core_ms_per_request: float | None = None
 
 
 class SequentialPipeline:
@@ -104,12 +109,14 @@ def run_baseline(
         pipeline.answer(make())
     latencies: list[float] = []
     errors = 0
+    cpu_start = CpuSample.now()
     start = time.perf_counter()
     while not latencies or time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         errors += not pipeline.answer(make())
         latencies.append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - start
+    cores = busy_cores(cpu_start, CpuSample.now(), os.cpu_count() or 1)
     return BaselineResult(
         mode=mode,
         requests=len(latencies),
@@ -117,4 +124,6 @@ def run_baseline(
         throughput_per_s=round(len(latencies) / elapsed, 3),
         latency_ms=percentiles(latencies),
         errors=errors,
+        cpu_busy_cores=cores,
+        core_ms_per_request=core_ms_per_request(cores, elapsed, len(latencies)),
     )

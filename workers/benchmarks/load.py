@@ -9,6 +9,7 @@ Poisson arrivals for a fixed time, waits for the stragglers, and summarises.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 import threading
 import time
@@ -30,7 +31,10 @@ from topics.serde import EventDecodeError, decode
 from topics.tokens import AnswerToken
 from workers.benchmarks.plans import RETRIEVAL
 from workers.benchmarks.stats import (
+    CpuSample,
     Slo,
+    busy_cores,
+    core_ms_per_request,
     percentiles,
     poisson_arrivals,
     stage_samples,
@@ -161,7 +165,10 @@ class RateResult:
     before it and its service time; ``delivery_ms`` is from the last stage's end to the
     result's arrival here. ``batch_mean`` is events per batch of each pool during the step
     (its Prometheus ``ragstream_batch_size`` histogram). ``sender_lag_ms`` is how late sends
-    were against the Poisson schedule (open-loop fidelity).
+    were against the Poisson schedule (open-loop fidelity). ``cpu_busy_cores`` is the
+    machine's mean busy logical CPUs while the step was offered (every process: pools, Kafka,
+    Elasticsearch, the LLM server, this load generator) and ``core_ms_per_request`` that CPU
+    time over the requests sent.
     """
 
     mode: str
@@ -182,6 +189,8 @@ class RateResult:
     batches: dict[str, int] = field(default_factory=dict)
     sender_lag_ms: dict[str, float] = field(default_factory=dict)
     met_slo: bool = False
+    cpu_busy_cores: float | None = None
+    core_ms_per_request: float | None = None
 
 
 def offer(
@@ -294,7 +303,10 @@ def measure_rate(
     last results, and summarise the step (batch sizes from the pools' metrics)."""
     before = target.batch_totals()
     arrivals = poisson_arrivals(rate, seconds, random.Random(f"{seed}:{mode}:{rate}"))
+    cpu_start, t0 = CpuSample.now(), time.monotonic()
     ids, late = offer(target.producer, target.topic, arrivals, target.make, target.collector)
+    cores = busy_cores(cpu_start, CpuSample.now(), os.cpu_count() or 1)
+    offered_s = time.monotonic() - t0
     _wait(target.collector, ids, time.monotonic() + drain_s, target.check)
     after = target.batch_totals()
     result = summarise(mode, rate, seconds, target.collector.take(ids), slo)
@@ -304,6 +316,8 @@ def measure_rate(
         result.batches[pool] = int(d_batches)
         result.batch_mean[pool] = round(d_events / d_batches, 2) if d_batches else None
     result.sender_lag_ms = percentiles(late)
+    result.cpu_busy_cores = cores
+    result.core_ms_per_request = core_ms_per_request(cores, offered_s, len(ids))
     return result
 
 

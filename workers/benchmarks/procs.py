@@ -109,35 +109,51 @@ def batch_totals(port: int, pool: str) -> tuple[float, float]:
 class PoolProcesses:
     """``ragstream worker POOL`` subprocesses on the topic prefix of ``overrides``.
 
-    Each pool gets every field of its ``pools`` settings from ``settings`` plus a free
-    metrics port (setting one field of a pool by environment variable would reset the
-    others to the class defaults). Topics and DLQs are created on :meth:`start`; the
-    processes, their consumer groups and topics are removed on :meth:`close`.
+    Each pool process gets every field of its ``pools`` settings from ``settings`` plus a free
+    metrics port of its own (setting one field of a pool by environment variable would reset
+    the others to the class defaults). A pool may run as several processes (``replicas``):
+    they share its consumer group, so the input topic's partitions are split between them.
+    Topics and DLQs are created on :meth:`start`; the processes, their consumer groups and
+    topics are removed on :meth:`close`.
 
     Args:
         settings: the benchmark's settings, overrides already applied.
         overrides: what the children must see (topic prefix, index alias, Redis URL, ...).
         pools: pool names, e.g. ``("retrieval", "rerank")``.
-        log_dir: where each pool's stdout and stderr go (``<pool>.log``).
+        log_dir: where each process's stdout and stderr go (``<pool>.log``, ``<pool>.2.log``).
+        replicas: processes per pool (default 1 each).
+
+    Raises:
+        ValueError: a replica count below 1, or one for a pool not in ``pools``.
     """
 
     def __init__(
-        self, settings: Settings, overrides: Overrides, pools: Sequence[str], log_dir: Path
+        self,
+        settings: Settings,
+        overrides: Overrides,
+        pools: Sequence[str],
+        log_dir: Path,
+        replicas: Mapping[str, int] | None = None,
     ) -> None:
+        replicas = dict(replicas or {})
+        unknown = set(replicas) - set(pools)
+        if unknown or any(n < 1 for n in replicas.values()):
+            raise ValueError(f"replicas must be >= 1 and name pools of {list(pools)}: {replicas}")
         self.settings = settings
         self.pools = tuple(pools)
         self.prefix = settings.kafka.topic_prefix
         self.log_dir = log_dir
-        self.ports = {pool: free_port() for pool in self.pools}
-        pool_overrides = {
-            pool.replace("-", "_"): {
-                **getattr(settings.pools, pool.replace("-", "_")).model_dump(),
-                "metrics_port": port,
-            }
-            for pool, port in self.ports.items()
+        self.overrides = overrides
+        #: ``{pool: [metrics port of each process]}``.
+        self.ports = {
+            pool: [free_port() for _ in range(replicas.get(pool, 1))] for pool in self.pools
         }
-        self.env = {**overrides_env(overrides), **overrides_env({"pools": pool_overrides})}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _env(self, pool: str, port: int) -> dict[str, str]:
+        name = pool.replace("-", "_")
+        fields = {**getattr(self.settings.pools, name).model_dump(), "metrics_port": port}
+        return {**overrides_env(self.overrides), **overrides_env({"pools": {name: fields}})}
 
     def start(self) -> None:
         """Create the prefixed topics and start every pool process."""
@@ -147,27 +163,34 @@ class PoolProcesses:
         finally:
             admin.close()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for pool in self.pools:
-            with (self.log_dir / f"{pool}.log").open("ab") as out:
-                self.procs[pool] = subprocess.Popen(
-                    [sys.executable, "-m", "ragstream.cli", "worker", pool],
-                    env={**os.environ, **self.env},
-                    stdout=out,
-                    stderr=out,
-                    start_new_session=True,
-                )
+        for pool, ports in self.ports.items():
+            for i, port in enumerate(ports, start=1):
+                key = pool if i == 1 else f"{pool}.{i}"
+                with (self.log_dir / f"{key}.log").open("ab") as out:
+                    self.procs[key] = subprocess.Popen(
+                        [sys.executable, "-m", "ragstream.cli", "worker", pool],
+                        env={**os.environ, **self._env(pool, port)},
+                        stdout=out,
+                        stderr=out,
+                        start_new_session=True,
+                    )
 
     def check_alive(self) -> None:
         """Raise ``RuntimeError`` naming the log of any pool process that has exited."""
-        for pool, proc in self.procs.items():
+        for key, proc in self.procs.items():
             if proc.poll() is not None:
                 raise RuntimeError(
-                    f"pool {pool} exited with {proc.returncode}; see {self.log_dir / pool}.log"
+                    f"pool {key} exited with {proc.returncode}; see {self.log_dir / key}.log"
                 )
 
     def batch_totals(self) -> dict[str, tuple[float, float]]:
-        """``{pool: (events, batches)}`` so far (see :func:`batch_totals`)."""
-        return {pool: batch_totals(port, pool) for pool, port in self.ports.items()}
+        """``{pool: (events, batches)}`` so far, summed over the pool's processes (see
+        :func:`batch_totals`)."""
+        totals = {}
+        for pool, ports in self.ports.items():
+            each = [batch_totals(port, pool) for port in ports]
+            totals[pool] = (sum(e for e, _ in each), sum(b for _, b in each))
+        return totals
 
     def close(self, timeout_s: float = 60.0) -> None:
         """SIGTERM every pool (they finish their batch and commit), wait, then delete the
@@ -176,11 +199,11 @@ class PoolProcesses:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                     os.killpg(proc.pid, signal.SIGTERM)
-        for pool, proc in self.procs.items():
+        for key, proc in self.procs.items():
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("bench.pool_killed", pool=pool)
+                log.warning("bench.pool_killed", pool=key)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

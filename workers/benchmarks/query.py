@@ -25,7 +25,7 @@ import os
 import platform
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,10 @@ class QueryBenchConfig:
         log_dir: where the pools' logs go (one folder per run and mode).
         api_url: a running gateway for the exact-cache probe; ``None`` skips it.
         api_key: its API key.
+        replicas: processes per pool (e.g. ``{"retrieval": 2}``); pools not named run one.
+        baseline_embed_threads: torch threads of the baseline's query embedder (``0``: one per
+            core, its fastest for one request at a time); the pools use
+            ``settings.retrieval.embed_threads``.
     """
 
     plans: tuple[ModePlan, ...] = (DEFAULT_PLANS[RETRIEVAL], DEFAULT_PLANS[FULL])
@@ -93,6 +97,8 @@ class QueryBenchConfig:
     log_dir: Path = field(default_factory=lambda: PROJECT_ROOT / ".local" / "bench" / "query")
     api_url: str | None = None
     api_key: str | None = None
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    baseline_embed_threads: int = 0
 
 
 def redis_url_with_db(url: str, db: int) -> str:
@@ -133,6 +139,25 @@ def count_chunks(settings: Settings, alias: str, tenant: str) -> int:
         if not es.indices.exists_alias(name=alias):
             return 0
         return int(es.count(index=alias, query={"term": {"tenant": tenant}})["count"])
+    finally:
+        es.close()
+
+
+def index_segments(settings: Settings, alias: str) -> dict[str, int]:
+    """``{"segments", "docs", "deleted_docs"}`` of the indices behind ``alias`` (Lucene
+    segments are searched one after another, and deleted documents are still scored, so both
+    change search latency); empty if the alias does not exist."""
+    es = Elasticsearch(settings.elasticsearch.url, request_timeout=30)
+    try:
+        if not es.indices.exists_alias(name=alias):
+            return {}
+        body: Any = es.cat.segments(index=alias, format="json", h="docs.count,docs.deleted").body
+        rows: list[dict[str, str]] = list(body)
+        return {
+            "segments": len(rows),
+            "docs": sum(int(r["docs.count"]) for r in rows),
+            "deleted_docs": sum(int(r["docs.deleted"]) for r in rows),
+        }
     finally:
         es.close()
 
@@ -179,7 +204,10 @@ def run_mode(
     _flush(s.redis.url)
     full = plan.mode == FULL
     make = request_factory(questions, config.tenant, plan.deadline_s, full, config.seed)
-    pipeline = SequentialPipeline(s, full=full)
+    baseline_settings = apply_overrides(
+        s, {"retrieval": {"embed_threads": config.baseline_embed_threads}}
+    )
+    pipeline = SequentialPipeline(baseline_settings, full=full)
     try:
         baseline = run_baseline(pipeline, plan.mode, make, plan.baseline_s)
     finally:
@@ -187,7 +215,13 @@ def run_mode(
     echo(f"{plan.mode} baseline: {baseline}")
     slo = Slo(plan.p99_ms)
     rates = plan.offered(baseline.throughput_per_s)
-    procs = PoolProcesses(s, overrides, POOLS[plan.mode], config.log_dir / run / plan.mode)
+    procs = PoolProcesses(
+        s,
+        overrides,
+        POOLS[plan.mode],
+        config.log_dir / run / plan.mode,
+        replicas={p: n for p, n in config.replicas.items() if p in POOLS[plan.mode]},
+    )
     collector = Collector(s, plan.mode)
     producer = EventProducer(make_producer(s.kafka, linger_ms=1))
     results: list[RateResult] = []
@@ -223,6 +257,7 @@ def run_mode(
     return {
         "mode": plan.mode,
         "pools": list(POOLS[plan.mode]),
+        "processes": {p: len(ports) for p, ports in procs.ports.items()},
         "topic_prefix": prefix,
         "slo": asdict(slo),
         "plan": asdict(plan),
@@ -246,7 +281,13 @@ def _setup(
         "questions": f"{n} from {source}, each made unique",
         "answer_caches": f"unique query text; Redis database {config.redis_db} of the run "
         f"(flushed); semantic threshold {NO_SEMANTIC_HITS} (lookups run, never hit)",
+        "index_segments": index_segments(
+            settings, config.index_alias or settings.elasticsearch.index_alias
+        ),
         "rerank_backend": settings.rerank.backend,
+        "embed_threads": f"pools {settings.retrieval.embed_threads}, baseline "
+        f"{config.baseline_embed_threads} (0: one per core)",
+        "replicas": dict(config.replicas) or "one process per pool",
         "retrieval": f"top_n {settings.retrieval.top_n}, top_k {TOP_K} (request default), "
         f"RRF k {settings.retrieval.rrf_k}",
         "batching": ", ".join(

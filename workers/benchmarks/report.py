@@ -34,13 +34,18 @@ def rate_rows(mode: dict[str, Any]) -> list[list[str]]:
         rows.append([
             f"{r['offered_per_s']:g}", f"{r['ok']}/{r['sent']}", f"{r['achieved_per_s']:g}",
             _trio(r["end_to_end_ms"]), _trio(r["ttft_ms"]), errors, _batches(r["batch_mean"]),
+            _cpu(r.get("cpu_busy_cores"), r.get("core_ms_per_request")),
             "yes" if r["met_slo"] else "no",
         ])  # fmt: skip
     return rows
 
 
 HEADER = ["offered/s", "ok/sent", "achieved/s", "e2e p50/p95/p99 ms", "TTFT p50/p95/p99 ms",
-          "errors", "mean batch", "meets SLO"]  # fmt: skip
+          "errors", "mean batch", "CPU busy cores, core-ms/req", "meets SLO"]  # fmt: skip
+
+
+def _cpu(cores: float | None, per_request: float | None) -> str:
+    return "-" if cores is None else f"{cores:g}, {per_request if per_request is not None else '-'}"
 
 
 def render_table(mode: dict[str, Any]) -> Table:
@@ -81,7 +86,9 @@ def render_markdown(payload: dict[str, Any]) -> str:
             f"{100 * mode['slo']['max_error_rate']:g}%. Maximum sustainable rate: "
             f"**{mode['max_sustainable_per_s']:g}/s**; sequential baseline "
             f"{b['throughput_per_s']:g}/s (p50 {b['latency_ms'].get('p50', 0):g} ms, "
-            f"{b['requests']} requests); speed-up **{mode['speedup_vs_sequential']}x**.",
+            f"{b['requests']} requests; machine CPU busy "
+            f"{_cpu(b.get('cpu_busy_cores'), b.get('core_ms_per_request'))} core-ms/request); "
+            f"speed-up **{mode['speedup_vs_sequential']}x**.",
             "",
             "| " + " | ".join(HEADER) + " |",
             "|" + "---|" * len(HEADER),

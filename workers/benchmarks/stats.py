@@ -128,3 +128,39 @@ def consecutive_failures(verdicts: Sequence[bool]) -> int:
 def mean(values: Sequence[float]) -> float | None:
     """Arithmetic mean rounded to 0.01, ``None`` for no values."""
     return round(sum(values) / len(values), 2) if values else None
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Cumulative CPU time of the whole machine (all logical CPUs), in clock ticks, from the
+    first line of ``/proc/stat`` (proc(5)): ``busy`` is every state but idle and iowait."""
+
+    busy: int
+    total: int
+
+    @classmethod
+    def now(cls, stat: str = "/proc/stat") -> CpuSample | None:
+        """The current counters, or ``None`` where ``/proc/stat`` does not exist."""
+        try:
+            with open(stat, encoding="ascii") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        total = sum(fields)
+        return cls(busy=total - fields[3] - fields[4], total=total)
+
+
+def busy_cores(start: CpuSample | None, end: CpuSample | None, cpus: int) -> float | None:
+    """Mean busy logical CPUs of the machine between two samples (every process counts: the
+    pools, Kafka, Elasticsearch, the LLM server and the load generator); ``None`` if either
+    sample is missing or no time passed."""
+    if start is None or end is None or end.total <= start.total:
+        return None
+    return round(cpus * (end.busy - start.busy) / (end.total - start.total), 2)
+
+
+def core_ms_per_request(cores: float | None, seconds: float, requests: int) -> float | None:
+    """Machine CPU time per request in core-milliseconds: ``cores * seconds / requests``."""
+    if cores is None or requests <= 0:
+        return None
+    return round(cores * seconds * 1000 / requests, 1)

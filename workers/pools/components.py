@@ -36,8 +36,9 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
 def build_retrieval_components(
     settings: Settings,
 ) -> tuple[CachedEmbedder, HybridRetriever, AnswerCache, IndexVersions, Router]:
-    """Embedder, hybrid retriever, answer cache, index versions and router."""
-    embedder = build_embedder(settings)
+    """Embedder (``settings.retrieval.embed_threads`` torch threads), hybrid retriever, answer
+    cache, index versions and router."""
+    embedder = build_embedder(settings, num_threads=settings.retrieval.embed_threads)
     es = Elasticsearch(
         settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
     )

@@ -119,7 +119,12 @@ class HybridRetriever:
                 header,
                 bm25_query(query.query, filters, size),
                 header,
-                {"size": k, "_source": {"excludes": ["embedding"]}, "knn": knn},
+                {
+                    "size": k,
+                    "track_total_hits": False,
+                    "_source": {"excludes": ["embedding"]},
+                    "knn": knn,
+                },
             ]
         return body
 

@@ -76,10 +76,13 @@ def bm25_query(text: str, filters: Sequence[dict[str, Any]], size: int) -> dict[
         size: hits to return.
 
     Returns:
-        A search body (``query``, ``size``, ``_source`` without ``embedding``).
+        A search body (``query``, ``size``, ``_source`` without ``embedding``, and
+        ``track_total_hits: false``: no hit count is needed, so block-max WAND may skip
+        documents that cannot reach the top ``size``).
     """
     return {
         "size": size,
+        "track_total_hits": False,
         "_source": {"excludes": ["embedding"]},
         "query": {
             "bool": {
