@@ -75,6 +75,7 @@ bench: install docs up
 	mkdir -p $(BENCH_DIR)
 	$(RAGSTREAM) bench ingest --out $(BENCH_DIR)/ingest.json
 	$(RAGSTREAM) bench bus --out $(BENCH_DIR)/bus.json
-	$(RAGSTREAM) bench query --out $(BENCH_DIR)/query.json $(BENCH_API_ARGS)
+	$(RAGSTREAM) index optimize
+	$(RAGSTREAM) bench query --replicas retrieval=2 --out $(BENCH_DIR)/query.json $(BENCH_API_ARGS)
 	$(RAGSTREAM) eval --out $(BENCH_DIR)/eval
 	$(RAGSTREAM) bench summary $(BENCH_DIR) --latest bench/results/latest

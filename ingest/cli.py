@@ -194,6 +194,40 @@ def retry(job_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> N
         follow(settings, sessions, job_id)
 
 
+@index_app.command("optimize")
+def optimize_command(
+    segments: int = typer.Option(1, min=1, help="Lucene segments to merge down to."),
+) -> None:
+    """Force-merge the chunk index after a bulk load or a large delete; blocks until done.
+
+    Each Lucene segment is searched on its own (one HNSW graph each) and deleted documents
+    are visited until merged away: on the two manuals (26k chunks in 6 segments, 20k deleted)
+    a merge to one segment took BM25 from 13 to 6.5 ms and kNN from 6 to 4 ms a search
+    (README, Performance). Elasticsearch advises force-merging only an index that is not
+    being written heavily, so run it after bulk jobs, not during one.
+    """
+    from elasticsearch import Elasticsearch
+
+    from ingest.index import force_merge
+
+    settings = get_settings()
+    alias = settings.elasticsearch.index_alias
+    es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
+    started = time.perf_counter()
+    try:
+        before, after = force_merge(es, alias, segments)
+    except ValueError as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(1) from exc
+    finally:
+        es.close()
+    console.print(
+        f"{alias}: {before['segments']} segments, {before['deleted_docs']} deleted docs -> "
+        f"[bold]{after['segments']} segments, {after['deleted_docs']} deleted[/bold] "
+        f"({after['docs']} docs, {time.perf_counter() - started:.1f}s)"
+    )
+
+
 @index_app.command("rebuild")
 def rebuild_command(
     delete_old: bool = typer.Option(

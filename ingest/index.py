@@ -215,6 +215,42 @@ class ChunkIndex:
         return report
 
 
+def segment_stats(es: Elasticsearch, alias: str) -> dict[str, int]:
+    """``{"segments", "docs", "deleted_docs"}`` of the indices behind ``alias`` (Lucene
+    segments and documents deleted but not yet merged away, both of which cost search time);
+    empty if the alias does not exist."""
+    if not es.indices.exists_alias(name=alias):
+        return {}
+    body: Any = es.cat.segments(index=alias, format="json", h="docs.count,docs.deleted").body
+    rows: list[dict[str, str]] = list(body)
+    return {
+        "segments": len(rows),
+        "docs": sum(int(r["docs.count"]) for r in rows),
+        "deleted_docs": sum(int(r["docs.deleted"]) for r in rows),
+    }
+
+
+def force_merge(
+    es: Elasticsearch, alias: str, max_num_segments: int = 1
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Force-merge the index behind ``alias`` to ``max_num_segments`` segments, blocking until
+    done, then refresh; returns :func:`segment_stats` before and after.
+
+    Raises:
+        ValueError: ``max_num_segments`` below 1, or no index behind ``alias``.
+    """
+    if max_num_segments < 1:
+        raise ValueError(f"max_num_segments must be >= 1, got {max_num_segments}")
+    before = segment_stats(es, alias)
+    if not before:
+        raise ValueError(f"no index behind alias {alias}")
+    es.options(request_timeout=3600).indices.forcemerge(
+        index=alias, max_num_segments=max_num_segments
+    )
+    es.indices.refresh(index=alias)  # the merged segment becomes the searched one
+    return before, segment_stats(es, alias)
+
+
 def _reason(info: dict[str, Any]) -> str:
     error = info.get("error")
     if isinstance(error, dict):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,6 +184,26 @@ def ingest_manuals(settings: Settings) -> None:
         "PostgreSQL 15 manuals (unchanged pages are skipped)"
     )
     follow(settings, sessions, job_id)
+    optimize_index(settings)
+
+
+def optimize_index(settings: Settings) -> None:
+    """Merge the chunk index into one segment after the bulk load (``ragstream index
+    optimize``): fewer segments and no deleted chunks make every search faster."""
+    from elasticsearch import Elasticsearch
+
+    from ingest.index import force_merge
+
+    es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
+    try:
+        with console.status("merging the index into one segment..."):
+            before, after = force_merge(es, settings.elasticsearch.index_alias)
+    finally:
+        es.close()
+    console.print(
+        f"index merged: {before['segments']} -> {after['segments']} segment(s), "
+        f"{before['deleted_docs']} -> {after['deleted_docs']} deleted chunks"
+    )
 
 
 def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
@@ -210,6 +231,18 @@ def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
     console.print(table)
 
 
+def procfile_metrics_ports(procfile: Path = PROCFILE) -> dict[str, int]:
+    """``{process: port}`` of the Procfile processes that set their own metrics port
+    (``RAGSTREAM_POOLS__<POOL>__METRICS_PORT=<port>``, e.g. the second retrieval process)."""
+    found = {}
+    for line in procfile.read_text(encoding="utf-8").splitlines():
+        name, _, command = line.partition(":")
+        match = re.search(r"RAGSTREAM_POOLS__\w+__METRICS_PORT=(\d+)", command)
+        if match and not name.lstrip().startswith("#"):
+            found[name.strip()] = int(match.group(1))
+    return found
+
+
 def print_urls(settings: Settings) -> None:
     """Where to look, and how to stop."""
     api = f"http://{settings.api.host}:{settings.api.port}"
@@ -222,6 +255,7 @@ def print_urls(settings: Settings) -> None:
         "generation-large": pools.generation_large.metrics_port,
         "delivery": pools.delivery.metrics_port,
     }
+    ports.update(procfile_metrics_ports())
     console.rule("[bold green]ragstream is running")
     console.print(f"API docs (OpenAPI):  {api}/docs")
     console.print(f"API metrics:         {api}/metrics")

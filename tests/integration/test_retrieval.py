@@ -176,3 +176,35 @@ def test_a_search_elasticsearch_refuses_names_its_request(acme: Kit) -> None:
     with pytest.raises(QueryRejectedError, match=good.request_id) as info:
         retriever.search_batch([good, bad], vectors)
     assert info.value.position == 0 and retriever.msearch_calls == 1
+
+
+def test_optimize_merges_the_index_into_one_segment(
+    acme: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from ingest.cli import index_app
+    from ingest.index import segment_stats
+    from ragstream.settings import get_settings
+
+    _ingest(acme, "acme", {"extra": ("# Extra\n\nA second segment after a refresh.", {})})
+    acme.pipeline.apply([IngestOp("acme", "wal", "delete")])
+    acme.index.refresh()
+    before = segment_stats(acme.es, acme.index.alias)
+    assert before["segments"] >= 1 and before["deleted_docs"] >= 1
+    monkeypatch.setenv("RAGSTREAM_ELASTICSEARCH__INDEX_ALIAS", acme.index.alias)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(index_app, ["optimize"])
+    finally:
+        get_settings.cache_clear()
+    assert result.exit_code == 0, result.output
+    after = segment_stats(acme.es, acme.index.alias)
+    assert after["segments"] == 1 and after["docs"] == before["docs"]
+    # Soft deletes younger than the shard's retention lease (seconds here) survive a merge;
+    # the manuals' 20k deletes, hours old, all went (README, Performance).
+    assert after["deleted_docs"] <= before["deleted_docs"]
+    assert f"-> {after['segments']} segments" in " ".join(result.output.split())
+    [cands] = _search(acme, [_request("write-ahead log replay after power loss")])
+    assert cands and "wal" not in _docs(cands)
+    assert segment_stats(acme.es, "no-such-alias-anywhere") == {}

@@ -144,20 +144,12 @@ def count_chunks(settings: Settings, alias: str, tenant: str) -> int:
 
 
 def index_segments(settings: Settings, alias: str) -> dict[str, int]:
-    """``{"segments", "docs", "deleted_docs"}`` of the indices behind ``alias`` (Lucene
-    segments are searched one after another, and deleted documents are still scored, so both
-    change search latency); empty if the alias does not exist."""
+    """:func:`ingest.index.segment_stats` of ``alias``."""
+    from ingest.index import segment_stats
+
     es = Elasticsearch(settings.elasticsearch.url, request_timeout=30)
     try:
-        if not es.indices.exists_alias(name=alias):
-            return {}
-        body: Any = es.cat.segments(index=alias, format="json", h="docs.count,docs.deleted").body
-        rows: list[dict[str, str]] = list(body)
-        return {
-            "segments": len(rows),
-            "docs": sum(int(r["docs.count"]) for r in rows),
-            "deleted_docs": sum(int(r["docs.deleted"]) for r in rows),
-        }
+        return segment_stats(es, alias)
     finally:
         es.close()
 
