@@ -306,8 +306,10 @@ class RetrievalSettings(BaseModel):
 
     top_n: int = Field(default=30, ge=1)
     embed_threads: int = Field(default=1, ge=0)
-    bm25_size: int = Field(default=50, ge=1)
-    knn_k: int = Field(default=50, ge=1)
+    #: 30, not 50: the same hit@5 and MRR@10 on the shared questions (0.889 vs 0.852, 0.694
+    #: vs 0.693) for 23% less Elasticsearch CPU a query (README, Performance).
+    bm25_size: int = Field(default=30, ge=1)
+    knn_k: int = Field(default=30, ge=1)
     knn_num_candidates: int = Field(default=200, ge=1)
     rrf_k: int = Field(default=60, ge=0)
 

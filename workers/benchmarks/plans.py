@@ -68,6 +68,8 @@ def parse_rates(text: str) -> tuple[tuple[float, ...], bool]:
 #: Haystack reference in DESIGN.md takes 13.3 s at p50, sequentially). A step lasts long
 #: enough that an overloaded rate's growing queue pushes p99 past the target within it.
 DEFAULT_PLANS = {
-    RETRIEVAL: ModePlan(RETRIEVAL, (0.5, 1, 2, 3, 4, 5, 6, 8), 15, 1000, 10, 20, relative=True),
-    FULL: ModePlan(FULL, (0.5, 0.75, 1, 1.5, 2, 2.5, 3), 90, 15000, 60, 60, relative=True),
+    RETRIEVAL: ModePlan(
+        RETRIEVAL, (0.5, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 6, 8), 15, 1000, 10, 20, relative=True
+    ),
+    FULL: ModePlan(FULL, (0.25, 0.5, 0.75, 1, 1.5, 2, 3), 90, 15000, 60, 60, relative=True),
 }
