@@ -260,3 +260,12 @@ def test_replicas_are_pool_equals_count(tmp_path: Path) -> None:
     for bad in ({"generation-small": 1}, {"retrieval": 0}):
         with pytest.raises(ValueError, match="replicas"):
             PoolProcesses(s, {}, ("retrieval", "rerank"), tmp_path, replicas=bad)
+
+
+def test_an_unreachable_gateway_leaves_the_modes_results_intact() -> None:
+    from workers.benchmarks.query import QueryBenchConfig, _api_probe
+
+    config = QueryBenchConfig(api_url="http://127.0.0.1:9", api_key="rsk_x")  # discard port
+    out = _api_probe(config, "What is a tuple?")
+    assert out["measured"] is False and "127.0.0.1:9" in out["note"]
+    assert _api_probe(QueryBenchConfig(), "q")["measured"] is False

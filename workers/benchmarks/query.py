@@ -364,7 +364,12 @@ def _api_probe(config: QueryBenchConfig, question: str) -> dict[str, Any]:
             "note": "not measured: pass --api-url and --api-key of a running gateway "
             "(POST /v1/query) to time an exact answer-cache hit over HTTP",
         }
+    import httpx
+
     from workers.benchmarks.api_probe import measure_api_exact_cache_hit
 
-    result = measure_api_exact_cache_hit(config.api_url, config.api_key, question)
+    try:
+        result = measure_api_exact_cache_hit(config.api_url, config.api_key, question)
+    except (httpx.HTTPError, RuntimeError) as exc:  # the modes' results are kept regardless
+        return {"measured": False, "note": f"not measured: {config.api_url}: {exc}"}
     return {"measured": True, "latency_ms": result, "note": f"{config.api_url} /v1/query"}

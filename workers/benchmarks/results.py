@@ -81,8 +81,9 @@ def bus_numbers(data: dict[str, Any]) -> dict[str, Any]:
 
 def query_numbers(data: dict[str, Any]) -> dict[str, Any]:
     """From ``query.json``: per mode the maximum sustainable rate, the baseline throughput and
-    their ratio; TTFT p50 at the maximum sustainable generation rate; the API exact-cache hit
-    p50 when it was measured."""
+    their ratio, and the machine's busy cores during the baseline and its CPU per request
+    (the ceiling of any speed-up: what the sequential baseline leaves idle); TTFT p50 at the
+    maximum sustainable generation rate; the API exact-cache hit p50 when it was measured."""
     modes = {m["mode"]: m for m in data["modes"]}
     out: dict[str, Any] = {}
     for mode, name in (("retrieval", "retrieval"), ("full", "generation")):
@@ -90,6 +91,9 @@ def query_numbers(data: dict[str, Any]) -> dict[str, Any]:
         out[f"{name}_speedup_vs_sequential"] = m["speedup_vs_sequential"] if m else None
         out[f"{name}_max_sustainable_per_s"] = m["max_sustainable_per_s"] if m else None
         out[f"{name}_sequential_per_s"] = m["baseline"]["throughput_per_s"] if m else None
+        base = m["baseline"] if m else {}
+        out[f"{name}_sequential_busy_cores"] = base.get("cpu_busy_cores")
+        out[f"{name}_sequential_core_ms_per_request"] = base.get("core_ms_per_request")
     full = modes.get("full")
     at_best = [r for r in (full or {}).get("rates", [])
                if r["offered_per_s"] == (full or {}).get("max_sustainable_per_s")]  # fmt: skip
