@@ -355,6 +355,11 @@ class LlmSettings(BaseModel):
     max_tokens: int = Field(default=128, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
     request_timeout_s: float = Field(default=60.0, gt=0)
+    #: ``False`` sends llama.cpp's ``cache_prompt: false`` with every request, so no cached
+    #: prompt prefix is reused (the load benchmark's default: its few questions repeat, and
+    #: llama.cpp would serve their long identical prompts from its prompt cache). ``True``
+    #: sends nothing, leaving the server's default (llama.cpp and vLLM both reuse prefixes).
+    cache_prompt: bool = True
 
     @property
     def base_url(self) -> str:

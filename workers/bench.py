@@ -364,6 +364,9 @@ def query(
     baseline_embed_threads: int = typer.Option(
         0, help="Torch threads of the baseline's embedder (0: one per core)."
     ),
+    llm_prompt_cache: bool = typer.Option(
+        False, help="Let the LLM server reuse cached prompts (repeated questions hit it)."
+    ),
     out: Path = typer.Option(Path(".local/bench/query.json"), help="JSON; .md and .png beside."),
 ) -> None:
     """Open-loop load through the query pools vs a sequential baseline; JSON, Markdown, PNG."""
@@ -402,6 +405,7 @@ def query(
         api_key=api_key,
         replicas=parse_replicas(replicas),
         baseline_embed_threads=baseline_embed_threads,
+        llm_prompt_cache=llm_prompt_cache,
     )
     from ragstream.errors import ConfigurationError
 

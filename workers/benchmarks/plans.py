@@ -71,5 +71,7 @@ DEFAULT_PLANS = {
     RETRIEVAL: ModePlan(
         RETRIEVAL, (0.5, 1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 6, 8), 15, 1000, 10, 20, relative=True
     ),
-    FULL: ModePlan(FULL, (0.25, 0.5, 0.75, 1, 1.5, 2, 3), 90, 15000, 60, 60, relative=True),
+    FULL: ModePlan(
+        FULL, (0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75, 2, 2.5, 3), 90, 15000, 60, 60, relative=True
+    ),
 }

@@ -19,7 +19,9 @@ so no exact-cache key repeats); every process of the run (pools and baseline) us
 database of its own (``redis_db``, flushed before each mode and at the end, so no earlier
 answer, embedding or back-pressure signal leaks in or out) with a semantic-cache threshold of
 2.0, above any cosine similarity, so semantic lookups still run (their cost is measured) but
-never hit. Results that came from a cache anyway are counted as errors (``cached``).
+never hit. Results that came from a cache anyway are counted as errors (``cached``). The LLM
+server's prompt cache is off too (``llm.cache_prompt=false``) unless ``llm_prompt_cache``: the
+tag is at the end of the prompt, so a repeated question's prompt would be served from it.
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ class QueryBenchConfig:
         baseline_embed_threads: torch threads of the baseline's query embedder (``0``: one per
             core, its fastest for one request at a time); the pools use
             ``settings.retrieval.embed_threads``.
+        llm_prompt_cache: let the LLM server reuse cached prompt prefixes. Off by default:
+            the load repeats a dozen questions whose prompts (same passages) llama.cpp would
+            otherwise serve from its prompt cache, for the baseline and the pools alike.
     """
 
     plans: tuple[ModePlan, ...] = (DEFAULT_PLANS[RETRIEVAL], DEFAULT_PLANS[FULL])
@@ -102,6 +107,7 @@ class QueryBenchConfig:
     api_key: str | None = None
     replicas: Mapping[str, int] = field(default_factory=dict)
     baseline_embed_threads: int = 0
+    llm_prompt_cache: bool = False
 
 
 def redis_url_with_db(url: str, db: int) -> str:
@@ -124,6 +130,7 @@ def bench_overrides(settings: Settings, config: QueryBenchConfig, prefix: str) -
         "elasticsearch": {"index_alias": config.index_alias or settings.elasticsearch.index_alias},
         "redis": {"url": redis_url_with_db(settings.redis.url, config.redis_db)},
         "cache": {"semantic_threshold": NO_SEMANTIC_HITS},
+        "llm": {"cache_prompt": config.llm_prompt_cache},
     }
 
 
@@ -302,6 +309,7 @@ def _setup(
         "index_segments": index_segments(
             settings, config.index_alias or settings.elasticsearch.index_alias
         ),
+        "llm_prompt_cache": "on" if config.llm_prompt_cache else "off (cache_prompt: false)",
         "rerank_backend": settings.rerank.backend,
         "embed_threads": f"pools {settings.retrieval.embed_threads}, baseline "
         f"{config.baseline_embed_threads} (0: one per core)",

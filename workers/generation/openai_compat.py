@@ -56,6 +56,8 @@ class OpenAICompatibleBackend:
         max_tokens: Default answer budget in tokens.
         temperature: Sampling temperature; 0 is greedy.
         timeout_s: Limit for one whole request (connect to last token), in seconds.
+        cache_prompt: ``False`` adds llama.cpp's ``"cache_prompt": false`` to each request
+            (no prompt prefix reuse); ``True`` adds nothing (the server's default).
         client: An ``httpx.AsyncClient`` to use (tests); by default one is created.
     """
 
@@ -69,8 +71,10 @@ class OpenAICompatibleBackend:
         *,
         temperature: float = 0.0,
         timeout_s: float = 60.0,
+        cache_prompt: bool = True,
         client: httpx.AsyncClient | None = None,
     ) -> None:
+        self.cache_prompt = cache_prompt
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.style = style
@@ -104,6 +108,8 @@ class OpenAICompatibleBackend:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if not self.cache_prompt:
+            body["cache_prompt"] = False
         if self.style == "chat" and prompt.messages is not None:
             body["messages"] = prompt.messages
         elif self.style == "completion" and prompt.text is not None:
