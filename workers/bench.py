@@ -428,6 +428,35 @@ def query(
     console.print(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
 
 
+@bench_app.command("api")
+def api_probe(
+    api_url: str = typer.Option("http://127.0.0.1:8000", help="A running gateway."),
+    api_key: str = typer.Option(..., help="An API key of the tenant to ask as."),
+    question: str | None = typer.Option(None, help="Default: the first sample question."),
+    out: Path = typer.Option(Path(".local/bench/api.json"), help="JSON result."),
+) -> None:
+    """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
+    repeats after one answered query); ``bench summary`` reads DIR/api.json."""
+    from workers.benchmarks.query import QueryBenchConfig, machine, probe_exact_cache_hit
+    from workers.benchmarks.questions import load_questions
+
+    text = question or load_questions(None)[0][0]
+    result = probe_exact_cache_hit(QueryBenchConfig(api_url=api_url, api_key=api_key), text)
+    if not result["measured"]:
+        console.print(f"[red]error[/red]: {result['note']}")
+        raise typer.Exit(1)
+    payload = {
+        "bench": "api",
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "question": text,
+        "api_exact_cache_hit": result,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    console.print(f"exact-cache hit through {api_url}: {result['latency_ms']} -> {out}")
+
+
 @bench_app.command("summary")
 def summary(
     directory: Path = typer.Argument(..., help="Folder the benchmarks wrote their JSON into."),

@@ -263,9 +263,21 @@ def test_replicas_are_pool_equals_count(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_gateway_leaves_the_modes_results_intact() -> None:
-    from workers.benchmarks.query import QueryBenchConfig, _api_probe
+    from workers.benchmarks.query import QueryBenchConfig, probe_exact_cache_hit
 
     config = QueryBenchConfig(api_url="http://127.0.0.1:9", api_key="rsk_x")  # discard port
-    out = _api_probe(config, "What is a tuple?")
+    out = probe_exact_cache_hit(config, "What is a tuple?")
     assert out["measured"] is False and "127.0.0.1:9" in out["note"]
-    assert _api_probe(QueryBenchConfig(), "q")["measured"] is False
+    assert probe_exact_cache_hit(QueryBenchConfig(), "q")["measured"] is False
+
+
+def test_summary_takes_the_exact_cache_probe_from_api_json(tmp_path: Path) -> None:
+    (tmp_path / "query.json").write_text(json.dumps({"modes": [], "machine": "m"}))
+    s = build_summary(tmp_path)
+    assert s["query"]["api_exact_cache_hit_p50_ms"] is None
+    assert any("bench api" in n for n in s["notes"])
+    probe = {"measured": True, "latency_ms": {"p50": 14.8, "p95": 18.2}, "note": "x"}
+    (tmp_path / "api.json").write_text(json.dumps({"api_exact_cache_hit": probe}))
+    s = build_summary(tmp_path)
+    assert s["query"]["api_exact_cache_hit_p50_ms"] == 14.8
+    assert not any("api_exact_cache_hit" in n for n in s["notes"])

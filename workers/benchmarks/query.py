@@ -360,12 +360,15 @@ def run_query_bench(
             payload["modes"].append(mode)
     finally:
         _flush(redis_url_with_db(settings.redis.url, config.redis_db))
-    payload["api_exact_cache_hit"] = _api_probe(config, questions[0])
+    payload["api_exact_cache_hit"] = probe_exact_cache_hit(config, questions[0])
     payload["elapsed_s"] = round(time.monotonic() - started, 1)
     return payload
 
 
-def _api_probe(config: QueryBenchConfig, question: str) -> dict[str, Any]:
+def probe_exact_cache_hit(config: QueryBenchConfig, question: str) -> dict[str, Any]:
+    """``{"measured", "latency_ms", "note"}`` of an exact answer-cache hit through
+    ``config.api_url`` (:func:`workers.benchmarks.api_probe.measure_api_exact_cache_hit`);
+    ``measured`` is False, with the reason in ``note``, without a gateway or when it fails."""
     if not (config.api_url and config.api_key):
         return {
             "measured": False,
