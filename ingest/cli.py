@@ -206,21 +206,16 @@ def optimize_command(
     (README, Performance). Elasticsearch advises force-merging only an index that is not
     being written heavily, so run it after bulk jobs, not during one.
     """
-    from elasticsearch import Elasticsearch
-
-    from ingest.index import force_merge
+    from ingest.factory import merge_index
 
     settings = get_settings()
     alias = settings.elasticsearch.index_alias
-    es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
     started = time.perf_counter()
     try:
-        before, after = force_merge(es, alias, segments)
+        before, after = merge_index(settings, segments)
     except ValueError as exc:
         console.print(f"[red]error[/red]: {exc}")
         raise typer.Exit(1) from exc
-    finally:
-        es.close()
     console.print(
         f"{alias}: {before['segments']} segments, {before['deleted_docs']} deleted docs -> "
         f"[bold]{after['segments']} segments, {after['deleted_docs']} deleted[/bold] "

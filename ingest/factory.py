@@ -11,7 +11,7 @@ from elasticsearch import Elasticsearch
 
 from ingest.chunking import Chunker
 from ingest.embedding import CachedEmbedder, EmbeddingCache, SentenceTransformerEmbedder
-from ingest.index import ChunkIndex
+from ingest.index import ChunkIndex, force_merge
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.versions import IndexVersions
@@ -35,6 +35,18 @@ def build_index(settings: Settings, dims: int) -> ChunkIndex:
     index = ChunkIndex(es, settings.elasticsearch, dims)
     index.ensure()
     return index
+
+
+def merge_index(
+    settings: Settings, max_num_segments: int = 1
+) -> tuple[dict[str, int], dict[str, int]]:
+    """:func:`ingest.index.force_merge` of the settings' chunk alias (segment stats before and
+    after), with a client of its own. Raises as ``force_merge``."""
+    es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
+    try:
+        return force_merge(es, settings.elasticsearch.index_alias, max_num_segments)
+    finally:
+        es.close()
 
 
 def build_index_and_embedder(settings: Settings) -> tuple[ChunkIndex, CachedEmbedder]:

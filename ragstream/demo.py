@@ -190,16 +190,10 @@ def ingest_manuals(settings: Settings) -> None:
 def optimize_index(settings: Settings) -> None:
     """Merge the chunk index into one segment after the bulk load (``ragstream index
     optimize``): fewer segments and no deleted chunks make every search faster."""
-    from elasticsearch import Elasticsearch
+    from ingest.factory import merge_index
 
-    from ingest.index import force_merge
-
-    es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
-    try:
-        with console.status("merging the index into one segment..."):
-            before, after = force_merge(es, settings.elasticsearch.index_alias)
-    finally:
-        es.close()
+    with console.status("merging the index into one segment..."):
+        before, after = merge_index(settings)
     console.print(
         f"index merged: {before['segments']} -> {after['segments']} segment(s), "
         f"{before['deleted_docs']} -> {after['deleted_docs']} deleted chunks"

@@ -437,11 +437,11 @@ def api_probe(
 ) -> None:
     """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
     repeats after one answered query); ``bench summary`` reads DIR/api.json."""
-    from workers.benchmarks.query import QueryBenchConfig, machine, probe_exact_cache_hit
+    from workers.benchmarks.query import machine, probe_exact_cache_hit
     from workers.benchmarks.questions import load_questions
 
     text = question or load_questions(None)[0][0]
-    result = probe_exact_cache_hit(QueryBenchConfig(api_url=api_url, api_key=api_key), text)
+    result = probe_exact_cache_hit(api_url, api_key, text)
     if not result["measured"]:
         console.print(f"[red]error[/red]: {result['note']}")
         raise typer.Exit(1)

@@ -191,7 +191,7 @@ def test_optimize_merges_the_index_into_one_segment(
     acme.pipeline.apply([IngestOp("acme", "wal", "delete")])
     acme.index.refresh()
     before = segment_stats(acme.es, acme.index.alias)
-    assert before["segments"] >= 1 and before["deleted_docs"] >= 1
+    assert before["segments"] >= 2 and before["deleted_docs"] >= 1  # something to merge
     monkeypatch.setenv("RAGSTREAM_ELASTICSEARCH__INDEX_ALIAS", acme.index.alias)
     get_settings.cache_clear()
     try:

@@ -263,12 +263,11 @@ def test_replicas_are_pool_equals_count(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_gateway_leaves_the_modes_results_intact() -> None:
-    from workers.benchmarks.query import QueryBenchConfig, probe_exact_cache_hit
+    from workers.benchmarks.query import probe_exact_cache_hit
 
-    config = QueryBenchConfig(api_url="http://127.0.0.1:9", api_key="rsk_x")  # discard port
-    out = probe_exact_cache_hit(config, "What is a tuple?")
+    out = probe_exact_cache_hit("http://127.0.0.1:9", "rsk_x", "What is a tuple?")  # discard
     assert out["measured"] is False and "127.0.0.1:9" in out["note"]
-    assert probe_exact_cache_hit(QueryBenchConfig(), "q")["measured"] is False
+    assert probe_exact_cache_hit(None, None, "q")["measured"] is False
 
 
 def test_summary_takes_the_exact_cache_probe_from_api_json(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ throughput and its latency.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -116,7 +115,7 @@ def run_baseline(
         errors += not pipeline.answer(make())
         latencies.append((time.perf_counter() - t0) * 1000)
     elapsed = time.perf_counter() - start
-    cores = busy_cores(cpu_start, CpuSample.now(), os.cpu_count() or 1)
+    cores = busy_cores(cpu_start, CpuSample.now())
     return BaselineResult(
         mode=mode,
         requests=len(latencies),

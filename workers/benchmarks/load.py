@@ -9,7 +9,6 @@ Poisson arrivals for a fixed time, waits for the stragglers, and summarises.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import random
 import threading
 import time
@@ -305,7 +304,7 @@ def measure_rate(
     arrivals = poisson_arrivals(rate, seconds, random.Random(f"{seed}:{mode}:{rate}"))
     cpu_start, t0 = CpuSample.now(), time.monotonic()
     ids, late = offer(target.producer, target.topic, arrivals, target.make, target.collector)
-    cores = busy_cores(cpu_start, CpuSample.now(), os.cpu_count() or 1)
+    cores = busy_cores(cpu_start, CpuSample.now())
     offered_s = time.monotonic() - t0
     _wait(target.collector, ids, time.monotonic() + drain_s, target.check)
     after = target.batch_totals()

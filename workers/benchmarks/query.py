@@ -360,16 +360,20 @@ def run_query_bench(
             payload["modes"].append(mode)
     finally:
         _flush(redis_url_with_db(settings.redis.url, config.redis_db))
-    payload["api_exact_cache_hit"] = probe_exact_cache_hit(config, questions[0])
+    payload["api_exact_cache_hit"] = probe_exact_cache_hit(
+        config.api_url, config.api_key, questions[0]
+    )
     payload["elapsed_s"] = round(time.monotonic() - started, 1)
     return payload
 
 
-def probe_exact_cache_hit(config: QueryBenchConfig, question: str) -> dict[str, Any]:
-    """``{"measured", "latency_ms", "note"}`` of an exact answer-cache hit through
-    ``config.api_url`` (:func:`workers.benchmarks.api_probe.measure_api_exact_cache_hit`);
-    ``measured`` is False, with the reason in ``note``, without a gateway or when it fails."""
-    if not (config.api_url and config.api_key):
+def probe_exact_cache_hit(
+    api_url: str | None, api_key: str | None, question: str
+) -> dict[str, Any]:
+    """``{"measured", "latency_ms", "note"}`` of an exact answer-cache hit through ``api_url``
+    (:func:`workers.benchmarks.api_probe.measure_api_exact_cache_hit`); ``measured`` is False,
+    with the reason in ``note``, without a gateway or when it fails."""
+    if not (api_url and api_key):
         return {
             "measured": False,
             "note": "not measured: pass --api-url and --api-key of a running gateway "
@@ -380,7 +384,7 @@ def probe_exact_cache_hit(config: QueryBenchConfig, question: str) -> dict[str, 
     from workers.benchmarks.api_probe import measure_api_exact_cache_hit
 
     try:
-        result = measure_api_exact_cache_hit(config.api_url, config.api_key, question)
+        result = measure_api_exact_cache_hit(api_url, api_key, question)
     except (httpx.HTTPError, RuntimeError) as exc:  # the modes' results are kept regardless
-        return {"measured": False, "note": f"not measured: {config.api_url}: {exc}"}
-    return {"measured": True, "latency_ms": result, "note": f"{config.api_url} /v1/query"}
+        return {"measured": False, "note": f"not measured: {api_url}: {exc}"}
+    return {"measured": True, "latency_ms": result, "note": f"{api_url} /v1/query"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,12 +151,15 @@ class CpuSample:
         return cls(busy=total - fields[3] - fields[4], total=total)
 
 
-def busy_cores(start: CpuSample | None, end: CpuSample | None, cpus: int) -> float | None:
+def busy_cores(
+    start: CpuSample | None, end: CpuSample | None, cpus: int | None = None
+) -> float | None:
     """Mean busy logical CPUs of the machine between two samples (every process counts: the
-    pools, Kafka, Elasticsearch, the LLM server and the load generator); ``None`` if either
-    sample is missing or no time passed."""
+    pools, Kafka, Elasticsearch, the LLM server and the load generator); ``cpus`` defaults to
+    this machine's; ``None`` if either sample is missing or no time passed."""
     if start is None or end is None or end.total <= start.total:
         return None
+    cpus = cpus or os.cpu_count() or 1
     return round(cpus * (end.busy - start.busy) / (end.total - start.total), 2)
 
 
