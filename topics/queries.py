@@ -50,7 +50,8 @@ class QueryRequest(Event):
 
     ``deadline`` is absolute (UTC): a stage that receives the event after it answers
     ``DEADLINE_EXCEEDED`` instead of working. ``top_n`` candidates are retrieved, ``top_k``
-    passages are kept after rerank. ``route`` forces a generation tier or lets the router pick.
+    passages are kept after rerank. ``route`` forces an answer tier (``evidence``: the quoted
+    evidence, no LLM; ``small``/``large``: an LLM over the evidence) or lets the router pick.
     """
 
     request_id: str = Field(default_factory=new_id, min_length=1, max_length=128)
@@ -59,7 +60,7 @@ class QueryRequest(Event):
     top_n: int = Field(default=30, ge=1, le=200)
     top_k: int = Field(default=5, ge=1, le=50)
     filters: tuple[Filter, ...] = Field(default=(), max_length=20)
-    route: Literal["auto", "small", "large"] = "auto"
+    route: Literal["auto", "evidence", "small", "large"] = "auto"
     stream: bool = False
     callback_url: str | None = Field(default=None, max_length=2048)
 

@@ -6,16 +6,24 @@ from typing import Literal
 
 from topics.base import Event
 from topics.queries import QueryRequest
+from topics.responses import EvidenceSpan
 from topics.retrieved import Candidate
 
 
 class RerankedPassages(Event):
-    """Passages in rerank-score order and the generation tier the router chose."""
+    """Passages in rerank-score order, their evidence spans and the answer tier the router chose.
+
+    ``evidence`` is best first; ``evidence_confidence`` is the best span's score (``None`` when
+    no evidence stage ran); ``route_reason`` says why the router chose ``tier``.
+    """
 
     request: QueryRequest
     passages: tuple[Candidate, ...] = ()
-    tier: Literal["small", "large"] = "small"
+    tier: Literal["evidence", "small", "large"] = "small"
     index_version: int = 0
+    evidence: tuple[EvidenceSpan, ...] = ()
+    evidence_confidence: float | None = None
+    route_reason: str = ""
 
     @property
     def request_id(self) -> str:

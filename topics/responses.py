@@ -42,6 +42,32 @@ class Citation(Contract):
     source: str = ""
 
 
+class EvidenceSpan(Contract):
+    """A quoted span of a passage that supports the answer.
+
+    ``n`` is the passage's citation number (``[n]``); ``start``/``end`` are character offsets
+    into the chunk's text (``chunk.text[start:end] == text``); ``context`` frames a table row
+    (its header row); ``score`` is the evidence stage's unit score (higher is better).
+    """
+
+    n: int = Field(ge=1)
+    chunk_id: str
+    doc_id: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    text: str
+    score: float = 0.0
+    context: str = ""
+    title: str = ""
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EvidenceSpan:
+        if self.end < self.start:
+            raise ValueError("end must not be before start")
+        return self
+
+
 class TokenUsage(Contract):
     """Token counts reported by the serving model."""
 
@@ -50,12 +76,20 @@ class TokenUsage(Contract):
 
 
 class QueryResponse(Event):
-    """An answer (``status="answered"``) or a typed error (``status="error"``)."""
+    """An answer (``status="answered"``) or a typed error (``status="error"``).
+
+    ``evidence`` holds the quoted spans the answer rests on (also on an error, when retrieval
+    found them), ``citations`` the passages; ``truncated`` marks an LLM answer cut at its token
+    limit (kept up to its last whole sentence); ``tier`` is the answer tier that produced it
+    (``evidence``, ``small``, ``large``; ``cache`` for a cache hit).
+    """
 
     request_id: str = Field(min_length=1, max_length=128)
     status: Literal["answered", "error"]
     answer: str = ""
     citations: tuple[Citation, ...] = ()
+    evidence: tuple[EvidenceSpan, ...] = ()
+    truncated: bool = False
     usage: TokenUsage = TokenUsage()
     tier: str = ""
     error: ErrorInfo | None = None

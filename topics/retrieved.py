@@ -36,7 +36,7 @@ class RetrievedCandidates(Event):
     candidates: tuple[Candidate, ...] = ()
     index_version: int = 0
     #: Generation tier chosen by the router, and why (also in ``trace``).
-    tier: Literal["small", "large"] = "small"
+    tier: Literal["evidence", "small", "large"] = "small"
     route_reason: str = ""
 
     @property

@@ -17,7 +17,7 @@ from prometheus_client import Counter
 
 from topics.queries import QueryRequest
 
-Tier = Literal["small", "large"]
+Tier = Literal["evidence", "small", "large"]
 
 ROUTES = Counter("ragstream_route_total", "Routing decisions.", ["tier", "reason"])
 

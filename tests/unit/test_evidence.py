@@ -1,0 +1,165 @@
+"""The evidence stage on small hand-written passages: segmentation, selection, answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose
+from workers.evidence.lexical import identifiers, terms
+from workers.evidence.segment import segment, split_sentences
+from workers.evidence.select import EvidenceSelector
+
+
+@dataclass(frozen=True)
+class P:
+    text: str
+    title: str = ""
+    chunk_id: str = "c"
+    doc_id: str = "d"
+
+
+LOCKS = (
+    "deadlock_timeout (integer)\n"
+    "This is the amount of time to wait on a lock before checking to see if there is a "
+    "deadlock condition. The check for deadlock is relatively expensive, so the server doesn't "
+    "run it every time it waits for a lock. We optimistically assume that deadlocks are not "
+    "common in production applications and just wait on the lock for a while before checking "
+    "for a deadlock. Increasing this value reduces the amount of time wasted in needless "
+    "deadlock checks, but slows down reporting of real deadlock errors. If this value is "
+    "specified without units, it is taken as milliseconds. The default is one second (1s), "
+    "which is probably about the smallest value you would want in practice."
+)
+LIMITS = (
+    "Table K.1. PostgreSQL Limitations\n\n"
+    "Item | Upper Limit | Comment\n"
+    "database size | unlimited |\n"
+    "number of databases | 4,294,950,911 |\n"
+    "columns per table | 1600 | further limited by tuple size fitting on a single page\n"
+    "field size | 1 GB |"
+)
+SUBPROCESS = (
+    "Run the command described by args. Wait for command to complete.\n\n"
+    ">>> subprocess.run(['ls', '-l'], capture_output=True)\n"
+    "CompletedProcess(args=['ls', '-l'], returncode=0, stdout=b'...', stderr=b'')\n\n"
+    "If capture_output is true, stdout and stderr will be captured."
+)
+
+
+def test_units_keep_exact_offsets() -> None:
+    for text in (LOCKS, LIMITS, SUBPROCESS):
+        for unit in segment(text):
+            assert text[unit.start : unit.end] == unit.text
+
+
+def test_sentences_do_not_split_at_abbreviations_or_versions() -> None:
+    line = "Use a tuple, e.g. (1, 2), here. It was added in 3.11. Then 42 follows."
+    assert [line[a:b] for a, b in split_sentences(line)] == [
+        "Use a tuple, e.g. (1, 2), here.",
+        "It was added in 3.11.",
+        "Then 42 follows.",
+    ]
+
+
+def test_code_block_stays_whole_and_table_rows_carry_their_header() -> None:
+    code = [u for u in segment(SUBPROCESS) if u.kind == "code"]
+    assert len(code) == 1 and code[0].text.startswith(">>> subprocess.run")
+    assert "CompletedProcess" in code[0].text
+    rows = [u for u in segment(LIMITS) if u.kind == "row"]
+    columns = next(u for u in rows if u.text.startswith("columns per table"))
+    assert columns.context == "Item | Upper Limit | Comment"
+
+
+def test_terms_stem_words_and_keep_identifiers_whole() -> None:
+    assert "block" in terms("blocked blocking")
+    assert "shared_buffers" in terms("What is shared_buffers?")
+    assert "os.getcwd" in terms("call os.getcwd() now")
+    assert identifiers("Use --globals-only or typing.override") == [
+        "globals-only",
+        "typing.override",
+    ]
+
+
+def test_a_default_value_inside_a_long_paragraph_is_found() -> None:
+    selector = EvidenceSelector(None)
+    [ev] = selector.select(
+        [("What is the default deadlock timeout before a deadlock check?", [P(LOCKS)])]
+    )
+    assert "(1s)" in ev.spans[0].text
+    assert LOCKS[ev.spans[0].start : ev.spans[0].end] == ev.spans[0].text
+
+
+def test_a_table_row_is_found_and_quoted_with_its_header() -> None:
+    selector = EvidenceSelector(None)
+    other = P("A table has rows. Rows are stored in pages of 8 kB.", chunk_id="x")
+    [ev] = selector.select([("How many columns can a table have at most?", [other, P(LIMITS)])])
+    best = ev.spans[0]
+    assert best.text.startswith("columns per table | 1600") and best.n == 2
+    answer = compose(ev, AnswerPolicy())
+    assert answer.text.startswith("Item | Upper Limit | Comment / columns per table | 1600")
+    assert "[2]" in answer.text
+
+
+def test_a_code_block_can_be_the_evidence() -> None:
+    selector = EvidenceSelector(None)
+    [ev] = selector.select(
+        [("How do I run ls -l with subprocess.run and capture its output?", [P(SUBPROCESS)])]
+    )
+    assert any(s.text.startswith(">>> subprocess.run") for s in ev.spans)
+
+
+class FakeEmbedder:
+    """Unit vectors by keyword: texts about locks point one way, everything else another."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+        self.calls.append(len(texts))
+        rows = [[1.0, 0.0] if "lock" in t.lower() else [0.0, 1.0] for t in texts]
+        return np.asarray(rows, dtype=np.float32)
+
+
+def test_one_embedding_call_for_the_whole_batch() -> None:
+    fake = FakeEmbedder()
+    selector = EvidenceSelector(fake, dense_top=4)
+    out = selector.select(
+        [("How long to wait on a lock?", [P(LOCKS)]), ("Columns per table?", [P(LIMITS)])]
+    )
+    assert len(fake.calls) == 1
+    assert fake.calls[0] == 2 + 4 + 4
+    assert len(out) == 2
+
+
+def test_missing_identifier_refuses_and_strong_evidence_answers() -> None:
+    selector = EvidenceSelector(None)
+    [absent, present] = selector.select(
+        [
+            ("Which columns does the pg_stat_io view have?", [P(LOCKS)]),
+            ("What does deadlock_timeout default to?", [P(LOCKS)]),
+        ]
+    )
+    assert absent.missing == ("pg_stat_io",)
+    refused = compose(absent, AnswerPolicy())
+    assert refused.refused and refused.text == NOT_IN_DOCUMENTS
+    assert refused.reason == "missing:pg_stat_io"
+    answered = compose(present, AnswerPolicy())
+    assert not answered.refused and "[1]" in answered.text
+
+
+def test_weak_evidence_refuses_and_the_answer_keeps_its_word_budget() -> None:
+    selector = EvidenceSelector(None)
+    [ev] = selector.select([("What is the capital of France?", [P(LOCKS)])])
+    assert compose(ev, AnswerPolicy(min_confidence=ev.confidence + 0.01)).refused
+    policy = AnswerPolicy(max_words=40, max_spans=5, keep_ratio=0.0)
+    answer = compose(ev, policy)
+    assert sum(s.words for s in answer.spans) <= 40 or len(answer.spans) == 1
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n  "])
+def test_blank_passages_give_no_evidence(text: str) -> None:
+    [ev] = EvidenceSelector(None).select([("anything?", [P(text)])])
+    assert ev.spans == () and compose(ev, AnswerPolicy()).reason == "no_evidence"

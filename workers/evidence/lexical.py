@@ -1,0 +1,166 @@
+"""Lexical signals of evidence scoring: terms, stems, identifiers and IDF.
+
+Terms are lower-cased words; prose words are reduced to their Snowball (Porter 2) English stem
+(PyStemmer, Porter 1980 / Snowball 2001), so "blocked" matches "blocks". Identifiers
+(``shared_buffers``, ``os.getcwd``, ``--globals-only``, ``gen_random_uuid()``) are kept whole
+*and* split into their parts, so an exact identifier scores above a loose word match.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import Stemmer  # type: ignore[import-not-found]
+
+#: English function words and question words that carry no topic (a short list in the spirit of
+#: the SMART stop list, Salton 1971, plus the cue words of questions).
+# fmt: off
+STOPWORDS = frozenset({
+    "a", "an", "the", "and", "or", "but", "if", "of", "to", "in", "on", "at", "by", "for", "with",
+    "from", "as", "into", "onto", "about", "over", "under", "is", "are", "was", "were", "be",
+    "been", "being", "am", "do", "does", "did", "doing", "done", "have", "has", "had", "having",
+    "can", "could", "may", "might", "must", "shall", "should", "will", "would", "it", "its",
+    "this", "that", "these", "those", "there", "here", "what", "which", "who", "whom", "whose",
+    "when", "where", "why", "how", "i", "me", "my", "we", "our", "you", "your", "he", "she",
+    "they", "them", "their", "his", "her", "not", "no", "nor", "so", "than", "too", "very", "s",
+    "t", "just", "also", "only", "own", "same", "such", "both", "each", "few", "more", "most",
+    "other", "some", "any", "all", "up", "down", "out", "off", "again", "further", "then", "once",
+    "one", "ones", "get", "gets", "got", "use", "used", "using", "want", "need", "like", "make",
+    "makes", "way", "ways", "something", "anything", "thing", "things", "tell", "give", "instead",
+})
+# fmt: on
+_TOKEN = re.compile(r"--?[a-z][\w-]*|[a-z_][\w]*(?:\.[a-z_]\w*)*(?:\(\))?|\d+(?:[.,]\d+)*", re.I)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Stemmer.Stemmer:
+    return Stemmer.Stemmer("english")
+
+
+def is_identifier(token: str) -> bool:
+    """Whether ``token`` looks like code: has ``_``, ``.``, ``()``, a leading ``-`` or inner
+    capitals (``StrEnum``, ``TaskGroup``)."""
+    return bool(
+        "_" in token
+        or "." in token.strip(".")
+        or token.endswith("()")
+        or token.startswith("-")
+        or re.search(r"[a-z][A-Z]", token)
+    )
+
+
+def terms(text: str) -> list[str]:
+    """The scoring terms of ``text``: stems of content words, identifiers whole and in parts.
+
+    Returns:
+        Terms in text order, with repeats; stop words and one-letter words left out.
+    """
+    stem = _stemmer().stemWord
+    out: list[str] = []
+    for raw in _TOKEN.findall(text):
+        token = raw.lower()
+        if is_identifier(raw):
+            whole = token.removesuffix("()").lstrip("-")
+            out.append(whole)
+            parts = [p for p in re.split(r"[._\-]+", whole) if len(p) > 1]
+            if len(parts) > 1:
+                out.extend(stem(p) for p in parts if p not in STOPWORDS)
+            continue
+        if token in STOPWORDS or len(token) < 2:
+            continue
+        out.append(token if token[0].isdigit() else stem(token))
+    return out
+
+
+def identifiers(text: str) -> list[str]:
+    """The code-like tokens of ``text`` (lower-case, ``()`` and leading dashes removed)."""
+    return [
+        raw.lower().removesuffix("()").lstrip("-")
+        for raw in _TOKEN.findall(text)
+        if is_identifier(raw)
+    ]
+
+
+def idf(documents: Sequence[Iterable[str]]) -> dict[str, float]:
+    """Inverse document frequency of every term over ``documents`` (BM25's smoothed form,
+    Robertson & Zaragoza 2009: ``ln(1 + (N - df + 0.5) / (df + 0.5))``)."""
+    df: Counter[str] = Counter()
+    for doc in documents:
+        df.update(set(doc))
+    n = len(documents)
+    return {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+
+
+def coverage(query: Sequence[str], unit: Iterable[str], weights: dict[str, float]) -> float:
+    """IDF-weighted share of the query's distinct terms that ``unit`` contains, in [0, 1]."""
+    wanted = set(query)
+    if not wanted:
+        return 0.0
+    have = set(unit)
+    default = max(weights.values(), default=1.0)
+    total = sum(weights.get(t, default) for t in wanted)
+    return sum(weights.get(t, default) for t in wanted & have) / total if total else 0.0
+
+
+#: Questions that ask for a value (a number, a size, a duration, a default setting).
+VALUE_CUES = re.compile(
+    r"\b(how (long|many|much|large|big|often)|maximum|minimum|max|min|limit|size|length|"
+    r"number of|precision|timeout|port|default)\b",
+    re.IGNORECASE,
+)
+#: Questions that ask for a name (a function, an option, a command) or a way to do something.
+NAME_CUES = re.compile(
+    r"\b(which|what)\s+(\w+\s+){0,3}?(function|class|method|module|option|command|operator|"
+    r"view|decorator|exception|setting|parameter|keyword|attribute|item|statement|clause|tool|"
+    r"program|variable|flag|base class|string)s?\b"
+    r"|^\s*how (do|can|should|would) (i|you)\b",
+    re.IGNORECASE,
+)
+#: Words that name what kind of value is asked for; a unit that repeats one is about that value.
+FOCUS_WORDS = frozenset({"default", "maximum", "minimum", "limit", "lowest", "highest"})
+_DIGIT = re.compile(r"\d")
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerType:
+    """The expected answer type of a question (the answer-type matching of factoid QA systems,
+    e.g. Harabagiu et al. 2000, "FALCON", TREC-9).
+
+    Attributes:
+        value: the question asks for a value (a unit holding a number fits).
+        name: the question asks for a name or a way (a unit holding an identifier or code fits).
+        focus: stems of the focus words the question uses ("default", "maximum", ...).
+    """
+
+    value: bool
+    name: bool
+    focus: frozenset[str]
+
+
+def answer_type(question: str) -> AnswerType:
+    """The expected answer type of ``question`` (cue words; see :class:`AnswerType`)."""
+    stem = _stemmer().stemWord
+    words = {w.lower() for w in re.findall(r"[a-z]+", question, re.IGNORECASE)}
+    return AnswerType(
+        value=bool(VALUE_CUES.search(question)),
+        name=bool(NAME_CUES.search(question)),
+        focus=frozenset(stem(w) for w in words & FOCUS_WORDS),
+    )
+
+
+def type_match(kind: AnswerType, text: str, unit_terms: Iterable[str], is_code: bool) -> float:
+    """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply
+    (a number for a value, an identifier or code for a name, the focus words)."""
+    checks: list[bool] = []
+    if kind.value:
+        checks.append(bool(_DIGIT.search(text)))
+    if kind.name:
+        checks.append(is_code or any(is_identifier(t) for t in _TOKEN.findall(text)))
+    if kind.focus:
+        checks.append(bool(kind.focus & set(unit_terms)))
+    return sum(checks) / len(checks) if checks else 0.0

@@ -1,0 +1,159 @@
+"""Split a chunk's text into evidence units: sentences, code blocks, table rows, list items.
+
+The chunk text is what :mod:`ingest.parsers.html_text` lays out: blocks separated by a blank
+line, block elements (paragraphs, list items, definition terms and descriptions, table rows as
+``cell | cell``) on their own lines, ``<pre>`` text verbatim. A unit is the smallest piece that
+can be quoted as evidence on its own:
+
+- a prose line is split into sentences (a full stop, ``?`` or ``!`` followed by a space and an
+  upper-case letter, a digit or an opening quote/bracket; common abbreviations such as "e.g."
+  and "i.e." do not end a sentence);
+- a code block (a verbatim block: a block whose lines are indented, or that holds prompt or
+  statement markers such as ``>>>``, ``$ ``, ``;`` line ends, braces) stays whole;
+- a table row stays whole and carries its table's first row (the header) as context;
+- a list item or definition line is its own unit (it is a line of its own already).
+
+Every unit keeps ``[start, end)`` character offsets into the chunk text, so a quote can be
+traced back exactly (``text[start:end] == unit.text``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Abbreviations after which a full stop does not end a sentence (lower-case, without the dot).
+ABBREVIATIONS = frozenset(
+    {"e.g", "i.e", "etc", "vs", "cf", "approx", "no", "fig", "ch", "sec", "resp", "incl"}
+    | {"al", "eds", "vol", "ver", "esp", "ca"}
+)
+#: A sentence boundary candidate: end punctuation (optionally closed by a quote or bracket),
+#: white space, then something that can start a sentence.
+_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[`])")
+_WORD_BEFORE = re.compile(r"(\S+)\.$")
+_TABLE_ROW = re.compile(r"\S \| \S|^\S[^|]*\|$")
+_CODE_MARKERS = re.compile(r"^(>>>|\.\.\.|\$ |#|--|/\*|\w+=# )|[;{}]\s*$|^\s{2,}\S")
+#: Longest code block kept as one unit, in characters; longer ones are cut into line groups.
+MAX_CODE_CHARS = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One quotable piece of a chunk.
+
+    Attributes:
+        start: offset of the first character in the chunk text.
+        end: offset one past the last character (``chunk_text[start:end] == text``).
+        text: the unit as written.
+        kind: ``sentence``, ``code``, ``row`` or ``item``.
+        context: text that frames it when scored and quoted (a table row's header row), or "".
+        block: index of the blank-line block it belongs to (neighbours share a block).
+    """
+
+    start: int
+    end: int
+    text: str
+    kind: str
+    context: str = ""
+    block: int = 0
+
+
+def _blocks(text: str) -> list[tuple[int, str]]:
+    """``(offset, block)`` of every non-blank block separated by blank lines."""
+    out = []
+    for match in re.finditer(r"(?:[^\n]|\n(?!\s*\n))+", text):
+        block = match.group(0)
+        if block.strip():
+            out.append((match.start(), block))
+    return out
+
+
+def _lines(block: str, base: int) -> list[tuple[int, str]]:
+    out = []
+    offset = 0
+    for line in block.split("\n"):
+        stripped = line.strip()
+        if stripped:
+            out.append((base + offset + line.index(stripped[0]), stripped))
+        offset += len(line) + 1
+    return out
+
+
+def _is_code(lines: list[tuple[int, str]], raw: str) -> bool:
+    if len(lines) < 2:
+        return bool(re.match(r"^(>>>|\$ )", raw.strip()))
+    raw_lines = [ln for ln in raw.split("\n") if ln.strip()]
+    marked = sum(1 for ln in raw_lines if _CODE_MARKERS.search(ln))
+    return marked * 2 >= len(raw_lines)
+
+
+def _is_table(lines: list[tuple[int, str]]) -> bool:
+    rows = sum(1 for _, ln in lines if _TABLE_ROW.search(ln))
+    return len(lines) >= 2 and rows * 2 > len(lines)
+
+
+def split_sentences(line: str) -> list[tuple[int, int]]:
+    """``[start, end)`` offsets of the sentences of one prose line (see the module docstring)."""
+    spans = []
+    start = 0
+    for match in _BOUNDARY.finditer(line):
+        head = line[start : match.start()].rstrip("\"')]")
+        word = _WORD_BEFORE.search(head)
+        if word and word.group(1).lower().lstrip("(\"'") in ABBREVIATIONS:
+            continue
+        if word and len(word.group(1)) == 1 and word.group(1).isupper():
+            continue  # an initial ("J. Smith")
+        end = match.start() + len(match.group(0).rstrip())
+        spans.append((start, end))
+        start = match.end()
+    if line[start:].strip():
+        spans.append((start, len(line)))
+    return spans
+
+
+def _code_units(lines: list[tuple[int, str]], text: str, block_no: int) -> list[Unit]:
+    units = []
+    group: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if group:
+            start, end = group[0][0], group[-1][0] + len(group[-1][1])
+            units.append(Unit(start, end, text[start:end], "code", block=block_no))
+            group.clear()
+
+    for offset, line in lines:
+        if group and offset + len(line) - group[0][0] > MAX_CODE_CHARS:
+            flush()
+        group.append((offset, line))
+    flush()
+    return units
+
+
+def segment(text: str) -> list[Unit]:
+    """Split ``text`` (a chunk's text) into evidence units, in reading order.
+
+    Returns:
+        Units with offsets into ``text``; empty for a blank text.
+    """
+    units: list[Unit] = []
+    for block_no, (base, block) in enumerate(_blocks(text)):
+        lines = _lines(block, base)
+        if _is_code(lines, block):
+            units.extend(_code_units(lines, text, block_no))
+        elif _is_table(lines):
+            header = lines[0][1]
+            units.append(Unit(lines[0][0], lines[0][0] + len(header), header, "row", "", block_no))
+            units.extend(
+                Unit(off, off + len(line), line, "row", header, block_no) for off, line in lines[1:]
+            )
+        else:
+            for offset, line in lines:
+                spans = split_sentences(line)
+                kind = "sentence" if len(spans) > 1 or line.rstrip().endswith(".") else "item"
+                for s, e in spans:
+                    piece = line[s:e].strip()
+                    if piece:
+                        lead = line[s:e].index(piece[0])
+                        start = offset + s + lead
+                        units.append(Unit(start, start + len(piece), piece, kind, "", block_no))
+    return units

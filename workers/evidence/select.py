@@ -1,0 +1,284 @@
+"""Evidence selection: the sentences of the top passages that answer the question.
+
+For a batch of questions, each with its passages in rank order:
+
+1. every passage is split into units (:func:`workers.evidence.segment.segment`: sentences, code
+   blocks, table rows with their header, list items);
+2. every unit gets a lexical score: the IDF-weighted coverage of the question's terms (stems and
+   identifiers, :mod:`workers.evidence.lexical`; IDF over the question's own units) in the unit
+   and in the unit plus its passage's title, an exact-identifier match, and its passage's rank;
+3. the ``dense_top`` best units of every question by that score are embedded, together with the
+   questions, in ONE call of the embedder for the whole batch, and their cosine similarity to
+   their question is added (units outside the ``dense_top`` keep their lexical score only);
+4. units are ranked by score; a unit too short to stand alone (a signature, a term, a line
+   ending in ":") takes the next unit of its block as context; spans are kept best first up to
+   ``max_spans`` and ``max_words``.
+
+The confidence of a question's evidence is its best unit's score. Identifiers the question names
+that no passage contains (``pg_stat_io``, ``typing.override``) are reported as ``missing``: the
+passages are then about something else, the signature of a question the documents do not answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from workers.evidence.lexical import answer_type, coverage, identifiers, idf, terms, type_match
+from workers.evidence.segment import Unit, segment
+
+Vectors = npt.NDArray[np.float32]
+
+#: Units with fewer words than this take the next unit of their block as context.
+SHORT_UNIT_WORDS = 6
+
+
+class Embeds(Protocol):
+    """Embeds texts as ``(n, dim)`` float32 rows, L2-normalised."""
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+class PassageLike(Protocol):
+    """What the selector reads of a passage (a :class:`topics.retrieved.Candidate`)."""
+
+    @property
+    def chunk_id(self) -> str: ...
+    @property
+    def doc_id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def title(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Weights of the unit score (chosen with ``ragstream eval``; see the README).
+
+    Attributes:
+        cosine: cosine similarity of question and unit embeddings, in [-1, 1].
+        lexical: IDF-weighted coverage of the question's terms in the unit, in [0, 1].
+        titled: the same coverage in the unit plus its passage's title, in [0, 1].
+        identifier: 1 when the unit contains an identifier the question names.
+        rank: ``1 / (1 + rank)`` of the unit's passage (rank 0 is the best passage).
+        answer_type: how well the unit fits the question's expected answer type
+            (:func:`workers.evidence.lexical.type_match`), in [0, 1].
+    """
+
+    cosine: float = 1.0
+    lexical: float = 0.5
+    titled: float = 0.3
+    identifier: float = 0.2
+    rank: float = 0.2
+    answer_type: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A quoted piece of one passage.
+
+    Attributes:
+        n: 1-based number of the passage in the question's passage list (its citation ``[n]``).
+        chunk_id: the passage's chunk id.
+        doc_id: the passage's document id.
+        start: offset of the first character in the chunk text.
+        end: offset one past the last character (``chunk.text[start:end] == text``).
+        text: the quoted text.
+        score: the unit score (see :class:`Weights`).
+        context: text that frames a table row (its header), else "".
+    """
+
+    n: int
+    chunk_id: str
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    score: float
+    context: str = ""
+
+    @property
+    def words(self) -> int:
+        """Words of the quoted text."""
+        return len(self.text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The evidence of one question.
+
+    Attributes:
+        spans: the chosen spans, best first (empty when no passage had text).
+        confidence: the best unit's score; ``-inf`` when there was no unit.
+        missing: identifiers of the question found in no passage.
+        units: how many units were scored.
+    """
+
+    spans: tuple[Span, ...]
+    confidence: float
+    missing: tuple[str, ...] = ()
+    units: int = 0
+
+
+@dataclass(slots=True)
+class _Scored:
+    unit: Unit
+    passage: int
+    score: float
+
+
+class EvidenceSelector:
+    """Chooses evidence spans for a batch of questions (see the module docstring).
+
+    Args:
+        embedder: the query-side embedder; ``None`` scores lexically only.
+        weights: the score's weights.
+        dense_top: units per question (best by lexical score) that are embedded; 0 embeds none.
+        max_spans: most spans per question.
+        max_words: word budget of a question's spans together.
+        max_unit_chars: units are cut to this many characters before embedding (the model's
+            window is 256 word pieces; a long code block is judged by its start).
+    """
+
+    def __init__(
+        self,
+        embedder: Embeds | None,
+        weights: Weights | None = None,
+        *,
+        dense_top: int = 24,
+        max_spans: int = 8,
+        max_words: int = 260,
+        max_unit_chars: int = 600,
+    ) -> None:
+        self.embedder = embedder
+        self.weights = weights or Weights()
+        self.dense_top = dense_top if embedder is not None else 0
+        self.max_spans = max_spans
+        self.max_words = max_words
+        self.max_unit_chars = max_unit_chars
+
+    def select(self, batch: Sequence[tuple[str, Sequence[PassageLike]]]) -> list[Evidence]:
+        """Evidence for each ``(question, passages best first)`` of ``batch``, in order.
+
+        One embedding call covers the whole batch.
+
+        Raises:
+            Whatever the embedder raises (a transient model-server error, say).
+        """
+        units = [[segment(p.text) for p in passages] for _, passages in batch]
+        scored = [
+            self._lexical(question, passages, per_passage)
+            for (question, passages), per_passage in zip(batch, units, strict=True)
+        ]
+        if self.dense_top > 0:
+            self._add_cosine(batch, scored)
+        out = []
+        for (_, passages), per_passage, (ranked, missing) in zip(batch, units, scored, strict=True):
+            ranked.sort(key=lambda s: -s.score)
+            confidence = ranked[0].score if ranked else -math.inf
+            spans = self._spans(ranked, passages, per_passage)
+            out.append(Evidence(spans, round(confidence, 4), missing, len(ranked)))
+        return out
+
+    def _lexical(
+        self, question: str, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
+    ) -> tuple[list[_Scored], tuple[str, ...]]:
+        w = self.weights
+        q_terms = terms(question)
+        q_ids = set(identifiers(question))
+        kind = answer_type(question)
+        unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
+        weights = idf([t for plist in unit_terms for t in plist])
+        haystack = "\n".join(f"{p.title}\n{p.text}" for p in passages).lower()
+        missing = tuple(sorted(i for i in q_ids if i not in haystack))
+        scored: list[_Scored] = []
+        for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
+            title_terms = terms(passage.title)
+            for ui, unit in enumerate(plist):
+                ut = unit_terms[pi][ui]
+                low = unit.text.lower()
+                score = (
+                    w.lexical * coverage(q_terms, ut, weights)
+                    + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
+                    + w.identifier * (1.0 if any(i in low for i in q_ids) else 0.0)
+                    + w.rank / (1 + pi)
+                    + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code")
+                )
+                scored.append(_Scored(unit, pi, score))
+        return scored, missing
+
+    def _add_cosine(
+        self,
+        batch: Sequence[tuple[str, Sequence[PassageLike]]],
+        scored: list[tuple[list[_Scored], tuple[str, ...]]],
+    ) -> None:
+        assert self.embedder is not None
+        texts: list[str] = []
+        picks: list[tuple[int, list[_Scored]]] = []
+        for (question, _), (ranked, _) in zip(batch, scored, strict=True):
+            top = sorted(ranked, key=lambda s: -s.score)[: self.dense_top]
+            picks.append((len(texts), top))
+            texts.append(question)
+            texts.extend(_scored_text(s.unit)[: self.max_unit_chars] for s in top)
+        if not texts:
+            return
+        vectors = self.embedder.embed(texts)
+        for q_row, top in picks:
+            for j, s in enumerate(top, start=1):
+                s.score += self.weights.cosine * float(np.dot(vectors[q_row], vectors[q_row + j]))
+
+    def _spans(
+        self,
+        ranked: list[_Scored],
+        passages: Sequence[PassageLike],
+        per_passage: list[list[Unit]],
+    ) -> tuple[Span, ...]:
+        chosen: list[Span] = []
+        used: set[tuple[int, int]] = set()
+        words = 0
+        for s in ranked:
+            if len(chosen) >= self.max_spans:
+                break
+            if (s.passage, s.unit.start) in used:
+                continue
+            units = _with_context(s.unit, per_passage[s.passage])
+            n_words = sum(len(u.text.split()) for u in units)
+            if chosen and words + n_words > self.max_words:
+                continue
+            p = passages[s.passage]
+            first, last = units[0], units[-1]
+            chosen.append(
+                Span(
+                    n=s.passage + 1,
+                    chunk_id=p.chunk_id,
+                    doc_id=p.doc_id,
+                    start=first.start,
+                    end=last.end,
+                    text=p.text[first.start : last.end],
+                    score=round(s.score, 4),
+                    context=first.context,
+                )
+            )
+            used.update((s.passage, u.start) for u in units)
+            words += n_words
+        return tuple(chosen)
+
+
+def _scored_text(unit: Unit) -> str:
+    return f"{unit.context}\n{unit.text}" if unit.context else unit.text
+
+
+def _with_context(unit: Unit, units: list[Unit]) -> list[Unit]:
+    """``unit`` and, when it is too short to stand alone, the next unit of its block."""
+    if len(unit.text.split()) >= SHORT_UNIT_WORDS and not unit.text.rstrip().endswith(":"):
+        return [unit]
+    at = units.index(unit)
+    if at + 1 < len(units) and units[at + 1].block == unit.block and unit.kind != "code":
+        return [unit, units[at + 1]]
+    return [unit]

@@ -1,0 +1,126 @@
+"""Compressed prompts and honest outcomes of the LLM tiers.
+
+The LLM tiers see the evidence, not whole chunks: each passage that holds evidence becomes one
+prompt passage whose text is its evidence spans in reading order, joined by `` ... `` (prompt
+compression by extraction, in the spirit of RECOMP's extractive compressor, Xu et al. 2023).
+Passages are renumbered ``[1]..[m]`` in the order of their best span, and the evidence spans are
+renumbered the same way, so an answer's ``[n]``, its citations and its evidence agree.
+
+A completion is judged before it is published: an empty (or whitespace, or stop-only) completion
+falls back to the evidence answer; one cut at its token limit (``finish_reason == "length"``) is
+kept up to its last whole sentence and marked truncated, or falls back when no sentence is whole;
+a completion that repeats itself (the loop of a small model that reached the limit) falls back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from topics.responses import EvidenceSpan
+from topics.retrieved import Candidate
+
+#: Joins two spans of one passage that are not adjacent in the text.
+GAP = " ... "
+#: The end of a whole sentence: end punctuation (and a closing quote/bracket or citation).
+_SENTENCE_END = re.compile(r"[.!?](?:[\"')\]]|\s*\[\d{1,3}\])*(?=\s|$)")
+#: A line repeated this many times or more makes a completion degenerate.
+REPEATED_LINES = 3
+
+
+def compress(
+    passages: Sequence[Candidate], spans: Sequence[EvidenceSpan]
+) -> tuple[list[Candidate], list[EvidenceSpan]]:
+    """The prompt passages built from ``spans`` and the spans renumbered to them.
+
+    Args:
+        passages: the question's passages; ``span.n`` is 1-based into this list.
+        spans: evidence spans, best first.
+
+    Returns:
+        ``(prompt passages, renumbered spans)``: one passage per passage that holds a span, in
+        the order of its best span, its text the spans in reading order; spans whose ``n`` is
+        out of range are left out.
+    """
+    order: list[int] = []
+    by_passage: dict[int, list[EvidenceSpan]] = {}
+    for span in spans:
+        if not 1 <= span.n <= len(passages):
+            continue
+        if span.n not in by_passage:
+            order.append(span.n)
+            by_passage[span.n] = []
+        by_passage[span.n].append(span)
+    renumber = {n: i + 1 for i, n in enumerate(order)}
+    out: list[Candidate] = []
+    for n in order:
+        ordered = sorted(by_passage[n], key=lambda s: s.start)
+        parts: list[str] = []
+        last_end = -1
+        for s in ordered:
+            body = f"{s.context} / {s.text}" if s.context else s.text
+            if parts and s.start > last_end + 2:
+                parts.append(GAP.strip())
+            parts.append(body)
+            last_end = max(last_end, s.end)
+        out.append(passages[n - 1].model_copy(update={"text": " ".join(parts)}))
+    renumbered = [s.model_copy(update={"n": renumber[s.n]}) for s in spans if s.n in renumber]
+    return out, renumbered
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """What to publish for a completion.
+
+    Attributes:
+        text: the answer text to publish ("" means: fall back to the evidence answer).
+        truncated: the completion hit its token limit and was cut at its last whole sentence.
+        reason: why it fell back or was cut ("" for a clean answer): ``empty``, ``repeated``,
+            ``length_no_sentence``, ``length_cut``.
+    """
+
+    text: str
+    truncated: bool
+    reason: str
+
+    @property
+    def fallback(self) -> bool:
+        """The evidence answer must be published instead."""
+        return not self.text
+
+
+def last_whole_sentence(text: str) -> str:
+    """``text`` up to the end of its last whole sentence ("" when none ends)."""
+    ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    return text[: ends[-1]].rstrip() if ends else ""
+
+
+def is_repetitive(text: str) -> bool:
+    """True when one non-blank line occurs :data:`REPEATED_LINES` times or more."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return any(lines.count(ln) >= REPEATED_LINES for ln in set(lines))
+
+
+def judge(text: str, finish_reason: str, stop: Sequence[str] = ()) -> Judged:
+    """Judge one completion (see the module docstring).
+
+    Args:
+        text: the completion, stop sequence excluded.
+        finish_reason: ``stop`` or ``length`` (the OpenAI API's values).
+        stop: the stop sequences; a completion made only of them is empty.
+    """
+    clean = text.strip()
+    for s in stop:
+        if s.strip() and clean == s.strip():
+            clean = ""
+    if not clean:
+        return Judged("", False, "empty")
+    if is_repetitive(clean):
+        return Judged("", False, "repeated")
+    if finish_reason == "length":
+        cut = last_whole_sentence(clean)
+        if not cut:
+            return Judged("", False, "length_no_sentence")
+        return Judged(cut, True, "length_cut")
+    return Judged(clean, False, "")
