@@ -33,7 +33,7 @@ class QueryBody(Body):
     top_n: int | None = Field(default=None, ge=1, le=200, description="Candidates retrieved.")
     top_k: int | None = Field(default=None, ge=1, le=50, description="Passages kept.")
     filters: list[Filter] = Field(default_factory=list, max_length=20)
-    route: Literal["auto", "small", "large"] = "auto"
+    route: Literal["auto", "evidence", "small", "large"] = "auto"
     mode: Mode = "sync"
     stream: bool = False
     timeout_s: float | None = Field(default=None, gt=0, le=600, description="Sync wait, s.")
@@ -50,6 +50,22 @@ class CitationOut(BaseModel):
     chunk_id: str
     title: str = ""
     source: str = ""
+
+
+class EvidenceOut(BaseModel):
+    """A quoted span the answer rests on: ``n`` is its passage's ``[n]``; ``start``/``end`` are
+    character offsets into that chunk's text."""
+
+    n: int
+    chunk_id: str
+    doc_id: str
+    start: int
+    end: int
+    text: str
+    context: str = ""
+    title: str = ""
+    source: str = ""
+    score: float = 0.0
 
 
 class ErrorOut(BaseModel):
@@ -75,6 +91,12 @@ class QueryResult(BaseModel):
     status: Literal["pending", "answered", "failed"]
     answer: str | None = None
     citations: list[CitationOut] = Field(default_factory=list)
+    evidence: list[EvidenceOut] = Field(
+        default_factory=list, description="Quoted spans of the cited passages, best first."
+    )
+    truncated: bool = Field(
+        default=False, description="The LLM's answer hit its token limit and was cut."
+    )
     tier: str = ""
     error: ErrorOut | None = None
     trace: list[StageOut] = Field(default_factory=list)
@@ -93,6 +115,8 @@ class QueryResult(BaseModel):
             status="answered" if r.status == "answered" else "failed",
             answer=r.answer if r.status == "answered" else None,
             citations=[CitationOut(**c.model_dump()) for c in r.citations],
+            evidence=[EvidenceOut(**e.model_dump()) for e in r.evidence],
+            truncated=r.truncated,
             tier=r.tier,
             error=ErrorOut(**r.error.model_dump(mode="json")) if r.error else None,
             trace=[

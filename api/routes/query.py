@@ -3,6 +3,8 @@
 Server-Sent Events of a streamed query (``"stream": true``), in order:
 
 - ``event: accepted`` ``{"request_id": ...}`` once the query event is durable;
+- ``event: evidence`` ``{"seq": 0, "evidence": [span, ...]}`` the quoted evidence, as soon as
+  the evidence stage has chosen it and before any LLM token (LLM tiers);
 - ``event: token`` ``{"seq": n, "text": "..."}`` as the generation pool produces tokens;
 - ``event: answer`` with the full :class:`~api.models.QueryResult` (authoritative: tokens are a
   preview, the answer is the recorded result), or ``event: error`` with the result of a failed
@@ -244,7 +246,10 @@ async def sse_stream(  # noqa: PLR0917 - one call site
                 if reply.seq < next_seq:
                     continue  # a replayed generation re-sends tokens: show each once
                 next_seq = reply.seq + 1
-                if reply.text:
+                if reply.kind == "evidence":
+                    spans = [e.model_dump(mode="json") for e in reply.evidence]
+                    yield sse("evidence", {"seq": reply.seq, "evidence": spans})
+                elif reply.text:
                     yield sse("token", {"seq": reply.seq, "text": reply.text})
                 continue
             ms = (time.monotonic() - started) * 1000
