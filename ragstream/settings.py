@@ -354,7 +354,11 @@ class LlmSettings(BaseModel):
     stop: list[str] = ["\n\n", "Question:", "Context:"]
     max_tokens: int = Field(default=128, ge=1)
     temperature: float = Field(default=0.0, ge=0.0)
+    #: Limit on the time to first token (queue, prefill) of one generation, in seconds.
     request_timeout_s: float = Field(default=60.0, gt=0)
+    #: Limit on the gap between two streamed tokens, in seconds (no whole-request limit: an
+    #: answer that keeps streaming is never cut).
+    token_gap_s: float = Field(default=10.0, gt=0)
     #: ``False`` sends llama.cpp's ``cache_prompt: false`` with every request, so no cached
     #: prompt prefix is reused (the load benchmark's default: its few questions repeat, and
     #: llama.cpp would serve their long identical prompts from its prompt cache). ``True``

@@ -55,7 +55,10 @@ class OpenAICompatibleBackend:
         stop: Stop sequences (e.g. ``["\\n\\n", "Question:"]`` for a base model).
         max_tokens: Default answer budget in tokens.
         temperature: Sampling temperature; 0 is greedy.
-        timeout_s: Limit for one whole request (connect to last token), in seconds.
+        timeout_s: Limit on the time to first token (connect, queue in the server, prefill),
+            in seconds.
+        token_gap_s: Limit on the gap between two streamed chunks once text flows, in seconds.
+            An answer that keeps streaming is never cut by a whole-request limit.
         cache_prompt: ``False`` adds llama.cpp's ``"cache_prompt": false`` to each request
             (no prompt prefix reuse); ``True`` adds nothing (the server's default).
         client: An ``httpx.AsyncClient`` to use (tests); by default one is created.
@@ -71,6 +74,7 @@ class OpenAICompatibleBackend:
         *,
         temperature: float = 0.0,
         timeout_s: float = 60.0,
+        token_gap_s: float = 10.0,
         cache_prompt: bool = True,
         client: httpx.AsyncClient | None = None,
     ) -> None:
@@ -82,6 +86,7 @@ class OpenAICompatibleBackend:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.timeout_s = timeout_s
+        self.token_gap_s = token_gap_s
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
@@ -134,7 +139,8 @@ class OpenAICompatibleBackend:
         """Stream one answer; see :meth:`GenerationBackend.generate`.
 
         Raises:
-            BackendUnavailableError: Connection error, timeout (``timeout_s``), 429 or 5xx.
+            BackendUnavailableError: Connection error, no first token within ``timeout_s``, a gap
+                of ``token_gap_s`` between chunks, 429 or 5xx.
             PromptTooLongError: HTTP 400 about the context size.
             PermanentError: Any other 4xx, or an error event in the stream.
         """
@@ -142,12 +148,14 @@ class OpenAICompatibleBackend:
         started = time.perf_counter()
         state = _StreamState()
         try:
-            async with asyncio.timeout(self.timeout_s):
-                await self._stream(body, state, started, on_token)
+            await self._stream(body, state, started, on_token)
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise BackendUnavailableError(
-                f"POST {self.url}: no complete answer within {self.timeout_s}s"
-            ) from exc
+            what = (
+                f"no first token within {self.timeout_s}s"
+                if state.ttft_ms is None
+                else f"no token for {self.token_gap_s}s after {len(state.parts)} tokens"
+            )
+            raise BackendUnavailableError(f"POST {self.url}: {what}") from exc
         except httpx.TransportError as exc:
             raise BackendUnavailableError(f"POST {self.url} failed: {exc!r}") from exc
         text = "".join(state.parts)
@@ -170,27 +178,44 @@ class OpenAICompatibleBackend:
         started: float,
         on_token: OnToken | None,
     ) -> None:
-        async with self._client.stream("POST", self.url, json=body) as response:
-            if response.status_code >= httpx.codes.BAD_REQUEST:
-                raw = await response.aread()
-                _raise_for_status(response.status_code, raw.decode(errors="replace"), self.url)
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    _raise_for_status(int(chunk["error"].get("code", 500)), data, self.url)
-                text, finish = self._piece(chunk)
-                state.usage = chunk.get("usage") or state.usage
-                state.finish_reason = finish or state.finish_reason
-                if text:
-                    if state.ttft_ms is None:
-                        state.ttft_ms = (time.perf_counter() - started) * 1000
-                    state.parts.append(text)
-                    await emit(on_token, text)
+        first_by = started + self.timeout_s
+        async with asyncio.timeout_at(_loop_time(first_by)) as limit:
+            async with self._client.stream("POST", self.url, json=body) as response:
+                if response.status_code >= httpx.codes.BAD_REQUEST:
+                    raw = await response.aread()
+                    _raise_for_status(response.status_code, raw.decode(errors="replace"), self.url)
+                await self._read(response, state, started, on_token, limit)
+
+    async def _read(
+        self,
+        response: httpx.Response,
+        state: _StreamState,
+        started: float,
+        on_token: OnToken | None,
+        limit: asyncio.Timeout,
+    ) -> None:
+        """Read the SSE lines; each chunk that carries text pushes the limit ``token_gap_s``
+        further (until the first one, the time-to-first-token limit holds)."""
+        async for line in response.aiter_lines():
+            if state.ttft_ms is not None:
+                limit.reschedule(asyncio.get_running_loop().time() + self.token_gap_s)
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                _raise_for_status(int(chunk["error"].get("code", 500)), data, self.url)
+            text, finish = self._piece(chunk)
+            state.usage = chunk.get("usage") or state.usage
+            state.finish_reason = finish or state.finish_reason
+            if text:
+                if state.ttft_ms is None:
+                    state.ttft_ms = (time.perf_counter() - started) * 1000
+                    limit.reschedule(asyncio.get_running_loop().time() + self.token_gap_s)
+                state.parts.append(text)
+                await emit(on_token, text)
 
     async def generate_many(
         self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
@@ -201,6 +226,11 @@ class OpenAICompatibleBackend:
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self._client.aclose()
+
+
+def _loop_time(perf_deadline: float) -> float:
+    """The event loop's clock value at the ``time.perf_counter()`` instant ``perf_deadline``."""
+    return asyncio.get_running_loop().time() + (perf_deadline - time.perf_counter())
 
 
 class _StreamState:

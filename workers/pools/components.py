@@ -74,6 +74,7 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
         max_tokens,
         temperature=cfg.temperature if cfg.temperature is not None else llm.temperature,
         timeout_s=cfg.timeout_s or llm.request_timeout_s,
+        token_gap_s=llm.token_gap_s,
         cache_prompt=llm.cache_prompt,
     )
     per_slot = cfg.n_ctx_per_slot or n_ctx_per_slot(base_url, llm.n_ctx, llm.n_parallel)

@@ -1,0 +1,61 @@
+"""The LLM backend's limits: time to first token and the gap between tokens, not a whole-request
+limit (an answer that keeps streaming is never cut)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from workers.errors import BackendUnavailableError
+from workers.generation.backend import GenerationRequest
+from workers.generation.openai_compat import OpenAICompatibleBackend
+from workers.generation.prompt import Prompt
+
+
+def _backend(first_delay: float, gap: float, n: int) -> OpenAICompatibleBackend:
+    async def stream() -> AsyncIterator[bytes]:
+        await asyncio.sleep(first_delay)
+        for i in range(n):
+            if i:
+                await asyncio.sleep(gap)
+            chunk = {"choices": [{"text": f"w{i} ", "finish_reason": None}]}
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        yield b'data: {"choices": [{"text": "", "finish_reason": "stop"}]}\n\n'
+        yield b"data: [DONE]\n\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return OpenAICompatibleBackend(
+        "http://llm", "m", "completion", [], 64, timeout_s=0.6, token_gap_s=0.3, client=client
+    )
+
+
+def _request() -> GenerationRequest:
+    return GenerationRequest(
+        "r1", Prompt(style="completion", passages_used=[], prompt_tokens=3, text="Q")
+    )
+
+
+def test_a_slow_but_streaming_answer_is_not_cut() -> None:
+    backend = _backend(first_delay=0.2, gap=0.15, n=8)  # 1.25 s in all, over the 0.6 s TTFT
+    result = asyncio.run(backend.generate(_request()))
+    assert result.text.split() == [f"w{i}" for i in range(8)]
+    assert result.total_ms > 1000
+
+
+def test_no_first_token_in_time_is_a_transient_error() -> None:
+    backend = _backend(first_delay=1.0, gap=0.0, n=1)
+    with pytest.raises(BackendUnavailableError, match=r"no first token within 0\.6s"):
+        asyncio.run(backend.generate(_request()))
+
+
+def test_a_stalled_stream_is_a_transient_error() -> None:
+    backend = _backend(first_delay=0.0, gap=0.8, n=3)
+    with pytest.raises(BackendUnavailableError, match=r"no token for 0\.3s after 1 tokens"):
+        asyncio.run(backend.generate(_request()))
