@@ -34,7 +34,9 @@ STOPWORDS = frozenset({
     "makes", "way", "ways", "something", "anything", "thing", "things", "tell", "give", "instead",
 })
 # fmt: on
-_TOKEN = re.compile(r"--?[a-z][\w-]*|[a-z_][\w]*(?:\.[a-z_]\w*)*(?:\(\))?|\d+(?:[.,]\d+)*", re.I)
+_TOKEN = re.compile(
+    r"(?<![\w-])--?[a-z][\w-]*|[a-z_]\w*(?:\.[a-z_]\w*)*(?:\(\))?|\d+(?:[.,]\d+)*", re.I
+)
 
 
 @lru_cache(maxsize=1)
@@ -45,6 +47,8 @@ def _stemmer() -> Stemmer.Stemmer:
 def is_identifier(token: str) -> bool:
     """Whether ``token`` looks like code: has ``_``, ``.``, ``()``, a leading ``-`` or inner
     capitals (``StrEnum``, ``TaskGroup``)."""
+    if token[:1].isdigit():
+        return False  # a number or a version ("3.11"), not code
     return bool(
         "_" in token
         or "." in token.strip(".")
@@ -78,12 +82,11 @@ def terms(text: str) -> list[str]:
 
 
 def identifiers(text: str) -> list[str]:
-    """The code-like tokens of ``text`` (lower-case, ``()`` and leading dashes removed)."""
-    return [
-        raw.lower().removesuffix("()").lstrip("-")
-        for raw in _TOKEN.findall(text)
-        if is_identifier(raw)
-    ]
+    """The code-like tokens of ``text`` (lower-case, ``()`` and leading dashes removed), of three
+    characters or more (``-X`` is an option, but ``x`` matches everything)."""
+    found = [raw for raw in _TOKEN.findall(text) if is_identifier(raw)]
+    names = [raw.lower().removesuffix("()").lstrip("-") for raw in found]
+    return [name for name in names if len(name) >= 3]
 
 
 def idf(documents: Sequence[Iterable[str]]) -> dict[str, float]:

@@ -1,0 +1,157 @@
+"""The evidence stage of the rerank pool: evidence for a batch, the answer tier, evidence answers.
+
+Per batch: :class:`~workers.evidence.select.EvidenceSelector` chooses every question's evidence
+in one embedding call; :func:`choose_tier` decides per question between the ``evidence`` tier
+(the quoted evidence is the answer, no LLM) and the LLM tier the retrieval pool's router
+suggested, from the request's forced route, the evidence's weakness (a calibrated refusal needs
+no LLM) and its confidence; the evidence tier's answers are composed here
+(:func:`~workers.evidence.answer.compose`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from topics.queries import QueryRequest
+from topics.responses import Citation, EvidenceSpan
+from topics.retrieved import Candidate
+from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
+from workers.evidence.select import Evidence, EvidenceSelector, Span
+
+AnswerTier = Literal["evidence", "small", "large"]
+
+
+@dataclass(frozen=True, slots=True)
+class TierPolicy:
+    """How the router picks an answer tier once the evidence is known.
+
+    Attributes:
+        mode: ``evidence`` answers every question from its evidence; ``llm`` sends every
+            question with usable evidence to its LLM tier; ``auto`` uses the evidence tier when
+            the evidence's confidence reaches ``evidence_min_confidence``.
+        evidence_min_confidence: see ``mode=auto`` (chosen with ``ragstream eval``).
+    """
+
+    mode: Literal["evidence", "llm", "auto"] = "evidence"
+    evidence_min_confidence: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The evidence stage's result for one question.
+
+    Attributes:
+        tier: the answer tier.
+        reason: why (``forced``, ``weak:...``, ``missing:...``, ``no_evidence``, ``policy``,
+            ``confident:<score>``, ``unsure:<score>``).
+        evidence: the question's evidence spans as carried by events, best first.
+        confidence: the best span's score (``None`` without evidence).
+        answer: the evidence tier's answer (a quote or a refusal); set for every question, so
+            an LLM tier can fall back to it.
+    """
+
+    tier: AnswerTier
+    reason: str
+    evidence: tuple[EvidenceSpan, ...]
+    confidence: float | None
+    answer: EvidenceAnswer
+
+
+def to_contract(span: Span, passages: Sequence[Candidate]) -> EvidenceSpan:
+    """The event form of ``span`` (with its passage's title and source)."""
+    p = passages[span.n - 1]
+    return EvidenceSpan(
+        n=span.n,
+        chunk_id=span.chunk_id,
+        doc_id=span.doc_id,
+        start=span.start,
+        end=span.end,
+        text=span.text,
+        score=span.score,
+        context=span.context,
+        title=p.title,
+        source=p.source,
+    )
+
+
+def choose_tier(
+    request: QueryRequest,
+    llm_tier: AnswerTier,
+    evidence: Evidence,
+    answer_policy: AnswerPolicy,
+    policy: TierPolicy,
+) -> tuple[AnswerTier, str]:
+    """The answer tier of one question and the reason (see :class:`TierPolicy`)."""
+    if request.route != "auto":
+        return request.route, "forced"
+    weak = weakness(evidence, answer_policy)
+    if weak:
+        return "evidence", weak
+    if policy.mode == "evidence":
+        return "evidence", "policy"
+    if policy.mode == "llm":
+        return llm_tier, "policy"
+    if evidence.confidence >= policy.evidence_min_confidence:
+        return "evidence", f"confident:{evidence.confidence:.3f}"
+    return llm_tier, f"unsure:{evidence.confidence:.3f}"
+
+
+class EvidenceStage:
+    """Evidence, tier and evidence answer for a batch (see the module docstring).
+
+    Args:
+        selector: the evidence selector (its embedder is the pool's).
+        answer_policy: how evidence answers are composed and when they refuse.
+        tier_policy: how the tier is chosen.
+    """
+
+    def __init__(
+        self, selector: EvidenceSelector, answer_policy: AnswerPolicy, tier_policy: TierPolicy
+    ) -> None:
+        self.selector = selector
+        self.answer_policy = answer_policy
+        self.tier_policy = tier_policy
+
+    def run(
+        self, batch: Sequence[tuple[QueryRequest, Sequence[Candidate], AnswerTier]]
+    ) -> list[Decision]:
+        """One :class:`Decision` per ``(request, passages best first, suggested LLM tier)``.
+
+        Raises:
+            Whatever the selector's embedder raises.
+        """
+        found = self.selector.select([(r.query, passages) for r, passages, _ in batch])
+        out = []
+        for (request, passages, llm_tier), evidence in zip(batch, found, strict=True):
+            tier, reason = choose_tier(
+                request, llm_tier, evidence, self.answer_policy, self.tier_policy
+            )
+            out.append(
+                Decision(
+                    tier=tier,
+                    reason=reason,
+                    evidence=tuple(to_contract(s, passages) for s in evidence.spans),
+                    confidence=evidence.confidence if evidence.spans else None,
+                    answer=compose(evidence, self.answer_policy),
+                )
+            )
+        return out
+
+
+def evidence_citations(
+    answer: EvidenceAnswer, passages: Sequence[Candidate]
+) -> tuple[Citation, ...]:
+    """The passages an evidence answer quotes, by ``[n]``, in order (none for a refusal)."""
+    numbers = sorted({s.n for s in answer.spans})
+    return tuple(
+        Citation(
+            n=n,
+            doc_id=passages[n - 1].doc_id,
+            chunk_id=passages[n - 1].chunk_id,
+            title=passages[n - 1].title,
+            source=passages[n - 1].source,
+        )
+        for n in numbers
+    )
