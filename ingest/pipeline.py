@@ -165,7 +165,7 @@ class IngestPipeline:
         docs = self._parse(ops, per_op)
         timings["parse"] = _ms(t0)
         touched: set[str] = set()
-        self._upsert([d for _, d in docs], timings, touched)
+        indexed = self._upsert([d for _, d in docs], timings, touched)
         for i, doc in docs:
             assert doc.outcome is not None
             per_op[i].append(doc.outcome)
@@ -181,9 +181,11 @@ class IngestPipeline:
             t = time.perf_counter()
             self.index.refresh()
             timings["refresh"] = _ms(t)
-            if self.versions is not None:
-                for tenant in sorted(touched):
-                    self.versions.bump(tenant)
+        # Only now, once a search can find them, are the documents recorded as indexed.
+        self.registry.record_many([(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed])
+        if touched and self.versions is not None:
+            for tenant in sorted(touched):
+                self.versions.bump(tenant)
         timings["total"] = _ms(t0)
         return per_op
 
@@ -216,17 +218,25 @@ class IngestPipeline:
                 continue
             try:
                 parsed_docs = parse(op.data, filename=op.filename, content_type=op.content_type)
+                found = []
+                for n, parsed in enumerate(parsed_docs):
+                    doc_id = op.doc_id
+                    if parsed.content_type in RECORD_TYPES or len(parsed_docs) > 1:
+                        doc_id = f"{op.doc_id}#{parsed.doc_id or n}"
+                    found.append((i, _Doc(op, doc_id, parsed, content_hash(parsed, op))))
             except ParseError as exc:
                 per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=str(exc)))
                 continue
-            for n, parsed in enumerate(parsed_docs):
-                doc_id = op.doc_id
-                if parsed.content_type in RECORD_TYPES or len(parsed_docs) > 1:
-                    doc_id = f"{op.doc_id}#{parsed.doc_id or n}"
-                docs.append((i, _Doc(op, doc_id, parsed, content_hash(parsed, op))))
+            except Exception as exc:
+                error = f"cannot read the document: {type(exc).__name__}: {exc}"
+                per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=error))
+                continue
+            docs.extend(found)
         return docs
 
-    def _upsert(self, docs: list[_Doc], timings: dict[str, float], touched: set[str]) -> None:
+    def _upsert(self, docs: list[_Doc], timings: dict[str, float], touched: set[str]) -> list[_Doc]:
+        """Chunk, embed and index the changed documents; return those now indexed (their
+        registry rows are written by the caller after the refresh)."""
         previous = self.registry.get_many((d.op.tenant, d.doc_id) for d in docs)
         changed: list[_Doc] = []
         for d in docs:
@@ -241,7 +251,7 @@ class IngestPipeline:
             else:
                 changed.append(d)
         if not changed:
-            return
+            return []
         t = time.perf_counter()
         for d in changed:
             d.chunks = self.chunker.chunk(d.parsed)
@@ -254,6 +264,7 @@ class IngestPipeline:
         t = time.perf_counter()
         self._index_changed(changed, vectors, touched)
         timings["index"] = _ms(t)
+        return [d for d in changed if d.outcome and d.outcome.status == "indexed"]
 
     def _index_changed(
         self, changed: list[_Doc], vectors: np.ndarray[Any, Any], touched: set[str]
@@ -287,13 +298,6 @@ class IngestPipeline:
             for cid, reason in self.index.delete_ids(sorted(stale)).failed.items():
                 # The new version is in but an old chunk lingers: report it, keep the ids.
                 stale[cid].finish("failed", f"old chunk {cid} not deleted: {reason}")
-        self.registry.record_many(
-            [
-                (d.op.tenant, d.doc_id, _row_fields(d))
-                for d in changed
-                if d.outcome and d.outcome.status == "indexed"
-            ]
-        )
 
     def _delete(self, op: IngestOp, touched: set[str]) -> IngestOutcome:
         prev = self.registry.get_many([(op.tenant, op.doc_id)]).get((op.tenant, op.doc_id))

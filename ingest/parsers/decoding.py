@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import codecs
+import re
 
 import charset_normalizer
+import structlog
 
 from ingest.types import ParseError
+
+log = structlog.get_logger(__name__)
+
+#: Western text has accented letters and typographic marks (dashes, quotes) one or two at a time
+#: between ASCII letters; text of another script read as windows-1252 has runs of them.
+WESTERN_MAX_RUN = 2
 
 # UTF-32 LE must be tried before UTF-16 LE: its mark (FF FE 00 00) starts with FF FE.
 _BOMS: tuple[tuple[bytes, str], ...] = (
@@ -34,7 +42,11 @@ def decode_bytes(data: bytes, *, declared: str | None = None) -> str:
 
     Order: a byte-order mark (UTF-8/16/32) decides; else strict UTF-8; else the ``declared``
     charset (a MIME ``charset=`` parameter or an HTML ``<meta charset>``); else the best guess
-    of charset-normalizer (which recognises e.g. GB18030, Shift-JIS/cp932, cp1251).
+    of charset-normalizer (which recognises e.g. GB18030, Shift-JIS/cp932, cp1251), except that
+    mostly-ASCII text whose few other bytes are Latin letters or typographic marks in
+    windows-1252 is windows-1252 (the WHATWG fallback for undeclared Western text: a lone
+    ``0x96`` is an en dash, not the Ukrainian letter charset-normalizer may guess). A guessed
+    encoding is logged.
 
     Args:
         data: the raw bytes.
@@ -63,10 +75,35 @@ def decode_bytes(data: bytes, *, declared: str | None = None) -> str:
         text = _decode_declared(data, declared)
         if text is not None:
             return text
+    western = _western(data)
+    if western is not None:
+        log.info("decode.guessed", encoding="cp1252", rule="western")
+        return western
     best = charset_normalizer.from_bytes(data).best()
     if best is None:
         raise ParseError("cannot detect the text encoding (binary data?)")
+    log.warning("decode.guessed", encoding=best.encoding, rule="charset-normalizer")
     return str(best)
+
+
+def _western(data: bytes) -> str | None:
+    """``data`` as windows-1252 when its non-ASCII characters are Latin-1 letters or General
+    Punctuation marks, never more than :data:`WESTERN_MAX_RUN` in a row; else ``None``."""
+    longer_run = rb"[\x80-\xff]{%d}" % (WESTERN_MAX_RUN + 1)
+    if not re.search(rb"[\x80-\xff]", data) or re.search(longer_run, data):
+        return None
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:
+        return None
+    ok = all(
+        ord(ch) < 0x100
+        or 0x2000 <= ord(ch) <= 0x206F
+        or ch in "\u20ac\u0160\u0161\u017d\u017e\u0152\u0153\u0178\u0192"
+        for ch in text
+        if ord(ch) >= 0x80
+    )
+    return text if ok else None
 
 
 def _decode_declared(data: bytes, label: str) -> str | None:

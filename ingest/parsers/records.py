@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ingest.parsers.text import EMPTY, clean_line, first_line, normalize_text
+from ingest.parsers.text import EMPTY, clean_line, first_line, normalize_text, replace_surrogates
 from ingest.types import MetaValue, ParsedDocument, ParseError, Section
 
 _ID_FIELDS = ("doc_id", "id")
@@ -122,6 +122,8 @@ def _doc_id(where: str, record: dict[str, Any]) -> tuple[str | None, str | None]
 
 
 def _meta_value(value: Any) -> MetaValue:
-    if value is None or isinstance(value, str | int | float | bool):
+    if isinstance(value, str):
+        return replace_surrogates(value)
+    if value is None or isinstance(value, int | float | bool):
         return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return replace_surrogates(json.dumps(value, ensure_ascii=False, sort_keys=True))

@@ -14,6 +14,9 @@ _NEWLINES = str.maketrans({"\r": "\n", "\x0b": "\n", "\x0c": "\n", "\x00": None}
 _TRAILING_SPACE = re.compile(r"[ \t]+$", re.MULTILINE)
 _BLANK_RUN = re.compile(r"\n{3,}")
 _SPACE_RUN = re.compile(r"\s+")
+#: A UTF-16 surrogate code point: only valid in pairs inside UTF-16, never in text (a JSON
+#: string may still hold a lone one, ``"\\ud83d"``, which no UTF-8 encoder accepts).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 EMPTY = "document is empty"
 
@@ -24,17 +27,23 @@ def normalize_text(text: str) -> str:
     CRLF, CR, VT and FF become ``\\n``; NUL characters are removed; Unicode is NFC (so input
     not already in NFC, e.g. CJK compatibility ideographs U+F900.., changes code points);
     trailing spaces and tabs on each line are removed; runs of blank lines collapse to one
-    blank line; leading and trailing blank lines are removed (leading indentation is kept).
+    blank line; leading and trailing blank lines are removed (leading indentation is kept); a
+    lone surrogate code point becomes U+FFFD, the replacement character.
     """
-    text = text.replace("\r\n", "\n").translate(_NEWLINES)
+    text = replace_surrogates(text.replace("\r\n", "\n").translate(_NEWLINES))
     text = unicodedata.normalize("NFC", text)
     text = _TRAILING_SPACE.sub("", text)
     return _BLANK_RUN.sub("\n\n", text).strip("\n")
 
 
+def replace_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate code point replaced by U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def clean_line(text: str) -> str:
     """Normalise a one-line value (title, heading): NFC, whitespace runs to one space, stripped."""
-    text = unicodedata.normalize("NFC", text.replace("\x00", ""))
+    text = unicodedata.normalize("NFC", replace_surrogates(text.replace("\x00", "")))
     return _SPACE_RUN.sub(" ", text).strip()[:MAX_TITLE_CHARS].rstrip()
 
 
