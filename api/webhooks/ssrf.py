@@ -3,8 +3,10 @@ redirect, after DNS resolution.
 
 Refused unless an allowlisted network contains them: every address that is not globally
 routable (loopback, private, link-local including the cloud metadata address 169.254.169.254,
-CGNAT, multicast, reserved, unspecified), and IPv4-mapped IPv6 addresses by the IPv4 address
-they map. Only ``http`` and ``https`` URLs are accepted.
+CGNAT, multicast, reserved, unspecified, IPv6 site-local), and IPv6 addresses that embed an IPv4
+address by that address: IPv4-mapped (``::ffff:a.b.c.d``), IPv4-compatible (``::a.b.c.d``),
+NAT64 (``64:ff9b::/96``, RFC 6052, and ``64:ff9b:1::/48``, RFC 8215), 6to4 (``2002::/16``,
+RFC 3056) and Teredo (``2001::/32``, RFC 4380). Only ``http`` and ``https`` URLs are accepted.
 
 Residual risk: the HTTP client resolves the name again when it connects; a DNS answer that
 changes between the check and the connection (rebinding) is not prevented here.
@@ -34,18 +36,46 @@ def parse_networks(cidrs: Sequence[str]) -> list[Network]:
     return [ipaddress.ip_network(c, strict=False) for c in cidrs]
 
 
-def _effective(ip: IPAddress) -> IPAddress:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_SIXTOFOUR = ipaddress.ip_network("2002::/16")
+_V4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (see the module docstring); ``[]`` if none."""
+    found: list[ipaddress.IPv4Address] = []
+    value = int(ip)
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip in _V4_COMPATIBLE and value > 1:  # ``::`` and ``::1`` are not IPv4 forms
+        found.append(ipaddress.IPv4Address(value & 0xFFFFFFFF))
+    if any(ip in net for net in _NAT64):
+        found.append(ipaddress.IPv4Address(value & 0xFFFFFFFF))
+    if ip in _SIXTOFOUR:
+        found.append(ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF))
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
+def _one_allowed(ip: IPAddress, allow: Sequence[Network]) -> bool:
+    if any(ip.version == net.version and ip in net for net in allow):
+        return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+        return False
+    return ip.is_global and not ip.is_multicast
 
 
 def address_allowed(ip: IPAddress, allow: Sequence[Network]) -> bool:
-    """True if ``ip`` is globally routable or inside an allowlisted network."""
-    ip = _effective(ip)
+    """True if ``ip`` is globally routable or inside an allowlisted network, and so is every
+    IPv4 address it embeds."""
     if any(ip.version == net.version and ip in net for net in allow):
         return True
-    return ip.is_global and not ip.is_multicast
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = embedded_ipv4(ip)
+        if embedded:
+            return all(_one_allowed(v4, allow) for v4 in embedded)
+    return _one_allowed(ip, allow)
 
 
 def check_url(url: str, allow: Sequence[Network]) -> list[IPAddress]:
