@@ -94,32 +94,64 @@ def discover(
             line is malformed (naming the line).
     """
     found: dict[str, SourceFile] = {}
+    by_path: dict[str, str] = {}
     exts = {e.lower() for e in extensions}
     for raw in inputs:
         path = Path(raw)
-        if path.is_dir():
-            skip = set(exclude_dirs)
-            for f in sorted(path.rglob("*")):
-                if skip.intersection(f.relative_to(path).parts[:-1]):
-                    continue
-                if f.is_file() and f.suffix.lower() in exts:
-                    try:
-                        resolved = resolve_allowed(f, roots)
-                        str(resolved).encode("utf-8")  # the SQL store needs text paths
-                    except (SourceRejectedError, UnicodeEncodeError) as exc:
-                        # e.g. a symlink leaving the roots, or a non-UTF-8 file name
-                        log.warning("ingest.source_skipped", path=repr(f), reason=str(exc))
-                        continue
-                    found.setdefault(str(resolved), SourceFile(str(resolved), str(resolved)))
-        elif path.name.endswith(".manifest.jsonl"):
-            for sf in _manifest(path, roots):
-                found.setdefault(sf.doc_id, sf)
-        elif path.is_file():
-            resolved = resolve_allowed(path, roots)
-            found.setdefault(str(resolved), SourceFile(str(resolved), str(resolved)))
-        else:
+        if not path.exists():
             raise SourceRejectedError(f"{raw}: no such file or directory")
+        # Checked before anything is read or walked: an input outside the roots costs nothing.
+        under_roots(path, roots)
+        if path.is_dir():
+            files = _walk(path, roots, exts, set(exclude_dirs))
+        elif path.name.endswith(".manifest.jsonl"):
+            files = _manifest(path, roots)
+        else:
+            resolved = resolve_allowed(path, roots)
+            files = [SourceFile(str(resolved), str(resolved))]
+        for sf in files:
+            _add(found, by_path, sf)
     return sorted(found.values(), key=lambda s: s.doc_id)
+
+
+def under_roots(path: Path, roots: Sequence[Path]) -> Path:
+    """``path`` resolved, checked to lie under one of ``roots`` (a file or a folder).
+
+    Raises:
+        SourceRejectedError: outside every root.
+    """
+    resolved = path.resolve()
+    if any(resolved.is_relative_to(root.resolve()) for root in roots):
+        return resolved
+    allowed = ", ".join(str(r) for r in roots)
+    raise SourceRejectedError(f"{path}: outside the allowed roots ({allowed})")
+
+
+def _add(found: dict[str, SourceFile], by_path: dict[str, str], sf: SourceFile) -> None:
+    """Add ``sf`` unless its doc_id is there; one path under two doc_ids is refused."""
+    other = by_path.setdefault(sf.path, sf.doc_id)
+    if other != sf.doc_id:
+        raise SourceRejectedError(
+            f"{sf.path}: listed twice, as doc_id {other!r} and {sf.doc_id!r}; name each file once"
+        )
+    found.setdefault(sf.doc_id, sf)
+
+
+def _walk(path: Path, roots: Sequence[Path], exts: set[str], skip: set[str]) -> list[SourceFile]:
+    out = []
+    for f in sorted(path.rglob("*")):
+        if skip.intersection(f.relative_to(path).parts[:-1]):
+            continue
+        if f.is_file() and f.suffix.lower() in exts:
+            try:
+                resolved = resolve_allowed(f, roots)
+                str(resolved).encode("utf-8")  # the SQL store needs text paths
+            except (SourceRejectedError, UnicodeEncodeError) as exc:
+                # e.g. a symlink leaving the roots, or a non-UTF-8 file name
+                log.warning("ingest.source_skipped", path=repr(f), reason=str(exc))
+                continue
+            out.append(SourceFile(str(resolved), str(resolved)))
+    return out
 
 
 def _manifest(path: Path, roots: Sequence[Path]) -> list[SourceFile]:

@@ -62,3 +62,43 @@ def test_directory_walk_skips_build_artefact_folders(tmp_path: Path) -> None:
     assert [Path(f.path).relative_to(tmp_path).as_posix() for f in found] == ["library/os.html"]
     everything = discover([tmp_path], [tmp_path], [".html", ".txt", ".json"], exclude_dirs=())
     assert len(everything) == 3
+
+
+def test_a_folder_outside_the_roots_is_refused_before_it_is_walked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "a.md").write_text("# A")
+    walked: list[Path] = []
+    real = Path.rglob
+
+    def spy(self: Path, pattern: str):  # type: ignore[no-untyped-def]
+        walked.append(self)
+        return real(self, pattern)
+
+    monkeypatch.setattr(Path, "rglob", spy)
+    with pytest.raises(SourceRejectedError, match="outside the allowed roots"):
+        discover([elsewhere], [root], [".md"])
+    assert walked == []
+    manifest = elsewhere / "x.manifest.jsonl"
+    manifest.write_text(json.dumps({"path": str(root / "b.md")}) + "\n")
+    with pytest.raises(SourceRejectedError, match="outside the allowed roots"):
+        discover([manifest], [root], [".md"])
+
+
+def test_one_path_under_two_doc_ids_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# A")
+    manifest = tmp_path / "m.manifest.jsonl"
+    rows = [{"path": "a.md", "doc_id": "one"}, {"path": "a.md", "doc_id": "two"}]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(SourceRejectedError, match="listed twice"):
+        discover([manifest], [tmp_path], [".md"])
+    single = tmp_path / "s.manifest.jsonl"
+    single.write_text(json.dumps({"path": "a.md", "doc_id": "one"}) + "\n")
+    with pytest.raises(SourceRejectedError, match="listed twice"):
+        discover([tmp_path / "a.md", single], [tmp_path], [".md"])
+    same = discover([single, single], [tmp_path], [".md"])
+    assert [s.doc_id for s in same] == ["one"]
