@@ -98,10 +98,11 @@ def discover(
     exts = {e.lower() for e in extensions}
     for raw in inputs:
         path = Path(raw)
+        # Checked before anything is read, walked or even looked up: an input outside the
+        # roots costs nothing and says nothing of what exists there.
+        under_roots(path, roots)
         if not path.exists():
             raise SourceRejectedError(f"{raw}: no such file or directory")
-        # Checked before anything is read or walked: an input outside the roots costs nothing.
-        under_roots(path, roots)
         if path.is_dir():
             files = _walk(path, roots, exts, set(exclude_dirs))
         elif path.name.endswith(".manifest.jsonl"):
