@@ -22,11 +22,11 @@ import math
 import threading
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import redis
 import structlog
 from kafka import KafkaProducer
+from kafka import errors as kafka_errors
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -98,7 +98,8 @@ class QueryService:
             if self._producer is None or self.replies is None:
                 try:
                     producer = self._producer or make_producer(
-                        self.settings.kafka, max_block_ms=10_000
+                        self.settings.kafka,
+                        max_block_ms=int(self.settings.api.produce_timeout_s * 1000),
                     )
                 except Exception as exc:
                     self._failed = (time.monotonic(), str(exc))
@@ -197,27 +198,7 @@ class QueryService:
         """
         producer, _ = await self.start()
         topic = self.registry.name(RESPONSES if response else QUERIES)
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-
-        def ok(_: Any) -> None:
-            loop.call_soon_threadsafe(_settle, done, None)
-
-        def failed(exc: BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, done, exc)
-
-        try:
-            future = await asyncio.to_thread(
-                producer.send, topic, key=event.key(), value=encode(event)
-            )
-        except Exception as exc:
-            raise ApiError(503, "UNAVAILABLE", f"could not produce to {topic}: {exc}") from exc
-        future.add_callback(ok)
-        future.add_errback(failed)
-        try:
-            await asyncio.wait_for(done, timeout=self.settings.kafka.request_timeout_ms / 1000)
-        except Exception as exc:
-            raise ApiError(503, "UNAVAILABLE", f"Kafka did not acknowledge: {exc}") from exc
+        await send_acked(producer, topic, event.key(), encode(event), self.settings)
 
     def subscribe(self, request_id: str, tokens: bool) -> asyncio.Queue[Reply]:
         """Register a waiter for ``request_id`` on the reply router; replies arrive on the
@@ -332,6 +313,74 @@ async def replies_until(queue: asyncio.Queue[Reply], until: float) -> AsyncItera
         yield reply
         if isinstance(reply, QueryResponse):
             return
+
+
+#: Bytes a record needs beyond its key and value (record batch and record headers), so that a
+#: value checked against ``max_request_size`` also fits once framed.
+RECORD_OVERHEAD_BYTES = 512
+
+
+def unavailable(message: str, settings: Settings) -> ApiError:
+    """503 ``UNAVAILABLE`` with ``Retry-After`` (``api.unavailable_retry_after_s``)."""
+    retry = str(settings.api.unavailable_retry_after_s)
+    return ApiError(503, "UNAVAILABLE", message, headers={"Retry-After": retry})
+
+
+async def send_acked(
+    producer: KafkaProducer, topic: str, key: bytes | None, value: bytes, settings: Settings
+) -> None:
+    """Produce one record and wait for the broker's acknowledgement, failing fast.
+
+    Both the hand-over to the producer (which blocks while it has no metadata, e.g. with the
+    broker down) and the acknowledgement are bounded by ``api.produce_timeout_s``.
+
+    Raises:
+        ApiError: 413 ``PAYLOAD_TOO_LARGE`` when the record cannot fit the broker's limit
+            (``kafka.max_request_size``); 503 ``UNAVAILABLE`` with ``Retry-After`` when Kafka
+            does not take or acknowledge it in time.
+    """
+    limit = settings.kafka.max_request_size
+    size = len(value) + len(key or b"") + RECORD_OVERHEAD_BYTES
+    if size > limit:
+        raise ApiError(
+            413,
+            "PAYLOAD_TOO_LARGE",
+            f"the event would be {size} bytes, over the {limit}-byte record limit of {topic}; "
+            "send a smaller body (or load large files with a bulk job)",
+        )
+    timeout_s = settings.api.produce_timeout_s
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    try:
+        future = await asyncio.wait_for(
+            asyncio.to_thread(producer.send, topic, key=key, value=value), timeout=timeout_s
+        )
+    except TimeoutError as exc:
+        raise unavailable(
+            f"Kafka did not take the record for {topic} within {timeout_s}s", settings
+        ) from exc
+    except kafka_errors.MessageSizeTooLargeError as exc:
+        raise ApiError(
+            413, "PAYLOAD_TOO_LARGE", f"the event is too large for {topic}: {exc}"
+        ) from exc
+    except Exception as exc:
+        raise unavailable(
+            f"could not produce to {topic}: {type(exc).__name__}: {exc}", settings
+        ) from exc
+    future.add_callback(lambda _: loop.call_soon_threadsafe(_settle, done, None))
+    future.add_errback(lambda exc: loop.call_soon_threadsafe(_settle, done, exc))
+    try:
+        await asyncio.wait_for(done, timeout=timeout_s)
+    except TimeoutError as exc:
+        raise unavailable(f"Kafka did not acknowledge within {timeout_s}s", settings) from exc
+    except kafka_errors.MessageSizeTooLargeError as exc:
+        raise ApiError(
+            413, "PAYLOAD_TOO_LARGE", f"the event is too large for {topic}: {exc}"
+        ) from exc
+    except Exception as exc:
+        raise unavailable(
+            f"Kafka did not acknowledge: {type(exc).__name__}: {exc}", settings
+        ) from exc
 
 
 def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -89,6 +89,10 @@ class ApiSettings(BaseModel):
     max_lag: int = Field(default=500, ge=0)
     #: Seconds of work one lagging event is assumed to cost when computing ``Retry-After``.
     retry_after_per_event_s: float = Field(default=0.05, gt=0)
+    #: Longest wait for Kafka to take and acknowledge one record before answering 503.
+    produce_timeout_s: float = Field(default=2.0, gt=0)
+    #: ``Retry-After`` of a 503 while a dependency (Kafka) is unavailable, in seconds.
+    unavailable_retry_after_s: int = Field(default=5, ge=1)
     #: Public base URL printed in links (``/v1/queries/{id}``); empty: relative links.
     public_url: str = ""
 

@@ -25,6 +25,7 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.models import DocumentAccepted, DocumentBody, DocumentOut, JobBody, JobFailure, JobOut
+from api.querying import send_acked
 from api.routes.query import check_callback, query_service
 from ingest import jobs
 from ragstream.db.models import Document, IngestJob
@@ -43,11 +44,7 @@ async def _produce_ingest(request: Request, event: IngestRequest) -> None:
     svc = query_service(request)
     producer, _ = await svc.start()
     topic = svc.registry.name(INGEST)
-    try:
-        future = await asyncio.to_thread(producer.send, topic, key=event.key(), value=encode(event))
-        await asyncio.to_thread(future.get, svc.settings.kafka.request_timeout_ms / 1000)
-    except Exception as exc:
-        raise ApiError(503, "UNAVAILABLE", f"could not produce to {topic}: {exc}") from exc
+    await send_acked(producer, topic, event.key(), encode(event), svc.settings)
 
 
 @router.post("/v1/documents", status_code=202, response_model=DocumentAccepted, responses=ERRORS)
