@@ -183,6 +183,15 @@ class IngestPipeline:
             timings["refresh"] = _ms(t)
         # Only now, once a search can find them, are the documents recorded as indexed.
         self.registry.record_many([(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed])
+        self.registry.record_failures(
+            [
+                (o.tenant, o.doc_id, o.error or "failed")
+                for op, outs in zip(ops, per_op, strict=True)
+                if op.op == "upsert"
+                for o in outs
+                if o.status == "failed"
+            ]
+        )
         if touched and self.versions is not None:
             for tenant in sorted(touched):
                 self.versions.bump(tenant)

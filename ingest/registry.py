@@ -85,3 +85,28 @@ class DocumentRegistry:
                 for name, value in fields.items():
                     setattr(row, name, value)
                 row.updated_at = now
+
+    def record_failures(self, failures: list[tuple[str, str, str]]) -> None:
+        """Record ``(tenant, doc_id, error)`` of documents whose upsert failed.
+
+        A document never indexed gets (or keeps) a ``failed`` row with the error, so that
+        ``GET /v1/documents/{id}`` can say why; an indexed document keeps its status and
+        version (that version is still served) and gets the error of its failed update.
+        """
+        if not failures:
+            return
+        with self._sessions.begin() as session:
+            now = utcnow()
+            for tenant, doc_id, error in failures:
+                row = session.scalars(
+                    select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
+                ).one_or_none()
+                if row is None:
+                    row = Document(
+                        tenant=tenant, doc_id=doc_id, version=0, chunk_ids=[], metadata_={}
+                    )
+                    session.add(row)
+                if row.status != "indexed":
+                    row.status = "failed"
+                row.error = error[:4000]
+                row.updated_at = now

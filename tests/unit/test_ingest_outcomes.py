@@ -41,6 +41,7 @@ class FakeRegistry:
     def __init__(self, log: Log) -> None:
         self.log = log
         self.rows: list[tuple[str, str, dict[str, Any]]] = []
+        self.failures: list[tuple[str, str, str]] = []
 
     def get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Any]:
         list(keys)
@@ -53,6 +54,9 @@ class FakeRegistry:
         if rows:
             self.log.append("record")
         self.rows.extend(rows)
+
+    def record_failures(self, failures: list[tuple[str, str, str]]) -> None:
+        self.failures.extend(failures)
 
 
 class OneChunk:
@@ -105,7 +109,7 @@ def test_a_document_that_breaks_its_parser_fails_alone(monkeypatch: Any) -> None
         return real(data, **kw)
 
     monkeypatch.setattr(pipeline_module, "parse", parse_or_break)
-    pipeline, _, _ = _pipeline()
+    pipeline, _, registry = _pipeline()
     bad, good = pipeline.apply(
         [
             IngestOp("t", "bad", data=b"boom", filename="b.txt"),
@@ -114,6 +118,15 @@ def test_a_document_that_breaks_its_parser_fails_alone(monkeypatch: Any) -> None
     )
     assert bad[0].status == "failed" and "UnicodeEncodeError" in (bad[0].error or "")
     assert good[0].status == "indexed"
+    [(tenant, doc_id, error)] = registry.failures  # the reason is readable through the API
+    assert (tenant, doc_id) == ("t", "bad") and "UnicodeEncodeError" in error
+
+
+def test_a_whitespace_only_document_is_recorded_as_failed_with_its_reason() -> None:
+    pipeline, _, registry = _pipeline()
+    [[outcome]] = pipeline.apply([IngestOp("t", "blank", data=b"   \n\t ", filename="b.txt")])
+    assert outcome.status == "failed"
+    assert registry.failures == [("t", "blank", outcome.error)]
 
 
 def test_windows_1252_western_text_is_not_guessed_as_another_codepage() -> None:
@@ -127,3 +140,21 @@ def test_windows_1252_western_text_is_not_guessed_as_another_codepage() -> None:
     )
     russian = "Привет мир, это тест кодировки для проверки."
     assert decode_bytes(russian.encode("cp1251")) == russian
+
+
+def test_the_registry_keeps_an_indexed_version_and_records_the_failed_update() -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import sessionmaker
+
+    from ingest.registry import DocumentRegistry
+    from ragstream.db.models import Base
+
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    registry = DocumentRegistry(sessionmaker(engine, expire_on_commit=False))
+    registry.record("t", "served", status="indexed", version=3, error=None)
+    registry.record_failures([("t", "served", "bad update"), ("t", "new", "empty text")])
+    rows = registry.get_many([("t", "served"), ("t", "new")])
+    served, new = rows[("t", "served")], rows[("t", "new")]
+    assert (served.status, served.version, served.error) == ("indexed", 3, "bad update")
+    assert (new.status, new.version, new.error) == ("failed", 0, "empty text")
