@@ -123,10 +123,15 @@ def llm_start(
     n_ctx: Annotated[
         int | None, typer.Option(help="Context tokens over all slots. Default: settings.llm.n_ctx.")
     ] = None,
+    n_threads: Annotated[
+        int | None, typer.Option(help="CPU threads. Default: settings.llm.n_threads.")
+    ] = None,
 ) -> None:
     """Install MODEL if needed and serve it on PORT; wait until healthy."""
     try:
-        state = llm_up(get_settings(), model, port, n_parallel=n_parallel, n_ctx=n_ctx)
+        state = llm_up(
+            get_settings(), model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
+        )
     except InfraError as exc:
         _fail("infra llm up", exc)
     console.print(_table([state]))

@@ -106,12 +106,13 @@ class LlmService(Service):
         *,
         n_parallel: int | None = None,
         n_ctx: int | None = None,
+        n_threads: int | None = None,
     ) -> LlmService:
         """A second server for catalog model ``model`` on ``port``, beside the main one.
 
-        It takes host and threads from ``settings.llm``, ``n_parallel`` and ``n_ctx`` from
-        there unless given, and its prompt style and chat template from the catalog (never
-        the main server's ``model_path`` or ``chat_template``).
+        It takes its host from ``settings.llm``, and ``n_parallel``, ``n_ctx`` and
+        ``n_threads`` from there unless given, and its prompt style and chat template from the
+        catalog (never the main server's ``model_path`` or ``chat_template``).
 
         Raises:
             InfraError: ``port`` is the main server's, or ``model`` is not in the catalog.
@@ -132,7 +133,7 @@ class LlmService(Service):
             model=model,
             n_ctx=main.n_ctx if n_ctx is None else n_ctx,
             n_parallel=main.n_parallel if n_parallel is None else n_parallel,
-            n_threads=main.n_threads,
+            n_threads=main.n_threads if n_threads is None else n_threads,
         )
         return cls(settings, llm)
 

@@ -164,6 +164,7 @@ def llm_up(
     *,
     n_parallel: int | None = None,
     n_ctx: int | None = None,
+    n_threads: int | None = None,
 ) -> ServiceStatus:
     """Start an extra LLM server for catalog model ``model`` on ``port``; wait until healthy.
 
@@ -172,11 +173,12 @@ def llm_up(
     that model is left alone; one with another model is refused (stop it first).
 
     Args:
-        settings: The settings tree (host and threads come from ``settings.llm``).
+        settings: The settings tree (the host comes from ``settings.llm``).
         model: A name of :data:`infra.models.CATALOG`; installed first if needed.
         port: TCP port, not ``settings.llm.port``.
         n_parallel: Slots; default ``settings.llm.n_parallel``.
         n_ctx: Context tokens over all slots; default ``settings.llm.n_ctx``.
+        n_threads: CPU threads; default ``settings.llm.n_threads``.
 
     Returns:
         The healthy :class:`ServiceStatus` (named ``llm:<port>``).
@@ -187,7 +189,9 @@ def llm_up(
         ServiceStartError: The server died or stayed unhealthy.
         InstallError: Downloading or assembling the model failed.
     """
-    service = LlmService.for_model(settings, model, port, n_parallel=n_parallel, n_ctx=n_ctx)
+    service = LlmService.for_model(
+        settings, model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
+    )
     with _exclusive(settings):
         for running in extra_services(settings):
             if running.llm.port == port and running.llm.model != model:

