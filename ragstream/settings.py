@@ -334,6 +334,40 @@ class RerankSettings(BaseModel):
     max_length: int = Field(default=256, ge=8)
 
 
+class EvidenceSettings(BaseModel):
+    """The evidence stage of the rerank pool (``workers/evidence/``) and the answer tiers.
+
+    Scoring: ``w_*`` are the weights of a unit's score (:class:`workers.evidence.select.
+    Weights`); ``dense_top`` units per question are embedded (0: lexical scoring only).
+    Evidence carried to the LLM tiers: at most ``prompt_spans`` spans of ``prompt_words`` words
+    together. The evidence tier's answer: at most ``answer_spans`` spans and ``answer_words``
+    words, further spans only within ``keep_ratio`` of the best score. A refusal when the best
+    score is under ``min_confidence`` or (``refuse_missing``) an identifier of the question is
+    in no passage. Routing: ``tier_mode`` ``evidence`` answers every question from evidence,
+    ``llm`` sends every question with usable evidence to the LLM tier the router suggested,
+    ``auto`` uses the evidence tier when the confidence reaches ``evidence_min_confidence``.
+    The defaults are chosen with ``ragstream eval`` (README, Evaluation).
+    """
+
+    enabled: bool = True
+    dense_top: int = Field(default=24, ge=0)
+    w_cosine: float = 1.0
+    w_lexical: float = 0.5
+    w_titled: float = 0.3
+    w_identifier: float = 0.2
+    w_rank: float = 0.2
+    w_answer_type: float = 0.3
+    prompt_spans: int = Field(default=8, ge=1)
+    prompt_words: int = Field(default=260, ge=10)
+    answer_spans: int = Field(default=2, ge=1)
+    answer_words: int = Field(default=70, ge=5, le=110)
+    keep_ratio: float = Field(default=0.9, ge=0.0, le=1.0)
+    min_confidence: float = 0.0
+    refuse_missing: bool = True
+    tier_mode: Literal["evidence", "llm", "auto"] = "evidence"
+    evidence_min_confidence: float = 1.0
+
+
 class LlmSettings(BaseModel):
     """The local LLM server (``infra/llm_service.py``, llama.cpp via ``xllamacpp``).
 
@@ -453,6 +487,7 @@ class Settings(BaseSettings):
     llm: LlmSettings = Field(default_factory=LlmSettings)
     retrieval: RetrievalSettings = RetrievalSettings()
     rerank: RerankSettings = RerankSettings()
+    evidence: EvidenceSettings = EvidenceSettings()
 
     @property
     def database_url(self) -> str:

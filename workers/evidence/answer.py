@@ -8,7 +8,9 @@ passage contains) gives :data:`NOT_IN_DOCUMENTS` instead: a calibrated refusal.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from workers.evidence.select import Evidence, Span
 
@@ -66,10 +68,42 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
     return ""
 
 
-def render_span(span: Span) -> str:
+class Quotable(Protocol):
+    """A span as the selector or an event carries it."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def context(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+
+
+S = TypeVar("S", bound=Quotable)
+
+
+def render_span(span: Quotable) -> str:
     """``text [n]``; a table row is preceded by its header row (``header / row``)."""
     body = f"{span.context} / {span.text}" if span.context else span.text
     return f"{body} [{span.n}]"
+
+
+def quote(spans: Sequence[S], policy: AnswerPolicy) -> tuple[str, tuple[S, ...]]:
+    """The quoted answer over ``spans`` (best first, at least one) and the spans it quotes."""
+    best = spans[0]
+    chosen = [best]
+    words = len(best.text.split())
+    for span in spans[1:]:
+        if len(chosen) >= policy.max_spans or span.score < best.score * policy.keep_ratio:
+            break
+        n_words = len(span.text.split())
+        if words + n_words > policy.max_words:
+            continue
+        chosen.append(span)
+        words += n_words
+    return " ".join(render_span(s) for s in chosen), tuple(chosen)
 
 
 def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
@@ -77,16 +111,5 @@ def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
     reason = weakness(evidence, policy)
     if reason:
         return EvidenceAnswer(NOT_IN_DOCUMENTS, (), True, reason)
-    best = evidence.spans[0]
-    chosen = [best]
-    words = best.words
-    for span in evidence.spans[1:]:
-        if len(chosen) >= policy.max_spans:
-            break
-        if span.score < best.score * policy.keep_ratio:
-            break
-        if words + span.words > policy.max_words:
-            continue
-        chosen.append(span)
-        words += span.words
-    return EvidenceAnswer(" ".join(render_span(s) for s in chosen), tuple(chosen), False)
+    text, chosen = quote(evidence.spans, policy)
+    return EvidenceAnswer(text, chosen, False)

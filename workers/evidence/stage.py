@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ragstream.settings import EvidenceSettings
 from topics.queries import QueryRequest
 from topics.responses import Citation, EvidenceSpan
 from topics.retrieved import Candidate
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
-from workers.evidence.select import Evidence, EvidenceSelector, Span
+from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
 
 AnswerTier = Literal["evidence", "small", "large"]
 
@@ -155,3 +156,34 @@ def evidence_citations(
         )
         for n in numbers
     )
+
+
+def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
+    """The evidence tier's :class:`AnswerPolicy` from the settings."""
+    return AnswerPolicy(
+        max_words=settings.answer_words,
+        max_spans=settings.answer_spans,
+        keep_ratio=settings.keep_ratio,
+        min_confidence=settings.min_confidence,
+        refuse_missing=settings.refuse_missing,
+    )
+
+
+def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) -> EvidenceStage:
+    """The evidence stage from the settings (``embedder``: the pool's, already warm)."""
+    selector = EvidenceSelector(
+        embedder,
+        Weights(
+            cosine=settings.w_cosine,
+            lexical=settings.w_lexical,
+            titled=settings.w_titled,
+            identifier=settings.w_identifier,
+            rank=settings.w_rank,
+            answer_type=settings.w_answer_type,
+        ),
+        dense_top=settings.dense_top,
+        max_spans=settings.prompt_spans,
+        max_words=settings.prompt_words,
+    )
+    tiers = TierPolicy(settings.tier_mode, settings.evidence_min_confidence)
+    return EvidenceStage(selector, answer_policy(settings), tiers)
