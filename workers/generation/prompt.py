@@ -34,6 +34,15 @@ INSTRUCTION = (
     f'If the passages do not contain the answer, say "{NOT_IN_DOCUMENTS}"'
 )
 
+#: The instruction of prompts over evidence spans (the LLM tiers): a short answer that quotes
+#: the exact names and values of the evidence and cites it.
+EVIDENCE_INSTRUCTION = (
+    "Answer the question in one or two short sentences, using only the numbered evidence "
+    "below. Use the exact names, values and commands the evidence gives, and cite the evidence "
+    "you use as [n]. "
+    f'If the evidence does not contain the answer, say "{NOT_IN_DOCUMENTS}"'
+)
+
 #: Tokens a chat template adds around each message (role markers, turn delimiters); an upper
 #: bound for common templates (ChatML: 5, Gemma: 6, Llama 3: 5).
 CHAT_TOKENS_PER_MESSAGE = 8
@@ -126,6 +135,7 @@ class PromptBuilder:
         self.style = style
         self.min_partial_tokens = min_partial_tokens
         self.instruction = instruction
+        self._instruction: str | None = None  # one build()'s own instruction, if given
 
     # -- rendering ------------------------------------------------------------------------
 
@@ -136,12 +146,13 @@ class PromptBuilder:
     def render(self, question: str, blocks: Sequence[str]) -> str | list[dict[str, str]]:
         """Render the prompt text (completion) or messages (chat) for these passage blocks."""
         body = self._context_and_question(question, blocks)
+        instruction = self._instruction or self.instruction
         if self.style == "chat":
             return [
-                {"role": "system", "content": self.instruction},
+                {"role": "system", "content": instruction},
                 {"role": "user", "content": body},
             ]
-        return f"{self.instruction}\n\n{body}\nAnswer:"
+        return f"{instruction}\n\n{body}\nAnswer:"
 
     def measure(self, question: str, blocks: Sequence[str]) -> int:
         """Tokens of the rendered prompt (chat: contents plus a per-message overhead)."""
@@ -213,12 +224,16 @@ class PromptBuilder:
         text = self._longest_fitting_prefix(passage.text, fits)
         return None if text is None else passage_block(n, passage, text)
 
-    def build(self, question: str, passages: Sequence[Candidate]) -> Prompt:
+    def build(
+        self, question: str, passages: Sequence[Candidate], *, instruction: str | None = None
+    ) -> Prompt:
         """Build the prompt for ``question`` over ``passages`` (best first).
 
         Args:
             question: The user's question.
             passages: Candidates in rank order; the lowest-ranked are dropped first.
+            instruction: This prompt's instruction (e.g. :data:`EVIDENCE_INSTRUCTION`);
+                ``None`` uses the builder's.
 
         Returns:
             A :class:`Prompt` with ``prompt_tokens <= budget_tokens``.
@@ -227,6 +242,13 @@ class PromptBuilder:
             PromptTooLongError: The instruction alone does not fit (a misconfiguration).
             BackendUnavailableError: The token counter's server cannot be reached.
         """
+        self._instruction = instruction
+        try:
+            return self._build(question, passages)
+        finally:
+            self._instruction = None
+
+    def _build(self, question: str, passages: Sequence[Candidate]) -> Prompt:
         question, question_trimmed = self._fit_question(question)
         blocks = [passage_block(i + 1, p) for i, p in enumerate(passages)]
         kept = self._whole_passages(question, blocks, self.measure(question, []))
