@@ -34,6 +34,8 @@ STOPWORDS = frozenset({
     "makes", "way", "ways", "something", "anything", "thing", "things", "tell", "give", "instead",
 })
 # fmt: on
+#: Dotted abbreviations of prose, not code ("i.e", "e.g").
+ABBREVIATIONS = frozenset({"i.e", "e.g", "etc", "cf", "vs", "a.k.a", "w.r.t"})
 _TOKEN = re.compile(
     r"(?<![\w-])--?[a-z][\w-]*|[a-z_]\w*(?:\.[a-z_]\w*)*(?:\(\))?|\d+(?:[.,]\d+)*", re.I
 )
@@ -86,7 +88,7 @@ def identifiers(text: str) -> list[str]:
     characters or more (``-X`` is an option, but ``x`` matches everything)."""
     found = [raw for raw in _TOKEN.findall(text) if is_identifier(raw)]
     names = [raw.lower().removesuffix("()").lstrip("-") for raw in found]
-    return [name for name in names if len(name) >= 3]
+    return [name for name in names if len(name) >= 3 and name not in ABBREVIATIONS]
 
 
 def idf(documents: Sequence[Iterable[str]]) -> dict[str, float]:

@@ -69,6 +69,9 @@ class Weights:
         rank: ``1 / (1 + rank)`` of the unit's passage (rank 0 is the best passage).
         answer_type: how well the unit fits the question's expected answer type
             (:func:`workers.evidence.lexical.type_match`), in [0, 1].
+        block: IDF-weighted coverage of the question's terms in the unit's whole block (its
+            paragraph, definition or table) plus the passage's title, in [0, 1]: a sentence
+            such as "The default is five minutes." is about what its paragraph is about.
     """
 
     cosine: float = 1.0
@@ -77,6 +80,7 @@ class Weights:
     identifier: float = 0.2
     rank: float = 0.2
     answer_type: float = 0.3
+    block: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,10 @@ class EvidenceSelector:
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             title_terms = terms(passage.title)
+            blocks: dict[int, list[str]] = {}
+            for ui, unit in enumerate(plist):
+                blocks.setdefault(unit.block, list(title_terms)).extend(unit_terms[pi][ui])
+            block_cover = {b: coverage(q_terms, t, weights) for b, t in blocks.items()}
             for ui, unit in enumerate(plist):
                 ut = unit_terms[pi][ui]
                 low = unit.text.lower()
@@ -209,6 +217,7 @@ class EvidenceSelector:
                     + w.identifier * (1.0 if any(i in low for i in q_ids) else 0.0)
                     + w.rank / (1 + pi)
                     + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code")
+                    + w.block * block_cover[unit.block]
                 )
                 scored.append(_Scored(unit, pi, score))
         return scored, missing

@@ -19,6 +19,7 @@ from topics.queries import QueryRequest
 from topics.responses import Citation, EvidenceSpan
 from topics.retrieved import Candidate
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
+from workers.evidence.lexical import identifiers
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
 
 AnswerTier = Literal["evidence", "small", "large"]
@@ -75,6 +76,36 @@ def to_contract(span: Span, passages: Sequence[Candidate]) -> EvidenceSpan:
         title=p.title,
         source=p.source,
     )
+
+
+def promote_identifiers(
+    question: str,
+    top: Sequence[Candidate],
+    candidates: Sequence[Candidate],
+    max_extra: int = 2,
+) -> list[Candidate]:
+    """``top`` plus, for each identifier of the question that no passage of ``top`` contains,
+    the best-ranked further candidate that contains it (at most ``max_extra`` added).
+
+    An exact identifier (``gzip.open``, ``shared_buffers``) is the strongest sign of the page a
+    question is about, and the fused ranking can leave that page just below the top K; the
+    candidates the retrieval stage fetched (top N) are searched for it.
+    """
+    out = list(top)
+    seen = {p.chunk_id for p in out}
+    text = "\n".join(f"{p.title}\n{p.text}" for p in out).lower()
+    for name in identifiers(question):
+        if len(out) - len(top) >= max_extra:
+            break
+        if name in text:
+            continue
+        for c in candidates:
+            if c.chunk_id not in seen and name in f"{c.title}\n{c.text}".lower():
+                out.append(c)
+                seen.add(c.chunk_id)
+                text += f"\n{c.title}\n{c.text}".lower()
+                break
+    return out
 
 
 def choose_tier(
