@@ -1,7 +1,7 @@
 """The API's side of the query path: admission, the exact-cache fast path, produce, await.
 
 One :class:`QueryService` per API process. It starts its Kafka producer and its
-:class:`~ragstream.replies.ReplyRouter` on first use (so the process starts, and ``/readyz``
+:class:`~api.replies.ReplyRouter` on first use (so the process starts, and ``/readyz``
 answers, even while Kafka is down), and then:
 
 1. admission: 429 + ``Retry-After`` when a query pool's summed consumer lag exceeds
@@ -31,9 +31,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
+from api.replies import Reply, ReplyRouter, Waiter
 from ingest.versions import IndexVersions
 from ragstream.db.models import QueryLog, utcnow
-from ragstream.replies import Reply, ReplyRouter, Waiter
 from ragstream.settings import Settings
 from topics.base import Event, StageTiming
 from topics.producer import make_producer

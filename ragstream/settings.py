@@ -225,7 +225,7 @@ class WebhookSettings(BaseModel):
 
 
 class EchoSettings(BaseModel):
-    """Topics of the echo pool (``ragstream worker echo``), used by the bus benchmark."""
+    """Topics of the echo pool (``python -m bench.echo``), used by the bus benchmark."""
 
     input_topic: str = "bench.echo.in"
     output_topic: str = "bench.echo.out"

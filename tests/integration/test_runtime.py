@@ -14,6 +14,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from bench.echo import EchoEvent, echo_handler, echo_topic
 from ragstream.errors import TransientError
 from ragstream.settings import PoolSettings, Settings
 from tests.integration.kafkakit import (
@@ -25,11 +26,9 @@ from tests.integration.kafkakit import (
     spawn_echo,
     wait_for,
 )
-from topics.bench import EchoEvent
 from topics.producer import EventProducer, ProduceError, make_producer
 from topics.registry import TopicRegistry
 from topics.serde import decode
-from workers.echo import echo_handler, echo_topic
 from workers.runtime.dlq import dead_letter_context, replay
 from workers.runtime.handler import Emit, Handler, Outcome
 from workers.runtime.policy import BatchPolicy, RetryPolicy

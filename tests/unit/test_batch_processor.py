@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from bench.echo import EchoEvent
 from ragstream.errors import PermanentError, TransientError
-from topics.bench import EchoEvent
 from topics.queries import QueryRequest
 from topics.registry import TopicSpec
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse

@@ -54,15 +54,15 @@ def eval_command(  # noqa: PLR0917 - typer options
     pool's embedder and BM25/kNN/RRF searches, the rerank backends, and the generation pool's
     prompt and LLM server. Writes eval.json and eval.md and prints a one-line summary.
     """
-    from evaluation.modes import ALL_MODES
-    from evaluation.questions import (
+    from bench.evaluation.modes import ALL_MODES
+    from bench.evaluation.questions import (
         SAMPLE_QUESTIONS,
         EvaluationError,
         load_questions,
         parse_roots,
     )
-    from evaluation.report import summary_line, write_report
-    from evaluation.run import EvalOptions, run_evaluation
+    from bench.evaluation.report import summary_line, write_report
+    from bench.evaluation.run import EvalOptions, run_evaluation
     from ragstream.errors import RagstreamError
     from ragstream.logging import configure_logging
     from ragstream.settings import get_settings

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bench.stats import CpuSample, busy_cores, core_ms_per_request, percentiles
 from ragstream.settings import Settings
 from topics.base import Event
 from topics.queries import QueryRequest
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import RetrievedCandidates
-from workers.benchmarks.stats import CpuSample, busy_cores, core_ms_per_request, percentiles
 from workers.runtime.handler import Emit, Outcome
 
 

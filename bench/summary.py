@@ -55,7 +55,7 @@ def bus_numbers(data: dict[str, Any]) -> dict[str, Any]:
     """From ``bus.json``: the bus overhead per hop, p50 (ms), at the lowest offered rate: the
     larger of hop 1 (produce to the first pool's output) and hop 2 (first pool's output to the
     second's), in the ``greedy`` pipeline (no deliberate batching wait; see
-    :func:`workers.bench.run_bus_bench`). The ``batched`` pipeline's hop adds the pools' batching
+    :func:`bench.bus.run_bus_bench`). The ``batched`` pipeline's hop adds the pools' batching
     wait and is reported beside it (older files without a greedy run fall back to it).
 
     Raises:

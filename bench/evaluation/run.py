@@ -2,9 +2,10 @@
 
 This measures the system as it serves: the live chunk index (alias ``ragstream-chunks`` by
 default), the retrieval pool's embedder and searches, the rerank pool's backends and top-K
-selection, and the generation pools' prompt and model server (see :mod:`evaluation.modes` and
-:mod:`evaluation.answers`). Kafka, the caches and the API are not involved: the stages are called
-in-process, so the numbers are those of the components, not of a cached answer.
+selection, and the generation pools' prompt and model server (see
+:mod:`bench.evaluation.modes` and :mod:`bench.evaluation.answers`). Kafka, the caches and the API
+are not involved: the stages are called in-process, so the numbers are those of the components,
+not of a cached answer.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 from elasticsearch import Elasticsearch
 
-from evaluation.answers import Answer, Answerer, AnswerJob
-from evaluation.metrics import (
+from bench.evaluation.answers import Answer, Answerer, AnswerJob
+from bench.evaluation.metrics import (
     answer_metrics,
     first_relevant_rank,
     group_by,
@@ -28,8 +29,8 @@ from evaluation.metrics import (
     matches_any,
     retrieval_metrics,
 )
-from evaluation.modes import ALL_MODES, ModeRunner, plan_modes
-from evaluation.questions import (
+from bench.evaluation.modes import ALL_MODES, ModeRunner, plan_modes
+from bench.evaluation.questions import (
     CORPUS_ROOTS,
     SAMPLE_QUESTIONS,
     EvalQuestion,
@@ -37,7 +38,7 @@ from evaluation.questions import (
     load_questions,
     page_of,
 )
-from evaluation.report import (
+from bench.evaluation.report import (
     AnswersReport,
     EvalReport,
     Headline,
@@ -61,7 +62,7 @@ class EvalOptions:
     """What to run.
 
     Attributes:
-        modes: retrieval modes to compare (:data:`evaluation.modes.ALL_MODES`); those that
+        modes: retrieval modes to compare (:data:`bench.evaluation.modes.ALL_MODES`); those that
             cannot run here are reported as skipped.
         tenant: the tenant whose chunks are searched.
         index_alias: the chunk index alias; ``None``: ``settings.elasticsearch.index_alias``.

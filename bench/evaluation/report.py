@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from evaluation.metrics import AnswerMetrics, RetrievalMetrics
+from bench.evaluation.metrics import AnswerMetrics, RetrievalMetrics
 
 
 class ModeReport(BaseModel):

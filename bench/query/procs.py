@@ -168,7 +168,7 @@ class PoolProcesses:
                 key = pool if i == 1 else f"{pool}.{i}"
                 with (self.log_dir / f"{key}.log").open("ab") as out:
                     self.procs[key] = subprocess.Popen(
-                        [sys.executable, "-m", "ragstream.cli", "worker", pool],
+                        [sys.executable, "-m", "entry.cli", "worker", pool],
                         env={**os.environ, **self._env(pool, port)},
                         stdout=out,
                         stderr=out,

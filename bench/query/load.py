@@ -19,17 +19,8 @@ from dataclasses import dataclass, field, replace
 import structlog
 from kafka import KafkaConsumer
 
-from ragstream.settings import Settings
-from topics.base import Event, StageTiming
-from topics.producer import EventProducer
-from topics.queries import QueryRequest
-from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS, TopicRegistry
-from topics.reranked import RerankedPassages
-from topics.responses import QueryResponse
-from topics.serde import EventDecodeError, decode
-from topics.tokens import AnswerToken
-from workers.benchmarks.plans import RETRIEVAL
-from workers.benchmarks.stats import (
+from bench.query.plans import RETRIEVAL
+from bench.stats import (
     CpuSample,
     Slo,
     busy_cores,
@@ -39,6 +30,15 @@ from workers.benchmarks.stats import (
     stage_samples,
     trace_end,
 )
+from ragstream.settings import Settings
+from topics.base import Event, StageTiming
+from topics.producer import EventProducer
+from topics.queries import QueryRequest
+from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS, TopicRegistry
+from topics.reranked import RerankedPassages
+from topics.responses import QueryResponse
+from topics.serde import EventDecodeError, decode
+from topics.tokens import AnswerToken
 
 log = structlog.get_logger(__name__)
 
@@ -340,8 +340,8 @@ def request_factory(
     questions: Sequence[str], tenant: str, deadline_s: float, stream: bool, seed: int
 ) -> Callable[[], QueryRequest]:
     """A factory of requests: questions drawn at random (seeded), each made unique
-    (:func:`workers.benchmarks.questions.unique_query`), with a deadline ``deadline_s`` ahead."""
-    from workers.benchmarks.questions import unique_query
+    (:func:`bench.query.questions.unique_query`), with a deadline ``deadline_s`` ahead."""
+    from bench.query.questions import unique_query
 
     pool = list(questions)
     rng = random.Random(seed)

@@ -86,7 +86,7 @@ class _Env:
     def spawn(self, *args: str) -> subprocess.Popen[bytes]:
         with self.logs.open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "ragstream.cli", *args],
+                [sys.executable, "-m", "entry.cli", *args],
                 env={**os.environ, **self.values},
                 stdout=out,
                 stderr=out,

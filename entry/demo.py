@@ -8,7 +8,7 @@
 3. waits until the API is ready and every pool has reported in;
 4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job with a
    progress bar (unchanged documents are skipped by content hash on a second run);
-5. asks ten questions (``evaluation/questions.sample.jsonl``) through the HTTP API and prints
+5. asks ten questions (``bench/evaluation/questions.sample.jsonl``) through the HTTP API and prints
    answers, numbered citations and latencies;
 6. leaves everything running and prints the URLs and how to stop.
 
@@ -42,7 +42,7 @@ MANUALS = (
     Path("/usr/share/doc/python3.11/html"),
     Path("/usr/share/doc/postgresql-doc-15/html"),
 )
-QUESTIONS = PROJECT_ROOT / "evaluation" / "questions.sample.jsonl"
+QUESTIONS = PROJECT_ROOT / "bench" / "evaluation" / "questions.sample.jsonl"
 PROCFILE = PROJECT_ROOT / "Procfile"
 POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
 TENANT = "default"
@@ -202,8 +202,8 @@ def optimize_index(settings: Settings) -> None:
 
 def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
     """Ask ``limit`` sample questions through the API; print answers, citations, latency."""
-    from api.cli import print_result
-    from ragstream.client import ApiRequestError, HttpClient
+    from entry.client import ApiRequestError, HttpClient
+    from entry.query import print_result
 
     questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
     base = f"http://{settings.api.host}:{settings.api.port}"

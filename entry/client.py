@@ -28,7 +28,7 @@ from typing import Any, Literal, Self
 import httpx
 
 from api.models import QueryResult
-from ragstream.replies import Reply, ReplyRouter, Waiter
+from api.replies import Reply, ReplyRouter, Waiter
 from ragstream.settings import Settings, get_settings
 from topics.producer import make_producer
 from topics.queries import QueryRequest

@@ -1,7 +1,9 @@
-"""The ``ragstream`` command line (typer).
+"""The ``ragstream`` command line (typer), the console script of the package.
 
 Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celery-worker``,
-``flower`` and ``worker POOL``. Later issues add their own groups here.
+``flower`` and ``worker POOL`` here; the groups that live beside their code are mounted below
+(``topics``, ``dlq``, ``ingest``, ``jobs``, ``index``, ``keys`` from their layers; ``query`` and
+``demo`` from this package; ``bench`` and ``eval`` from ``bench/``).
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ def _settings() -> Settings:
 
 def _mount_subcommands() -> None:
     """Attach the command groups that live beside their code (imports stay light)."""
-    from api.cli import keys_app, query_command
-    from evaluation.cli import eval_command
+    from api.cli import keys_app
+    from bench.cli import bench_app
+    from bench.evaluation.cli import eval_command
+    from entry.demo import demo_app
+    from entry.query import query_command
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
-    from ragstream.demo import demo_app
     from topics.cli import dlq_app, topics_app
-    from workers.bench import bench_app
 
     app.add_typer(infra_app, name="infra", help="Local services: Kafka, Elasticsearch, Redis.")
     app.add_typer(topics_app, name="topics")

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from workers.benchmarks.stats import percentiles
+from bench.stats import percentiles
 
 
 def measure_api_exact_cache_hit(

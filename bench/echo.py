@@ -1,5 +1,6 @@
 """The echo pool: republishes each event one hop further. Used by the bus benchmark and the
-runtime's integration tests (``python -m workers.echo --input A --output B --group G``).
+runtime's integration tests (``python -m bench.echo --input A --output B --group G``); it is no
+production pool (``ragstream worker`` does not know it), so it runs only as this module.
 
 Payload conventions let tests inject failures: ``poison`` raises a permanent error,
 ``transient`` a transient one, ``sleep:<ms>`` sleeps that long before echoing.
@@ -10,16 +11,30 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+
+from pydantic import Field
 
 from ragstream.errors import PermanentError, TransientError
 from ragstream.logging import configure_logging
-from ragstream.settings import PoolSettings, Settings, get_settings
-from topics.bench import EchoEvent
+from ragstream.settings import PoolSettings, get_settings
+from topics.base import Event
 from topics.registry import TopicRegistry, TopicSpec
-from workers.registry import register_pool
-from workers.runtime.build import batch_policy, build_runner, retry_policy, until_signalled
+from workers.runtime.build import batch_policy, build_runner, retry_policy
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
+
+
+class EchoEvent(Event):
+    """A numbered probe; ``sent_at_ns`` is the producer's ``time.time_ns()``."""
+
+    seq: int = Field(ge=0)
+    sent_at_ns: int
+    payload: str = ""
+    hops: int = 0
+
+    def key(self) -> bytes:
+        """Keyed by ``event_id`` (spreads over partitions)."""
+        return self.event_id.encode()
 
 
 def echo_topic(name: str) -> TopicSpec:
@@ -75,26 +90,9 @@ def echo_handler(
     )
 
 
-def run_echo_pool(settings: Settings, pool: PoolSettings | None = None) -> Callable[[], None]:
-    """Pool factory of ``ragstream worker echo``: topics and group from ``settings.echo``."""
-    pool = pool or settings.pools.echo
-    handler = echo_handler(
-        echo_topic(settings.echo.input_topic),
-        echo_topic(settings.echo.output_topic),
-        settings.echo.group,
-        pool,
-        delay_ms=settings.echo.delay_ms,
-    )
-    runner = build_runner(handler, settings, pool, registry=TopicRegistry(""))
-    return until_signalled(runner)
-
-
-register_pool("echo", run_echo_pool)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run one echo pool process until SIGTERM/SIGINT."""
-    parser = argparse.ArgumentParser(prog="python -m workers.echo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.echo", description=__doc__)
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--group", required=True)

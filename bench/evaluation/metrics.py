@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from evaluation.questions import PageRef
+from bench.evaluation.questions import PageRef
 from workers.generation.prompt import NOT_IN_DOCUMENTS
 
 #: Cut-offs reported for hit@k.

@@ -1,7 +1,7 @@
 """Questions for load: the repository's sample question set, else a built-in list.
 
 Every request gets a unique text (:func:`unique_query`) so that no two requests of a run share
-an exact answer-cache key; see :mod:`workers.benchmarks.query` for how the semantic cache is
+an exact answer-cache key; see :mod:`bench.query.run` for how the semantic cache is
 kept out of the measurement.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from ragstream.settings import PROJECT_ROOT
 
 #: The evaluation's sample questions (one JSON object a line with a ``question`` field).
-SAMPLE_QUESTIONS = PROJECT_ROOT / "evaluation" / "questions.sample.jsonl"
+SAMPLE_QUESTIONS = PROJECT_ROOT / "bench" / "evaluation" / "questions.sample.jsonl"
 
 #: Used while the sample set does not exist: realistic questions over the Python 3.11 and
 #: PostgreSQL 15 manuals, of the lengths and kinds users ask (look-ups, how-tos, explanations).

@@ -3,7 +3,7 @@
 Per mode (``retrieval``: retrieval + rerank, finished on ``rag.reranked.*``; ``full``: through
 generation, finished on ``rag.responses``, first token on ``rag.tokens``):
 
-1. the sequential baseline (:mod:`workers.benchmarks.baseline`) in this process, while no pool
+1. the sequential baseline (:mod:`bench.query.baseline`) in this process, while no pool
    runs: its closed-loop throughput and latency;
 2. the system: ``ragstream worker`` processes of the mode's pools on a topic prefix of their own
    (``bench-<run>-<mode>-``: topics, DLQs and consumer groups are the run's and are deleted
@@ -39,13 +39,8 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from elasticsearch import Elasticsearch
 
-from ragstream.errors import ConfigurationError
-from ragstream.settings import PROJECT_ROOT, Settings
-from topics.producer import EventProducer, make_producer
-from topics.queries import QueryRequest
-from topics.registry import QUERIES, TopicRegistry
-from workers.benchmarks.baseline import SequentialPipeline, run_baseline
-from workers.benchmarks.load import (
+from bench.query.baseline import SequentialPipeline, run_baseline
+from bench.query.load import (
     Collector,
     LoadTarget,
     RateResult,
@@ -53,10 +48,15 @@ from workers.benchmarks.load import (
     request_factory,
     warm_up,
 )
-from workers.benchmarks.plans import DEFAULT_PLANS, FULL, RETRIEVAL, ModePlan
-from workers.benchmarks.procs import PoolProcesses, apply_overrides
-from workers.benchmarks.questions import load_questions
-from workers.benchmarks.stats import Slo, consecutive_failures, max_sustainable_rate
+from bench.query.plans import DEFAULT_PLANS, FULL, RETRIEVAL, ModePlan
+from bench.query.procs import PoolProcesses, apply_overrides
+from bench.query.questions import load_questions
+from bench.stats import Slo, consecutive_failures, max_sustainable_rate
+from ragstream.errors import ConfigurationError
+from ragstream.settings import PROJECT_ROOT, Settings
+from topics.producer import EventProducer, make_producer
+from topics.queries import QueryRequest
+from topics.registry import QUERIES, TopicRegistry
 
 #: Pools each mode starts.
 POOLS = {
@@ -371,7 +371,7 @@ def probe_exact_cache_hit(
     api_url: str | None, api_key: str | None, question: str
 ) -> dict[str, Any]:
     """``{"measured", "latency_ms", "note"}`` of an exact answer-cache hit through ``api_url``
-    (:func:`workers.benchmarks.api_probe.measure_api_exact_cache_hit`); ``measured`` is False,
+    (:func:`bench.query.api_probe.measure_api_exact_cache_hit`); ``measured`` is False,
     with the reason in ``note``, without a gateway or when it fails."""
     if not (api_url and api_key):
         return {
@@ -381,7 +381,7 @@ def probe_exact_cache_hit(
         }
     import httpx
 
-    from workers.benchmarks.api_probe import measure_api_exact_cache_hit
+    from bench.query.api_probe import measure_api_exact_cache_hit
 
     try:
         result = measure_api_exact_cache_hit(api_url, api_key, question)
