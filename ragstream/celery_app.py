@@ -13,7 +13,7 @@ from celery import Celery
 from ragstream.settings import Settings, get_settings
 
 #: Modules whose tasks the worker registers (imported by the worker, not by this module).
-TASK_MODULES: list[str] = ["ingest.tasks", "api.webhooks.tasks"]
+TASK_MODULES: list[str] = ["ingest.tasks", "workers.webhooks.tasks"]
 
 celery_app = Celery("ragstream")
 

@@ -27,13 +27,13 @@ from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody, QueryResult
 from api.querying import QueryService, replies_until
-from api.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 from ingest.jobs import aware
 from ragstream.db.models import QueryLog
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, QueryResponse
 from topics.tokens import AnswerToken
+from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 
 router = APIRouter(tags=["query"])
 

@@ -1,6 +1,6 @@
 """Answers of the default configuration, generated exactly as the generation pools do.
 
-Each tier's :class:`workers.pools.generation.Generator` is built by the pools' own composition
+Each tier's :class:`workers.generation.generator.Generator` is built by the pools' own composition
 root (:func:`workers.pools.components.build_generator`): the same OpenAI-compatible backend
 (the local llama.cpp server by default), the same :class:`PromptBuilder` budgeted in the
 serving model's tokens, the same stop sequences and ``max_tokens``. Only the answer cache is
@@ -21,7 +21,7 @@ from topics.queries import QueryRequest
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import Candidate
-from workers.pools.generation import NOT_FOUND, Generator
+from workers.generation.generator import NOT_FOUND, Generator
 from workers.runtime.handler import Emit
 
 #: Time a question may take through the generator's retries (it retries an unreachable

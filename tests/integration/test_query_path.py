@@ -28,11 +28,12 @@ from topics.responses import ErrorCode, QueryResponse
 from topics.serde import decode, encode
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
+from workers.generation.generator import Generator, TokenSink
 from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
 from workers.generation.openai_compat import OpenAICompatibleBackend
 from workers.generation.prompt import PromptBuilder
 from workers.pools.components import build_router
-from workers.pools.generation import Generator, TokenSink, generation_handler
+from workers.pools.generation import generation_handler
 from workers.pools.rerank import rerank_handler
 from workers.pools.retrieval import retrieval_handler
 from workers.rerank.backends import NoneReranker

@@ -40,8 +40,8 @@ from bench.evaluation.report import (
 )
 from ragstream.settings import LlmSettings, RerankSettings, Settings
 from topics.retrieved import Candidate
+from workers.generation.generator import NOT_FOUND
 from workers.generation.prompt import NOT_IN_DOCUMENTS
-from workers.pools.generation import NOT_FOUND
 from workers.pools.rerank import _passage
 
 PY, PG = "python-3.11", "postgresql-15"

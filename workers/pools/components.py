@@ -10,7 +10,7 @@ from ingest.factory import build_embedder
 from ingest.versions import IndexVersions
 from ragstream.settings import Settings
 from workers.caches import AnswerCache
-from workers.pools.generation import Generator, TokenSink
+from workers.generation.generator import Generator, TokenSink
 from workers.retrieval.hybrid import HybridRetriever
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
 

@@ -7,7 +7,7 @@ delivery per target (its ``callback_url`` and the tenant's endpoints registered 
 with a webhook id derived from (tenant, request id, URL) - so a replay creates nothing and
 schedules nothing. After the commit a Celery task is sent per new delivery; if the broker is
 down they stay ``pending`` and the Celery workers' sweeper schedules them later (see
-:mod:`api.webhooks.outbox`). The SSRF guard runs at delivery time, on every attempt.
+:mod:`workers.webhooks.outbox`). The SSRF guard runs at delivery time, on every attempt.
 
 The answer caches are filled by the generation pool, which knows the index version the answer
 was computed against; this pool leaves them alone.
@@ -21,7 +21,6 @@ from typing import Protocol
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.webhooks.outbox import Scheduled, add_query_deliveries
 from ragstream.db.models import QueryLog, utcnow
 from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
@@ -29,12 +28,13 @@ from topics.responses import QueryResponse
 from workers.registry import register_pool
 from workers.runtime.build import batch_policy, retry_policy
 from workers.runtime.handler import Handler, Outcome
+from workers.webhooks.outbox import Scheduled, add_query_deliveries
 
 FINAL = ("answered", "failed")
 
 
 class Scheduler(Protocol):
-    """Sends the Celery task of new deliveries (``api.webhooks.outbox.CeleryScheduler``)."""
+    """Sends the Celery task of new deliveries (``workers.webhooks.outbox.CeleryScheduler``)."""
 
     def schedule(self, deliveries: Sequence[Scheduled]) -> list[Scheduled]:
         """Schedule ``deliveries``; return those sent (the rest are left to the sweeper)."""
@@ -113,9 +113,9 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker delivery``."""
     import redis
 
-    from api.webhooks.outbox import CeleryScheduler
     from ragstream.db.engine import make_engine, make_session_factory
     from workers.runtime.build import build_runner, until_signalled
+    from workers.webhooks.outbox import CeleryScheduler
 
     sessions = make_session_factory(make_engine(settings.database_url))
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)

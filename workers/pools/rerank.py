@@ -16,11 +16,11 @@ from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED
 from topics.reranked import RerankedPassages
 from topics.retrieved import Candidate, RetrievedCandidates
 from workers.errors import dead_letter_hook, expired_hook
-from workers.pools.retrieval import MODEL_CALLS
 from workers.registry import register_pool
 from workers.rerank.select import select_top_k
 from workers.runtime.build import batch_policy, retry_policy
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
+from workers.runtime.metrics import MODEL_CALLS
 
 
 class Scores(Protocol):

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from prometheus_client import Counter
 
 from ingest.versions import IndexVersions
 from ragstream.settings import PoolSettings, Settings
@@ -28,10 +27,7 @@ from workers.registry import register_pool
 from workers.routing import Router
 from workers.runtime.build import batch_policy, retry_policy
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
-
-MODEL_CALLS = Counter(
-    "ragstream_model_calls_total", "Batched model or search calls by stage.", ["stage"]
-)
+from workers.runtime.metrics import MODEL_CALLS
 
 
 class Embeds(Protocol):

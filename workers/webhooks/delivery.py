@@ -25,8 +25,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from standardwebhooks.webhooks import Webhook
 
-from api.webhooks.ssrf import Network, SsrfBlockedError, check_url
 from ragstream.db.models import WebhookAttempt, WebhookDelivery, utcnow
+from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
 
 MAX_REDIRECTS = 3
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})

@@ -29,10 +29,10 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.webhooks import events
-from api.webhooks.endpoints import targets_in
 from ragstream.db.models import IngestJob, IngestJobItem, WebhookDelivery, utcnow
 from topics.responses import QueryResponse
+from workers.webhooks import events
+from workers.webhooks.endpoints import targets_in
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@
   schedules them.
 - the sweeper: like the ingest watchdog, a daemon thread started in every worker on
   ``worker_ready``; every ``webhooks.sweep_interval_s`` it schedules pending deliveries that
-  never got a task (see :mod:`api.webhooks.outbox`).
+  never got a task (see :mod:`workers.webhooks.outbox`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from celery.signals import worker_process_init, worker_ready
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.webhooks.delivery import attempt_count, run_attempt
-from api.webhooks.outbox import CeleryScheduler, announce_job, sweep_pending
-from api.webhooks.ssrf import parse_networks
 from ingest.jobs import JOB_COMPLETED_TASK
 from ragstream.celery_app import celery_app
 from ragstream.settings import get_settings
+from workers.webhooks.delivery import attempt_count, run_attempt
+from workers.webhooks.outbox import CeleryScheduler, announce_job, sweep_pending
+from workers.webhooks.ssrf import parse_networks
 
 log = structlog.get_logger(__name__)
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.webhooks.events import EVENT_TYPES, WILDCARD
-from api.webhooks.ssrf import Network, SsrfBlockedError, check_url
 from ragstream.db.models import WebhookEndpoint
 from ragstream.errors import PermanentError
+from workers.webhooks.events import EVENT_TYPES, WILDCARD
+from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
 
 MAX_URL_CHARS = 2048
 MAX_DESCRIPTION_CHARS = 256
@@ -94,7 +94,7 @@ def register(
 ) -> Endpoint:
     """Register ``url`` for ``event_types`` of ``tenant``; return the new endpoint.
 
-    The URL's host is resolved now and every address checked (see :mod:`api.webhooks.ssrf`).
+    The URL's host is resolved now and every address checked (see :mod:`workers.webhooks.ssrf`).
 
     Raises:
         EndpointError: URL too long, with control characters, not http(s), unresolvable, or
