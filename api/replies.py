@@ -25,6 +25,7 @@ import structlog
 from kafka import KafkaConsumer, TopicPartition
 
 from ragstream.settings import Settings
+from topics.consumer import make_consumer
 from topics.registry import RESPONSES, TOKENS, TopicRegistry
 from topics.responses import QueryResponse
 from topics.serde import decode
@@ -83,11 +84,10 @@ class ReplyRouter:
         if self.running:
             return
         kafka = self._settings.kafka
-        consumer = KafkaConsumer(
-            bootstrap_servers=kafka.bootstrap_servers,
+        consumer = make_consumer(
+            kafka,
+            group=None,
             client_id=f"{kafka.client_id}-replies",
-            group_id=None,
-            enable_auto_commit=False,
             request_timeout_ms=kafka.request_timeout_ms,
         )
         try:

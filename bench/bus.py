@@ -17,7 +17,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from kafka import KafkaConsumer
 from rich.console import Console
 from rich.table import Table
 
@@ -25,6 +24,7 @@ from bench.echo import EchoEvent
 from bench.stats import percentiles
 from ragstream.settings import Settings
 from topics.admin import ensure_topics, make_admin
+from topics.consumer import make_consumer
 from topics.producer import EventProducer, make_producer
 from topics.registry import PhysicalTopic
 from topics.serde import decode
@@ -95,12 +95,11 @@ class _Collector(threading.Thread):
 
     def __init__(self, settings: Settings, topic: str) -> None:
         super().__init__(daemon=True)
-        self.consumer = KafkaConsumer(
+        self.consumer = make_consumer(
+            settings.kafka,
             topic,
-            bootstrap_servers=settings.kafka.bootstrap_servers,
-            group_id=f"collector-{uuid.uuid4().hex[:8]}",
+            group=f"collector-{uuid.uuid4().hex[:8]}",
             auto_offset_reset="latest",
-            enable_auto_commit=False,
             fetch_max_wait_ms=10,
         )
         self.lock = threading.Lock()

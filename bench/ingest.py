@@ -181,10 +181,9 @@ def measure_naive(env: _Env, files: list[Path]) -> PathResult:
 
 def measure_stream(env: _Env, files: list[Path]) -> PathResult:
     """(b): ingest events through one ingest pool process."""
-    from kafka import KafkaConsumer
-
     from ragstream.db.engine import upgrade_head
     from topics.admin import ensure_topics, make_admin
+    from topics.consumer import make_consumer
     from topics.ingest import IngestRequest, IngestResult
     from topics.producer import EventProducer, make_producer
     from topics.registry import INGEST, INGEST_RESULTS, TopicRegistry
@@ -196,11 +195,8 @@ def measure_stream(env: _Env, files: list[Path]) -> PathResult:
     admin = make_admin(s.kafka)
     ensure_topics(admin, registry.physical_topics())
     admin.close()
-    consumer = KafkaConsumer(
-        registry.name(INGEST_RESULTS),
-        bootstrap_servers=s.kafka.bootstrap_servers,
-        auto_offset_reset="earliest",
-        group_id=None,
+    consumer = make_consumer(
+        s.kafka, registry.name(INGEST_RESULTS), group=None, auto_offset_reset="earliest"
     )
     producer = EventProducer(make_producer(s.kafka))
     results: list[IngestResult] = []

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
-from kafka import KafkaConsumer
 
 from bench.query.plans import RETRIEVAL
 from bench.stats import (
@@ -32,6 +31,7 @@ from bench.stats import (
 )
 from ragstream.settings import Settings
 from topics.base import Event, StageTiming
+from topics.consumer import make_consumer
 from topics.producer import EventProducer
 from topics.queries import QueryRequest
 from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS, TopicRegistry
@@ -77,12 +77,11 @@ class Collector(threading.Thread):
                 self.models[registry.name(spec)] = RerankedPassages
         else:
             self.models[registry.name(TOKENS)] = AnswerToken
-        self.consumer = KafkaConsumer(
+        self.consumer = make_consumer(
+            settings.kafka,
             *self.models,
-            bootstrap_servers=settings.kafka.bootstrap_servers,
-            group_id=None,
+            group=None,
             auto_offset_reset="earliest",
-            enable_auto_commit=False,
             fetch_max_wait_ms=10,
         )
         self.lock = threading.Lock()

@@ -26,10 +26,10 @@ from tests.integration.kafkakit import (
     spawn_echo,
     wait_for,
 )
+from topics.dlq import dead_letter_context, replay
 from topics.producer import EventProducer, ProduceError, make_producer
 from topics.registry import TopicRegistry
 from topics.serde import decode
-from workers.runtime.dlq import dead_letter_context, replay
 from workers.runtime.handler import Emit, Handler, Outcome
 from workers.runtime.policy import BatchPolicy, RetryPolicy
 from workers.runtime.pressure import PressureReporter, read_pressure

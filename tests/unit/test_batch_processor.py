@@ -9,11 +9,11 @@ import pytest
 
 from bench.echo import EchoEvent
 from ragstream.errors import PermanentError, TransientError
+from topics.dlq import SourceRecord
 from topics.queries import QueryRequest
 from topics.registry import TopicSpec
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse
 from topics.serde import encode
-from workers.runtime.dlq import SourceRecord
 from workers.runtime.handler import Emit, Failed, Handler, Outcome
 from workers.runtime.policy import BatchPolicy, RetryPolicy
 from workers.runtime.process import BatchProcessor, decode_items
