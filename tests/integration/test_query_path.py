@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from ingest.chunking import Chunker
 from ingest.embedding import SentenceTransformerEmbedder
 from ingest.pipeline import IngestOp
+from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
 from tests.integration.ingestkit import Kit
 from tests.integration.tcpproxy import Proxy
@@ -38,7 +39,6 @@ from workers.pools.rerank import rerank_handler
 from workers.pools.retrieval import retrieval_handler
 from workers.rerank.backends import NoneReranker
 from workers.retrieval.hybrid import HybridRetriever
-from workers.runtime.policy import RetryPolicy
 from workers.runtime.runner import PoolRunner
 
 ANSWER_TOKENS = 40

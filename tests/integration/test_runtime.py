@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 
 from bench.echo import EchoEvent, echo_handler, echo_topic
 from ragstream.errors import TransientError
+from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, Settings
 from tests.integration.kafkakit import (
     committed_total,
@@ -31,7 +32,7 @@ from topics.producer import EventProducer, ProduceError, make_producer
 from topics.registry import TopicRegistry
 from topics.serde import decode
 from workers.runtime.handler import Emit, Handler, Outcome
-from workers.runtime.policy import BatchPolicy, RetryPolicy
+from workers.runtime.policy import BatchPolicy
 from workers.runtime.pressure import PressureReporter, read_pressure
 from workers.runtime.runner import PoolRunner
 

@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 from kafka import KafkaProducer
 
+from ragstream.retry import RetryPolicy
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES
 from topics.reranked import RerankedPassages
@@ -41,7 +42,6 @@ from workers.generation.backend import (
 from workers.generation.prompt import Prompt, PromptBuilder
 from workers.runtime.handler import Emit, Outcome, derive_event_id
 from workers.runtime.metrics import MODEL_CALLS
-from workers.runtime.policy import RetryPolicy
 
 log = structlog.get_logger(__name__)
 
@@ -102,7 +102,18 @@ def citations(answer: str, used: Sequence[Any]) -> tuple[Citation, ...]:
 
 
 class Generator:
-    """Runs one batch: budget prompts, generate concurrently with retries, build responses."""
+    """Runs one batch: budget prompts, generate concurrently with retries, build responses.
+
+    Args:
+        backend: the model server's client.
+        builder: budgets each prompt in the serving model's tokens.
+        tokens: where answer tokens go as they arrive; ``None``: not streamed.
+        cache: the answer cache each answer is put into; ``None``: no cache.
+        tier: the generation tier (``small`` or ``large``).
+        backoff: the retry policy for an unreachable backend; its deadline option is each
+            request's deadline (the pools give ``max_attempts=None``: only the deadline ends
+            the retries).
+    """
 
     def __init__(
         self,
@@ -189,9 +200,8 @@ class Generator:
             for i, outcome in zip(pending, outcomes, strict=True):
                 results[i] = outcome
                 deadline = events[i].request.deadline.timestamp()
-                if (
-                    isinstance(outcome, BackendUnavailableError)
-                    and time.time() + delay_s < deadline
+                if isinstance(outcome, BackendUnavailableError) and self.backoff.allows(
+                    attempt, delay_s, deadline=deadline
                 ):
                     retry.append(i)
             if retry:

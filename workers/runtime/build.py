@@ -9,12 +9,13 @@ import redis
 import structlog
 
 from ragstream.metrics import serve_metrics
+from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, Settings
 from topics.base import Event
 from topics.producer import EventProducer, make_producer
 from topics.registry import TopicRegistry
 from workers.runtime.handler import Handler
-from workers.runtime.policy import BatchPolicy, RetryPolicy
+from workers.runtime.policy import BatchPolicy
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.runner import PoolRunner
 

@@ -31,6 +31,7 @@ from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from ragstream.errors import PermanentError, RagstreamError
+from ragstream.retry import RetryPolicy
 from ragstream.settings import KafkaSettings
 from topics.base import Event
 from topics.consumer import make_pool_consumer
@@ -39,7 +40,6 @@ from topics.producer import EventProducer
 from topics.registry import TopicRegistry
 from workers.runtime import metrics
 from workers.runtime.handler import Handler
-from workers.runtime.policy import RetryPolicy
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Item, decode_items
 

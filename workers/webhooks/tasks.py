@@ -25,8 +25,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest.jobs import JOB_COMPLETED_TASK
-from ragstream.celery_app import celery_app
-from ragstream.settings import get_settings
+from ragstream.celery_app import RetryingTask, celery_app
+from ragstream.retry import RetryPolicy
+from ragstream.settings import WebhookSettings, get_settings
 from workers.webhooks.delivery import attempt_count, run_attempt
 from workers.webhooks.outbox import CeleryScheduler, announce_job, sweep_pending
 from workers.webhooks.ssrf import parse_networks
@@ -61,9 +62,24 @@ def _forget_parent_clients(**_: object) -> None:
     _scheduler.cache_clear()
 
 
+def retry_policy(cfg: WebhookSettings) -> RetryPolicy:
+    """The deliveries' retry policy: ``cfg.max_attempts`` attempts, back-off from
+    ``cfg.backoff_base_s`` doubling up to ``cfg.backoff_cap_s``, no jitter."""
+    return RetryPolicy(
+        max_attempts=cfg.max_attempts,
+        base_ms=cfg.backoff_base_s * 1000,
+        cap_ms=cfg.backoff_cap_s * 1000,
+        jitter=False,
+    )
+
+
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Exponential back-off before attempt ``attempt + 1``: ``min(cap, base * 2**(attempt-1))``."""
-    return float(min(cap_s, base_s * 2.0 ** max(0, attempt - 1)))
+    """Exponential back-off before attempt ``attempt + 1``: ``min(cap, base * 2**(attempt-1))``
+    (the :class:`RetryPolicy` of the deliveries, without jitter), seconds."""
+    return (
+        RetryPolicy(base_ms=base_s * 1000, cap_ms=cap_s * 1000, jitter=False).delay_ms(attempt)
+        / 1000
+    )
 
 
 @celery_app.task(name="ragstream.webhooks.deliver", bind=True, acks_late=True, max_retries=None)  # type: ignore[untyped-decorator]
@@ -78,6 +94,7 @@ def deliver(self: Any, delivery_id: int, attempts: int | None = None) -> str:
     sessions = _sessions()
     if attempts is not None and attempt_count(sessions, delivery_id) != attempts:
         return "stale"
+    policy = retry_policy(cfg)
     status, _ = run_attempt(
         sessions,
         delivery_id,
@@ -88,20 +105,12 @@ def deliver(self: Any, delivery_id: int, attempts: int | None = None) -> str:
     )
     if status == "retry":
         made = attempt_count(sessions, delivery_id) or 1
-        raise self.retry(
-            args=[delivery_id, made],
-            countdown=backoff_s(made, cfg.backoff_base_s, cfg.backoff_cap_s),
-        )
+        raise self.retry(args=[delivery_id, made], countdown=policy.delay_ms(made) / 1000)
     return status
 
 
 @celery_app.task(  # type: ignore[untyped-decorator]
-    name=JOB_COMPLETED_TASK,
-    acks_late=True,
-    autoretry_for=(SQLAlchemyError,),
-    retry_backoff=2,
-    retry_backoff_max=120,
-    max_retries=8,
+    name=JOB_COMPLETED_TASK, base=RetryingTask, autoretry_for=(SQLAlchemyError,)
 )
 def ingest_job_completed(job_id: str) -> int:
     """Create and schedule the ``ingest.job.completed`` deliveries of job ``job_id``.
