@@ -20,7 +20,7 @@ from ragstream.logging import configure_logging
 from ragstream.settings import PoolSettings, get_settings
 from topics.base import Event
 from topics.registry import TopicRegistry, TopicSpec
-from workers.runtime.build import batch_policy, build_runner, retry_policy
+from workers.runtime.build import build_runner, pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 
 
@@ -79,15 +79,7 @@ def echo_handler(
             for e in events
         ]
 
-    return Handler(
-        name=stage,
-        input=source,
-        group=group,
-        outputs=(sink,),
-        fn=fn,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
-    )
+    return pool_handler(stage, input=source, outputs=(sink,), fn=fn, pool=pool, group=group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
 from topics.responses import QueryResponse
 from workers.registry import register_pool
-from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.build import pool_handler
 from workers.runtime.handler import Handler, Outcome
 from workers.webhooks.outbox import Scheduled, add_query_deliveries
 
@@ -87,7 +87,7 @@ def delivery_handler(
     *,
     pool: PoolSettings,
     scheduler: Scheduler,
-    group: str = "ragstream-delivery",
+    group: str | None = None,
 ) -> Handler[QueryResponse]:
     """The delivery pool's handler: one SQL transaction per batch, then one Celery task per
     new webhook delivery; no output events."""
@@ -98,15 +98,7 @@ def delivery_handler(
             scheduler.schedule(created)
         return []
 
-    return Handler(
-        name="delivery",
-        input=RESPONSES,
-        group=group,
-        outputs=(),
-        fn=fn,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
-    )
+    return pool_handler("delivery", input=RESPONSES, outputs=(), fn=fn, pool=pool, group=group)
 
 
 def run_delivery_pool(settings: Settings) -> Callable[[], None]:
@@ -114,7 +106,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     import redis
 
     from ragstream.db.engine import make_engine, make_session_factory
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
     from workers.webhooks.outbox import CeleryScheduler
 
     sessions = make_session_factory(make_engine(settings.database_url))
@@ -124,7 +116,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
         sessions,
         pool=settings.pools.delivery,
         scheduler=scheduler,
-        group=settings.kafka.topic_prefix + "ragstream-delivery",
+        group=pool_group(settings, "delivery"),
     )
     runner = build_runner(handler, settings, settings.pools.delivery)
     return until_signalled(runner, cleanup=client.close)

@@ -16,7 +16,7 @@ from topics.reranked import RerankedPassages
 from workers.errors import dead_letter_hook, expired_hook
 from workers.generation.generator import Generator, TokenSink
 from workers.registry import register_pool
-from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.build import pool_handler
 from workers.runtime.handler import Handler
 
 
@@ -25,14 +25,13 @@ def generation_handler(
 ) -> Handler[RerankedPassages]:
     """The handler of the ``generator.tier`` generation pool."""
     tier = generator.tier
-    return Handler(
-        name=f"generation-{tier}",
+    return pool_handler(
+        f"generation-{tier}",
         input=RERANKED_BY_TIER[tier],
-        group=group or f"ragstream-generation-{tier}",
         outputs=(RESPONSES,),
         fn=generator.run,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
+        pool=pool,
+        group=group,
         on_expired=expired_hook(f"generation-{tier}"),
         on_dead_letter=dead_letter_hook(f"generation-{tier}"),
     )
@@ -42,14 +41,14 @@ def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     """Pool factory of ``ragstream worker generation-<tier>``."""
     from topics.producer import EventProducer, make_producer
     from workers.pools.components import build_generator
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
 
     producer = EventProducer(make_producer(settings.kafka))
     registry = TopicRegistry(settings.kafka.topic_prefix)
     sink = TokenSink(producer.raw, registry.name(TOKENS))
     generator = build_generator(settings, tier, sink)
     pool = getattr(settings.pools, f"generation_{tier}")
-    group = f"{settings.kafka.topic_prefix}ragstream-generation-{tier}"
+    group = pool_group(settings, f"generation-{tier}")
     handler = generation_handler(generator, pool=pool, group=group)
     runner = build_runner(handler, settings, pool, producer=producer)
     return until_signalled(runner, generator.close)
