@@ -148,9 +148,8 @@ def qp(
             ServerTokenCounter(llm.base_url), per_slot, llm.max_tokens, "completion"
         )
         backoff = RetryPolicy(max_attempts=100, base_ms=200, cap_ms=1000, jitter=False)
-        sink = TokenSink(producer.raw, registry.name(TOKENS))
         generator = Generator(
-            backend, builder, tokens=sink, cache=cache, tier=tier, backoff=backoff
+            backend, builder, tokens=None, cache=cache, tier=tier, backoff=backoff
         )
         path.generators.append(generator)
         handlers.append(generation_handler(generator, pool=pool, group=f"{name}-gen-{tier}"))
@@ -158,6 +157,9 @@ def qp(
         runner: PoolRunner[Any] = PoolRunner(
             h, kafka=settings.kafka, producer=producer, registry=registry
         )
+        for g in path.generators:  # tokens are outputs of the generation handler's runner
+            if h.name == f"generation-{g.tier}":
+                g.tokens = TokenSink(runner.emit_now)
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()
         path.runners.append(runner)

@@ -4,7 +4,8 @@ build the answers; and the token sink that streams answer tokens as they arrive.
 Per batch: every prompt is budgeted in the serving model's tokens (:mod:`workers.generation.
 prompt`), then ALL requests are submitted concurrently so a continuous-batching server
 (llama.cpp here, ``vllm serve`` in production) batches them. Tokens go to the
-:class:`TokenSink` as they arrive (``seq`` in order, then a ``final`` marker); the final answer
+:class:`TokenSink` as they arrive (``seq`` in order, then a ``final`` marker; the pool publishes
+them as outputs of its handler while the batch runs); the final answer
 carries citations, token usage and the trace, and is put into the answer cache. An unreachable
 backend is retried with back-off until the request's deadline, then answered with
 ``BACKEND_UNAVAILABLE``; every other failure is a typed error. The pool around it is
@@ -22,14 +23,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
-from kafka import KafkaProducer
 
 from ragstream.retry import RetryPolicy
 from topics.queries import QueryRequest
-from topics.registry import RESPONSES
+from topics.registry import RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from topics.responses import Citation, QueryResponse, TokenUsage
-from topics.serde import encode
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
 from workers.errors import BackendUnavailableError, code_of, error_response
@@ -50,16 +49,17 @@ CITE = re.compile(r"\[(\d{1,3})\]")
 
 
 class TokenSink:
-    """Publishes answer tokens as they arrive (fire-and-forget; the answer itself is durable).
+    """Publishes answer tokens as they arrive, as ``rag.tokens`` outputs of the generation
+    handler.
 
     Args:
-        producer: a kafka-python producer (given, shared with the pool's runtime).
-        topic: the physical token-stream topic.
+        publish: publishes one output while the batch runs: the pool runner's
+            :meth:`~workers.runtime.runner.PoolRunner.emit_now` (through the runtime's producer,
+            to a declared output only, its send result checked with the batch's outputs).
     """
 
-    def __init__(self, producer: KafkaProducer, topic: str) -> None:
-        self._producer = producer
-        self._topic = topic
+    def __init__(self, publish: Callable[[Emit], None]) -> None:
+        self._publish = publish
 
     def stream(self, request: QueryRequest) -> tuple[OnToken, Callable[[], None]]:
         """``(on_token, finish)`` for one request: tokens get ``seq`` 0, 1, ...; ``finish``
@@ -76,7 +76,7 @@ class TokenSink:
                 text=text,
                 final=final,
             )
-            self._producer.send(self._topic, key=event.key(), value=encode(event))
+            self._publish(Emit(TOKENS, event))
             seq += 1
 
         def on_token(text: str) -> None:

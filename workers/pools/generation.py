@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ragstream.settings import PoolSettings, Settings
-from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS, TopicRegistry
+from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from workers.errors import dead_letter_hook, expired_hook
 from workers.generation.generator import Generator, TokenSink
@@ -23,12 +23,14 @@ from workers.runtime.handler import Handler
 def generation_handler(
     generator: Generator, *, pool: PoolSettings, group: str | None = None
 ) -> Handler[RerankedPassages]:
-    """The handler of the ``generator.tier`` generation pool."""
+    """The handler of the ``generator.tier`` generation pool: answers to ``rag.responses`` and,
+    while the batch runs, tokens to ``rag.tokens`` (give the generator a :class:`TokenSink` on
+    the runner's :meth:`~workers.runtime.runner.PoolRunner.emit_now`)."""
     tier = generator.tier
     return pool_handler(
         f"generation-{tier}",
         input=RERANKED_BY_TIER[tier],
-        outputs=(RESPONSES,),
+        outputs=(RESPONSES, TOKENS),
         fn=generator.run,
         pool=pool,
         group=group,
@@ -39,18 +41,16 @@ def generation_handler(
 
 def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     """Pool factory of ``ragstream worker generation-<tier>``."""
-    from topics.producer import EventProducer, make_producer
     from workers.pools.components import build_generator
     from workers.runtime.build import build_runner, pool_group, until_signalled
 
-    producer = EventProducer(make_producer(settings.kafka))
-    registry = TopicRegistry(settings.kafka.topic_prefix)
-    sink = TokenSink(producer.raw, registry.name(TOKENS))
-    generator = build_generator(settings, tier, sink)
+    generator = build_generator(settings, tier, None)
     pool = getattr(settings.pools, f"generation_{tier}")
     group = pool_group(settings, f"generation-{tier}")
     handler = generation_handler(generator, pool=pool, group=group)
-    runner = build_runner(handler, settings, pool, producer=producer)
+    runner = build_runner(handler, settings, pool)
+    # Tokens are outputs of this handler, published by the runner that runs it.
+    generator.tokens = TokenSink(runner.emit_now)
     return until_signalled(runner, generator.close)
 
 

@@ -39,7 +39,7 @@ from topics.dlq import SourceRecord, dead_letter_headers, source_record
 from topics.producer import EventProducer
 from topics.registry import TopicRegistry
 from workers.runtime import metrics
-from workers.runtime.handler import Handler
+from workers.runtime.handler import Emit, Handler
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Item, decode_items
 
@@ -107,6 +107,7 @@ class PoolRunner(Generic[E]):
         self._current_records: list[Any] = []
         self._committed_early = False
         self._failures = 0
+        self._streamed: dict[str, int] = {}
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -248,9 +249,26 @@ class PoolRunner(Generic[E]):
         finally:
             self._consumer.resume(*self._consumer.paused())
 
+    def emit_now(self, emit: Emit) -> None:
+        """Publish ``emit`` while the batch still runs (a stream of partial results, such as
+        answer tokens), like one of the batch's outputs: only to a topic the handler declares,
+        through the runtime's producer, and its send result is checked by the batch's flush, so
+        a lost record leaves the batch uncommitted and retried. Call it from the handler.
+
+        Raises:
+            ConfigurationError: ``emit`` targets a topic the handler does not declare.
+            RecordTooLargeError, ProduceError: as :meth:`EventProducer.send`.
+        """
+        self.handler.check_emit(emit)
+        topic = self._registry.name(emit.topic)
+        self._producer.send(topic, emit.event)
+        self._streamed[topic] = self._streamed.get(topic, 0) + 1
+
     def _process_and_publish(self, items: list[Item]) -> _Done:
+        self._streamed = {}
         result = self._processor.run(items)
         if result.outage is not None:
+            self._producer.discard_pending()  # what emit_now sent; the batch runs again
             return _Done(ok=False, error=result.outage)
         try:
             return _Done(ok=True, published=self._publish(result))
@@ -263,7 +281,7 @@ class PoolRunner(Generic[E]):
             return _Done(ok=False, error=exc)
 
     def _publish(self, result: BatchResult) -> int:
-        counts: dict[str, int] = {}
+        counts, self._streamed = self._streamed, {}
         for emit in result.emits:
             topic = self._registry.name(emit.topic)
             self._producer.send(topic, emit.event)
