@@ -18,19 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragstream.db.models import QueryLog, utcnow
 from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
 from topics.responses import QueryResponse
+from workers import query_log
 from workers.registry import register_pool
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Handler, Outcome
 from workers.webhooks.outbox import Scheduled, add_query_deliveries
-
-FINAL = ("answered", "failed")
 
 
 class Scheduler(Protocol):
@@ -39,33 +36,6 @@ class Scheduler(Protocol):
     def schedule(self, deliveries: Sequence[Scheduled]) -> list[Scheduled]:
         """Schedule ``deliveries``; return those sent (the rest are left to the sweeper)."""
         ...
-
-
-def _record(session: Session, responses: Sequence[QueryResponse]) -> list[QueryResponse]:
-    """Write each first final response into the query log; return those written, in order."""
-    ids = list({r.request_id for r in responses})
-    rows = {
-        row.request_id: row
-        for row in session.scalars(select(QueryLog).where(QueryLog.request_id.in_(ids)))
-    }
-    written: list[QueryResponse] = []
-    for r in responses:
-        row = rows.get(r.request_id)
-        if row is None:
-            row = QueryLog(request_id=r.request_id, tenant=r.tenant, query="")
-            session.add(row)
-            rows[r.request_id] = row
-        elif row.status in FINAL:
-            continue  # a replay or a duplicate: the first answer stays
-        row.status = "answered" if r.status == "answered" else "failed"
-        row.answer = r.answer or None
-        row.citations = [c.model_dump(mode="json") for c in r.citations]
-        row.trace = {"stages": [t.model_dump(mode="json") for t in r.trace], "tier": r.tier}
-        row.error_code = r.error.code.value if r.error else None
-        row.error_message = r.error.message if r.error else None
-        row.completed_at = utcnow()
-        written.append(r)
-    return written
 
 
 def record_responses(
@@ -77,7 +47,7 @@ def record_responses(
     of replays. Nothing is scheduled here (see :func:`delivery_handler`).
     """
     with sessions.begin() as session:
-        written = _record(session, responses)
+        written = query_log.record_final(session, responses)
         created = add_query_deliveries(session, written)
     return written, created
 
