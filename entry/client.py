@@ -29,6 +29,7 @@ import httpx
 
 from api.models import QueryResult
 from api.replies import Reply, ReplyRouter, Waiter
+from ragstream.errors import RagstreamError
 from ragstream.settings import Settings, get_settings
 from topics.producer import make_producer
 from topics.queries import QueryRequest
@@ -39,7 +40,7 @@ from topics.tokens import AnswerToken
 Route = Literal["auto", "small", "large"]
 
 
-class ApiRequestError(Exception):
+class ApiRequestError(RagstreamError):
     """A non-2xx answer of the API: ``status``, typed ``code`` and ``message``."""
 
     def __init__(self, status: int, code: str, message: str, body: Any = None) -> None:
