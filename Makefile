@@ -41,10 +41,12 @@ down: install
 status: install
 	$(RAGSTREAM) infra status
 
+# The last step is the import direction of README's Layout (tests/unit/test_layering.py).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/pytest -q tests/unit/test_layering.py
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ragstream.errors import RagstreamError
+
 log = structlog.get_logger(__name__)
 
 STATUS_CODES = {
@@ -52,7 +54,7 @@ class ErrorEnvelope(BaseModel):
     error: ErrorBody
 
 
-class ApiError(Exception):
+class ApiError(RagstreamError):
     """Raise in a route to answer ``status`` with a typed error body.
 
     Args:

@@ -1,7 +1,7 @@
 """The API's side of the query path: admission, the exact-cache fast path, produce, await.
 
 One :class:`QueryService` per API process. It starts its Kafka producer and its
-:class:`~ragstream.replies.ReplyRouter` on first use (so the process starts, and ``/readyz``
+:class:`~api.replies.ReplyRouter` on first use (so the process starts, and ``/readyz``
 answers, even while Kafka is down), and then:
 
 1. admission: 429 + ``Retry-After`` when a query pool's summed consumer lag exceeds
@@ -27,13 +27,11 @@ import redis
 import structlog
 from kafka import KafkaProducer
 from kafka import errors as kafka_errors
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
+from api.replies import Reply, ReplyRouter, Waiter
 from ingest.versions import IndexVersions
-from ragstream.db.models import QueryLog, utcnow
-from ragstream.replies import Reply, ReplyRouter, Waiter
 from ragstream.settings import Settings
 from topics.base import Event, StageTiming
 from topics.producer import make_producer
@@ -41,6 +39,7 @@ from topics.queries import QueryRequest
 from topics.registry import QUERIES, RESPONSES, TopicRegistry
 from topics.responses import QueryResponse
 from topics.serde import encode
+from workers import query_log
 from workers.caches import AnswerCache, CacheHit
 from workers.runtime.pressure import read_pressure
 
@@ -177,18 +176,6 @@ class QueryService:
         hit = self.cache.get_exact(request, version)
         return None if hit is None else readdress(request, hit)
 
-    # -- query log -------------------------------------------------------------------------
-    def log_pending(self, request: QueryRequest) -> None:
-        """Insert the ``pending`` row (idempotent on ``request_id``)."""
-        try:
-            with self.sessions.begin() as session:
-                session.add(
-                    QueryLog(request_id=request.request_id, tenant=request.tenant,
-                             query=request.query)
-                )  # fmt: skip
-        except IntegrityError:
-            return
-
     # -- produce and await -----------------------------------------------------------------
     async def produce(self, event: Event, response: bool = False) -> None:
         """Produce ``event`` to ``rag.queries`` (or ``rag.responses``) and await the ack.
@@ -234,45 +221,27 @@ class QueryService:
         await self.admit()
         await self.start()
         hit = await asyncio.to_thread(self.cached, request)
-        await asyncio.to_thread(self.log_pending, request)
+        await asyncio.to_thread(query_log.log_pending, self.sessions, request)
         if hit is not None:
             try:  # the delivery pool logs it and fires webhooks, as for any answer
                 await self.produce(hit, response=True)
             except ApiError as exc:  # the answer is in hand: log it here, answer anyway
                 log.warning("api.cache_hit_not_published", error=exc.message)
-                await asyncio.to_thread(self.settle_log, hit, None)
+                await asyncio.to_thread(query_log.settle, self.sessions, hit, None)
             return hit, None
         queue = self.subscribe(request.request_id, tokens) if wait_s is not None else None
         try:
             await self.produce(request)
         except ApiError as exc:
             self.unsubscribe(request.request_id)
-            await asyncio.to_thread(self.settle_log, None, (request.request_id, exc.message))
+            await asyncio.to_thread(
+                query_log.settle, self.sessions, None, (request.request_id, exc.message)
+            )
             raise
         except BaseException:
             self.unsubscribe(request.request_id)
             raise
         return None, queue
-
-    def settle_log(self, response: QueryResponse | None, failure: tuple[str, str] | None) -> None:
-        """Finalise a ``pending`` row the delivery pool will never see: an answer that could
-        not be published, or a query whose event could not be produced (``UNAVAILABLE``)."""
-        request_id = response.request_id if response is not None else failure[0]  # type: ignore[index]
-        with self.sessions.begin() as session:
-            row = session.get(QueryLog, request_id)
-            if row is None or row.status != "pending":
-                return
-            row.completed_at = utcnow()
-            if response is not None:
-                row.status, row.answer = "answered", response.answer
-                row.citations = [c.model_dump(mode="json") for c in response.citations]
-                row.trace = {
-                    "stages": [t.model_dump(mode="json") for t in response.trace],
-                    "tier": response.tier,
-                }
-            else:
-                row.status, row.error_code = "failed", "UNAVAILABLE"
-                row.error_message = failure[1] if failure else None
 
 
 def readdress(request: QueryRequest, hit: CacheHit) -> QueryResponse:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from ragstream.errors import RagstreamError
 
-class InfraError(RuntimeError):
-    """Root of every error :mod:`infra` raises on purpose."""
+
+class InfraError(RagstreamError, RuntimeError):
+    """Root of every error :mod:`infra` raises on purpose (a :class:`RuntimeError` too, as
+    before it derived from the one root)."""
 
 
 class InstallError(InfraError):

@@ -12,6 +12,7 @@ Nothing is silently dropped.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 
 from ragstream.errors import TransientError
+from ragstream.retry import RetryPolicy
 from ragstream.settings import ElasticsearchSettings
 
 log = structlog.get_logger(__name__)
@@ -176,14 +178,27 @@ class ChunkIndex:
             ids.append(hit["_id"])
         return ids
 
+    def _retry_policy(self) -> RetryPolicy:
+        """Item retries of a bulk request: ``bulk_max_retries`` after the first attempt, waiting
+        ``bulk_initial_backoff_s`` doubled each time (no cap, no jitter)."""
+        return RetryPolicy(
+            max_attempts=self.settings.bulk_max_retries + 1,
+            base_ms=self.settings.bulk_initial_backoff_s * 1000,
+            cap_ms=math.inf,
+            jitter=False,
+        )
+
     def _bulk(self, actions: list[dict[str, Any]]) -> BulkReport:
+        """Send ``actions``; items failing with a transient status are sent again as the retry
+        policy allows (on top of ``streaming_bulk``'s own retries of 429s)."""
         report = BulkReport()
+        policy = self._retry_policy()
         pending = actions
-        for attempt in range(self.settings.bulk_max_retries + 1):
-            if not pending:
-                break
-            if attempt:
-                time.sleep(self.settings.bulk_initial_backoff_s * 2 ** (attempt - 1))
+        attempts = 0
+        while pending and not policy.exhausted(attempts):
+            if attempts:
+                time.sleep(policy.delay_ms(attempts) / 1000)
+            attempts += 1
             retry: list[dict[str, Any]] = []
             by_id = {a["_id"]: a for a in pending}
             try:

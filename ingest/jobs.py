@@ -21,8 +21,8 @@ from ragstream.db.models import IngestJob, IngestJobItem, utcnow
 DONE_STATUSES = ("indexed", "unchanged", "deleted")
 FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
 #: Celery task sent (by name, with the job id) when a job reaches a final status; the webhook
-#: layer (``api.webhooks.tasks``) implements it. Sending by name keeps ``ingest`` free of API
-#: imports.
+#: tasks (``workers.webhooks.tasks``) implement it. Sending by name keeps ``ingest`` free of
+#: imports from the layers above it.
 JOB_COMPLETED_TASK = "ragstream.webhooks.ingest_job_completed"
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ingest import jobs
 from ingest.pipeline import IngestOp, IngestPipeline
 from ingest.sources import SourceRejectedError, read_source
-from ragstream.celery_app import celery_app
+from ragstream.celery_app import RetryingTask, celery_app
 from ragstream.db.models import IngestJob, IngestJobItem, utcnow
 from ragstream.errors import TransientError
 from ragstream.settings import Settings, get_settings
@@ -90,13 +90,7 @@ def run_job(job_id: str) -> dict[str, Any]:
 
 
 @celery_app.task(  # type: ignore[untyped-decorator]
-    name="ragstream.ingest.ingest_batch",
-    acks_late=True,
-    autoretry_for=(TransientError,),
-    retry_backoff=2,
-    retry_backoff_max=120,
-    retry_jitter=True,
-    max_retries=8,
+    name="ragstream.ingest.ingest_batch", base=RetryingTask, autoretry_for=(TransientError,)
 )
 def ingest_batch(job_id: str, item_ids: list[int]) -> dict[str, Any]:
     """Ingest the still-pending items among ``item_ids`` and update the job's progress."""

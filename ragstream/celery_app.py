@@ -8,14 +8,26 @@ unacknowledged task is not redelivered while it is still running.
 
 from __future__ import annotations
 
-from celery import Celery
+from celery import Celery, Task
 
 from ragstream.settings import Settings, get_settings
 
 #: Modules whose tasks the worker registers (imported by the worker, not by this module).
-TASK_MODULES: list[str] = ["ingest.tasks", "api.webhooks.tasks"]
+TASK_MODULES: list[str] = ["ingest.tasks", "workers.webhooks.tasks"]
 
 celery_app = Celery("ragstream")
+
+
+class RetryingTask(Task):  # type: ignore[misc]
+    """Base of the idempotent tasks that retry their own failures (``base=RetryingTask`` with
+    the task's ``autoretry_for``): late acknowledgement, exponential back-off from 2 s doubling
+    to at most 120 s with full jitter (Celery's ``retry_backoff``), at most 8 retries."""
+
+    acks_late = True
+    retry_backoff = 2
+    retry_backoff_max = 120
+    retry_jitter = True
+    max_retries = 8
 
 
 def configure_celery(settings: Settings, app: Celery = celery_app) -> Celery:

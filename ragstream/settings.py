@@ -229,7 +229,7 @@ class WebhookSettings(BaseModel):
 
 
 class EchoSettings(BaseModel):
-    """Topics of the echo pool (``ragstream worker echo``), used by the bus benchmark."""
+    """Topics of the echo pool (``python -m bench.echo``), used by the bus benchmark."""
 
     input_topic: str = "bench.echo.in"
     output_topic: str = "bench.echo.out"
@@ -368,6 +368,15 @@ class EvidenceSettings(BaseModel):
     evidence_min_confidence: float = 1.0
 
 
+#: The prompt style of each model of the catalog (``infra/models.py`` holds how each is
+#: installed; a test keeps the two in step). Every catalog GGUF carries its own chat template.
+LLM_PROMPT_STYLES: dict[str, Literal["completion", "chat"]] = {
+    "gemma3-270m": "completion",
+    "qwen2.5-coder-0.5b-instruct": "chat",
+    "qwen2.5-coder-1.5b-instruct": "chat",
+}
+
+
 class LlmSettings(BaseModel):
     """The local LLM server (``infra/llm_service.py``, llama.cpp via ``xllamacpp``).
 
@@ -409,18 +418,13 @@ class LlmSettings(BaseModel):
 
     @model_validator(mode="after")
     def _catalog_defaults(self) -> LlmSettings:
-        """Check ``model`` against the catalog; take its prompt style and chat template
-        unless they were set explicitly."""
-        from infra.models import get_model  # not at import: infra imports this module
-
-        try:
-            spec = get_model(self.model)
-        except KeyError as exc:
-            raise ValueError(exc.args[0]) from None
+        """Check ``model`` against :data:`LLM_PROMPT_STYLES`; take its prompt style unless it
+        was set explicitly."""
+        if self.model not in LLM_PROMPT_STYLES:
+            known = ", ".join(sorted(LLM_PROMPT_STYLES))
+            raise ValueError(f"unknown llm.model {self.model!r}; the catalog has: {known}")
         if "prompt_style" not in self.model_fields_set:
-            self.prompt_style = spec.prompt_style
-        if "chat_template" not in self.model_fields_set:
-            self.chat_template = spec.chat_template
+            self.prompt_style = LLM_PROMPT_STYLES[self.model]
         return self
 
     @property

@@ -72,11 +72,10 @@ def replay(
     group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
 ) -> None:
     """Re-publish dead letters to the topic they came from (original bytes and headers)."""
-    from kafka import KafkaConsumer
-
     from topics.admin import make_admin
+    from topics.consumer import make_consumer
+    from topics.dlq import replay as replay_letters
     from topics.producer import EventProducer, make_producer
-    from workers.runtime.dlq import replay as replay_letters
 
     settings = get_settings()
     prefix = settings.kafka.topic_prefix
@@ -90,13 +89,7 @@ def replay(
     if not exists:
         console.print(f"[red]error[/red]: no dead-letter topic {dlq!r}")
         raise typer.Exit(2)
-    consumer = KafkaConsumer(
-        dlq,
-        bootstrap_servers=settings.kafka.bootstrap_servers,
-        group_id=group,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
+    consumer = make_consumer(settings.kafka, dlq, group=group, auto_offset_reset="earliest")
     producer = EventProducer(make_producer(settings.kafka))
     try:
         n = replay_letters(consumer, producer, dlq, limit=limit)

@@ -18,7 +18,6 @@ PoolFactory = Callable[[Settings], Callable[[], None]]
 
 #: Modules that register pools when imported.
 POOL_MODULES: tuple[str, ...] = (
-    "workers.echo",
     "workers.pools.ingest",
     "workers.pools.retrieval",
     "workers.pools.rerank",

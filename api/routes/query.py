@@ -29,13 +29,12 @@ from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody, QueryResult
 from api.querying import QueryService, replies_until
-from api.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
-from ingest.jobs import aware
-from ragstream.db.models import QueryLog
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, QueryResponse
 from topics.tokens import AnswerToken
+from workers import query_log
+from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 
 router = APIRouter(tags=["query"])
 
@@ -136,36 +135,8 @@ def logged_result(
     sessions: sessionmaker[Session], tenant: str, request_id: str
 ) -> QueryResult | None:
     """The query-log state of ``request_id`` if it belongs to ``tenant``."""
-    with sessions() as session:
-        row = session.get(QueryLog, request_id)
-        if row is None or row.tenant != tenant:
-            return None
-        trace = row.trace or {}
-        stages = trace.get("stages", []) if isinstance(trace, dict) else []
-        error = None
-        if row.error_code:
-            error = {"code": row.error_code, "message": row.error_message or "", "stage": ""}
-        return QueryResult.model_validate(
-            {
-                "request_id": row.request_id,
-                "status": row.status if row.status in ("answered", "failed") else "pending",
-                "answer": row.answer,
-                "citations": row.citations or [],
-                "tier": trace.get("tier", "") if isinstance(trace, dict) else "",
-                "error": error,
-                "trace": [
-                    {
-                        "stage": s["stage"],
-                        "duration_ms": s["duration_ms"],
-                        "detail": s.get("detail", {}),
-                    }
-                    for s in stages
-                ],
-                "cached": any(s.get("stage") == "cache" for s in stages),
-                "created_at": aware(row.created_at),
-                "completed_at": aware(row.completed_at) if row.completed_at else None,
-            }
-        )
+    logged = query_log.read(sessions, tenant, request_id)
+    return None if logged is None else QueryResult.model_validate(logged)
 
 
 @router.post(

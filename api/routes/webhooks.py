@@ -18,10 +18,10 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
-from api.webhooks import endpoints
-from api.webhooks.delivery import get_delivery
 from api.webhooks.protocol import DeliveryOut, EndpointBody, EndpointList, EndpointOut
-from api.webhooks.ssrf import parse_networks
+from workers.webhooks import endpoints
+from workers.webhooks.delivery import get_delivery
+from workers.webhooks.ssrf import parse_networks
 
 router = APIRouter(tags=["webhooks"])
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.webhooks.delivery import DeliveryView
-from api.webhooks.endpoints import MAX_DESCRIPTION_CHARS, MAX_URL_CHARS, Endpoint
+from workers.webhooks.delivery import DeliveryView
+from workers.webhooks.endpoints import MAX_DESCRIPTION_CHARS, MAX_URL_CHARS, Endpoint
 
 EventType = Literal["query.completed", "ingest.job.completed", "*"]
 #: No control characters (they cannot be part of a URL, and PostgreSQL text refuses NUL).

@@ -135,7 +135,7 @@ class HookEnv:
         log = self.tmp / "worker.log"
         with log.open("ab") as out:
             self.worker = subprocess.Popen(
-                [sys.executable, "-m", "ragstream.cli", "celery-worker"],
+                [sys.executable, "-m", "entry.cli", "celery-worker"],
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=out,

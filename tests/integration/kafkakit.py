@@ -12,8 +12,8 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from bench.echo import EchoEvent
 from ragstream.settings import Settings
-from topics.bench import EchoEvent
 from topics.serde import encode
 
 
@@ -92,7 +92,7 @@ def spawn_echo(
     src: str, dst: str, group: str, *extra: str, log: Any = subprocess.DEVNULL
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "workers.echo", "--input", src, "--output", dst, "--group", group,
+        [sys.executable, "-m", "bench.echo", "--input", src, "--output", dst, "--group", group,
          *extra],
         stdout=log,
         stderr=log,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from ragstream.client import ApiRequestError, HttpClient, KafkaClient
+from entry.client import ApiRequestError, HttpClient, KafkaClient
 from tests.integration.stack import Stack, get_json, make_stack, wait_for
 
 DOCS = {

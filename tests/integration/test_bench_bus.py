@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from workers.bench import bench_app
+from bench.cli import bench_app
 
 
 @pytest.mark.timeout(600)

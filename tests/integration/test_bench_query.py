@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bench.cli import bench_app
 from ingest.pipeline import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 from topics.admin import make_admin
-from workers.bench import bench_app
 
 DOCS = {
     "vacuum": "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum "

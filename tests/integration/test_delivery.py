@@ -11,7 +11,6 @@ from pathlib import Path
 from kafka import KafkaProducer
 from sqlalchemy import select
 
-from api.webhooks.outbox import Scheduled
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.db.models import QueryLog, WebhookDelivery
 from ragstream.settings import PoolSettings, Settings
@@ -23,6 +22,7 @@ from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
 from topics.serde import encode
 from workers.pools.delivery import delivery_handler
 from workers.runtime.runner import PoolRunner
+from workers.webhooks.outbox import Scheduled
 
 
 class RecordingScheduler:

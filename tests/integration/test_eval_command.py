@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
+from entry.cli import app
 from ingest.pipeline import IngestOp
-from ragstream.cli import app
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 

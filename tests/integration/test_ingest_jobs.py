@@ -39,7 +39,7 @@ class Env:
     def spawn(self, *args: str, log: str) -> subprocess.Popen[bytes]:
         with (self.tmp / log).open("ab") as out:  # the child keeps its own descriptor
             return subprocess.Popen(
-                [sys.executable, "-m", "ragstream.cli", *args],
+                [sys.executable, "-m", "entry.cli", *args],
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=out,

@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from ingest.chunking import Chunker
 from ingest.embedding import SentenceTransformerEmbedder
 from ingest.pipeline import IngestOp
+from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
 from tests.integration.ingestkit import Kit
 from tests.integration.tcpproxy import Proxy
@@ -28,16 +29,16 @@ from topics.responses import ErrorCode, QueryResponse
 from topics.serde import decode, encode
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
+from workers.generation.generator import Generator, TokenSink
 from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
 from workers.generation.openai_compat import OpenAICompatibleBackend
 from workers.generation.prompt import PromptBuilder
 from workers.pools.components import build_router
-from workers.pools.generation import Generator, TokenSink, generation_handler
+from workers.pools.generation import generation_handler
 from workers.pools.rerank import rerank_handler
 from workers.pools.retrieval import retrieval_handler
 from workers.rerank.backends import NoneReranker
 from workers.retrieval.hybrid import HybridRetriever
-from workers.runtime.policy import RetryPolicy
 from workers.runtime.runner import PoolRunner
 
 ANSWER_TOKENS = 40
@@ -147,9 +148,8 @@ def qp(
             ServerTokenCounter(llm.base_url), per_slot, llm.max_tokens, "completion"
         )
         backoff = RetryPolicy(max_attempts=100, base_ms=200, cap_ms=1000, jitter=False)
-        sink = TokenSink(producer.raw, registry.name(TOKENS))
         generator = Generator(
-            backend, builder, tokens=sink, cache=cache, tier=tier, backoff=backoff
+            backend, builder, tokens=None, cache=cache, tier=tier, backoff=backoff
         )
         path.generators.append(generator)
         handlers.append(generation_handler(generator, pool=pool, group=f"{name}-gen-{tier}"))
@@ -157,6 +157,9 @@ def qp(
         runner: PoolRunner[Any] = PoolRunner(
             h, kafka=settings.kafka, producer=producer, registry=registry
         )
+        for g in path.generators:  # tokens are outputs of the generation handler's runner
+            if h.name == f"generation-{g.tier}":
+                g.tokens = TokenSink(runner.emit_now)
         thread = threading.Thread(target=runner.run, daemon=True)
         thread.start()
         path.runners.append(runner)

@@ -14,7 +14,9 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
+from bench.echo import EchoEvent, echo_handler, echo_topic
 from ragstream.errors import TransientError
+from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, Settings
 from tests.integration.kafkakit import (
     committed_total,
@@ -25,14 +27,12 @@ from tests.integration.kafkakit import (
     spawn_echo,
     wait_for,
 )
-from topics.bench import EchoEvent
+from topics.dlq import dead_letter_context, replay
 from topics.producer import EventProducer, ProduceError, make_producer
 from topics.registry import TopicRegistry
 from topics.serde import decode
-from workers.echo import echo_handler, echo_topic
-from workers.runtime.dlq import dead_letter_context, replay
 from workers.runtime.handler import Emit, Handler, Outcome
-from workers.runtime.policy import BatchPolicy, RetryPolicy
+from workers.runtime.policy import BatchPolicy
 from workers.runtime.pressure import PressureReporter, read_pressure
 from workers.runtime.runner import PoolRunner
 

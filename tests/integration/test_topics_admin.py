@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from bench.echo import EchoEvent
 from ragstream.settings import KafkaSettings, Settings
 from topics.admin import create_registry_topics
-from topics.bench import EchoEvent
 from topics.producer import EventProducer, RecordTooLargeError, make_producer
 from topics.registry import TopicRegistry
 

@@ -13,9 +13,6 @@ import redis
 from celery import Celery
 from kafka import KafkaProducer
 
-from api.webhooks import endpoints
-from api.webhooks.outbox import CeleryScheduler
-from api.webhooks.ssrf import parse_networks
 from ingest import jobs
 from ingest.sources import SourceFile
 from ragstream.settings import PoolSettings, Settings
@@ -28,6 +25,9 @@ from topics.responses import Citation, QueryResponse
 from topics.serde import encode
 from workers.pools.delivery import delivery_handler
 from workers.runtime.runner import PoolRunner
+from workers.webhooks import endpoints
+from workers.webhooks.outbox import CeleryScheduler
+from workers.webhooks.ssrf import parse_networks
 
 __all__ = ["hook_env", "receivers"]  # fixtures
 

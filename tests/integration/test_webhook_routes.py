@@ -16,11 +16,11 @@ from api.auth import create_key
 from api.deps import Services
 from api.errors import install_error_handlers
 from api.routes import webhooks
-from api.webhooks.delivery import enqueue, run_attempt
-from api.webhooks.ssrf import parse_networks
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import DatabaseSettings, Settings, WebhookSettings
 from tests.integration.hookkit import SECRET, Receiver
+from workers.webhooks.delivery import enqueue, run_attempt
+from workers.webhooks.ssrf import parse_networks
 
 
 @dataclass

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from api.webhooks.delivery import enqueue, run_attempt
-from api.webhooks.ssrf import SsrfBlockedError, address_allowed, check_url, parse_networks
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.db.models import WebhookAttempt, WebhookDelivery
 from tests.integration.hookkit import SECRET, Receiver
+from workers.webhooks.delivery import enqueue, run_attempt
+from workers.webhooks.ssrf import SsrfBlockedError, address_allowed, check_url, parse_networks
 
 LOOPBACK = parse_networks(["127.0.0.1/32"])
 

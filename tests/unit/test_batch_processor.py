@@ -7,15 +7,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from bench.echo import EchoEvent
 from ragstream.errors import PermanentError, TransientError
-from topics.bench import EchoEvent
+from ragstream.retry import RetryPolicy
+from topics.dlq import SourceRecord
 from topics.queries import QueryRequest
 from topics.registry import TopicSpec
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse
 from topics.serde import encode
-from workers.runtime.dlq import SourceRecord
 from workers.runtime.handler import Emit, Failed, Handler, Outcome
-from workers.runtime.policy import BatchPolicy, RetryPolicy
+from workers.runtime.policy import BatchPolicy
 from workers.runtime.process import BatchProcessor, decode_items
 
 IN = TopicSpec("in", EchoEvent, "event_id")

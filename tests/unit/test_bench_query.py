@@ -11,17 +11,17 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.cli import parse_replicas
+from bench.query.api_probe import measure_api_exact_cache_hit
+from bench.query.plans import ModePlan, parse_rates
+from bench.query.procs import PoolProcesses, apply_overrides, overrides_env
+from bench.query.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
+from bench.query.report import plot, render_markdown
+from bench.query.run import redis_url_with_db
+from bench.summary import build_summary, write_summary
 from ragstream.errors import ConfigurationError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
-from workers.bench import parse_replicas
-from workers.benchmarks.api_probe import measure_api_exact_cache_hit
-from workers.benchmarks.plans import ModePlan, parse_rates
-from workers.benchmarks.procs import PoolProcesses, apply_overrides, overrides_env
-from workers.benchmarks.query import redis_url_with_db
-from workers.benchmarks.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
-from workers.benchmarks.report import plot, render_markdown
-from workers.benchmarks.results import build_summary, write_summary
 from workers.caches import exact_key
 
 
@@ -231,7 +231,7 @@ def test_summary_of_missing_results_says_what_is_missing(tmp_path: Path) -> None
 
 
 def test_bus_overhead_is_the_greedy_hop_when_measured() -> None:
-    from workers.benchmarks.results import bus_numbers
+    from bench.summary import bus_numbers
 
     greedy = {"mode": "greedy", "offered_per_s": 50.0, "hop1_ms": {"p50": 3.1},
               "hop2_ms": {"p50": 4.2}, "achieved_per_s": 50.0}  # fmt: skip
@@ -263,7 +263,7 @@ def test_replicas_are_pool_equals_count(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_gateway_leaves_the_modes_results_intact() -> None:
-    from workers.benchmarks.query import probe_exact_cache_hit
+    from bench.query.run import probe_exact_cache_hit
 
     out = probe_exact_cache_hit("http://127.0.0.1:9", "rsk_x", "What is a tuple?")  # discard
     assert out["measured"] is False and "127.0.0.1:9" in out["note"]

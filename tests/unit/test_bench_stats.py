@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from topics.base import StageTiming
-from workers.benchmarks.load import Outcome, summarise
-from workers.benchmarks.stats import (
+from bench.query.load import Outcome, summarise
+from bench.stats import (
     CpuSample,
     Slo,
     busy_cores,
@@ -24,6 +23,7 @@ from workers.benchmarks.stats import (
     stage_samples,
     trace_end,
 )
+from topics.base import StageTiming
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)
 

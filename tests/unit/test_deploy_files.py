@@ -8,7 +8,7 @@ import pytest
 import typer.main
 import yaml
 
-from ragstream.cli import app
+from entry.cli import app
 from ragstream.settings import PROJECT_ROOT
 
 COMPOSE = PROJECT_ROOT / "infra" / "compose.yaml"

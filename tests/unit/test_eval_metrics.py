@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.answers import Answer
-from evaluation.metrics import (
+from bench.evaluation.answers import Answer
+from bench.evaluation.metrics import (
     answer_metrics,
     first_relevant_rank,
     group_by,
@@ -18,8 +18,8 @@ from evaluation.metrics import (
     reciprocal_rank,
     retrieval_metrics,
 )
-from evaluation.modes import ALL_MODES, plan_modes, rerank_text
-from evaluation.questions import (
+from bench.evaluation.modes import ALL_MODES, plan_modes, rerank_text
+from bench.evaluation.questions import (
     CORPUS_ROOTS,
     SAMPLE_QUESTIONS,
     EvaluationError,
@@ -29,7 +29,7 @@ from evaluation.questions import (
     page_of,
     parse_roots,
 )
-from evaluation.report import (
+from bench.evaluation.report import (
     EvalReport,
     Headline,
     ModeReport,
@@ -40,8 +40,8 @@ from evaluation.report import (
 )
 from ragstream.settings import LlmSettings, RerankSettings, Settings
 from topics.retrieved import Candidate
+from workers.generation.generator import NOT_FOUND
 from workers.generation.prompt import NOT_IN_DOCUMENTS
-from workers.pools.generation import NOT_FOUND
 from workers.pools.rerank import _passage
 
 PY, PG = "python-3.11", "postgresql-15"

@@ -214,7 +214,7 @@ def test_llm_settings_take_prompt_style_from_the_catalog() -> None:
     explicit = LlmSettings(model="qwen2.5-coder-0.5b-instruct", prompt_style="completion")
     assert explicit.prompt_style == "completion"
     assert LlmSettings(chat_template="{{x}}").chat_template == "{{x}}"
-    with pytest.raises(ValueError, match="unknown model 'gpt-9'"):
+    with pytest.raises(ValueError, match=r"unknown llm\.model 'gpt-9'"):
         LlmSettings(model="gpt-9")
 
 
@@ -310,3 +310,10 @@ def test_infra_down_and_llm_down_stop_extra_servers(tmp_path: Path) -> None:
         for child in (first, second):
             child.kill()
             child.wait()
+
+
+def test_the_settings_know_every_catalog_model_and_its_prompt_style() -> None:
+    from infra.models import CATALOG
+    from ragstream.settings import LLM_PROMPT_STYLES
+
+    assert {name: spec.prompt_style for name, spec in CATALOG.items()} == LLM_PROMPT_STYLES

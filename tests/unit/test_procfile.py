@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ragstream.demo import PROCFILE, procfile_metrics_ports
+from entry.demo import PROCFILE, procfile_metrics_ports
 from ragstream.settings import POOL_DEFAULTS
 
 

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from api.webhooks.ssrf import SsrfBlockedError, address_allowed, check_url, parse_networks
+from workers.webhooks.ssrf import SsrfBlockedError, address_allowed, check_url, parse_networks
 
 
 @pytest.mark.parametrize(

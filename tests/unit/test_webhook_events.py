@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from api.webhooks import events
-from api.webhooks.endpoints import EndpointError, normalise_event_types
-from api.webhooks.outbox import MARKER_PREFIX, CeleryScheduler, Scheduled
-from api.webhooks.tasks import backoff_s
 from ingest.jobs import JOB_COMPLETED_TASK
 from ragstream.celery_app import celery_app
 from ragstream.db.models import IngestJob
 from topics.base import StageTiming
 from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
+from workers.webhooks import events
+from workers.webhooks.endpoints import EndpointError, normalise_event_types
+from workers.webhooks.outbox import MARKER_PREFIX, CeleryScheduler, Scheduled
+from workers.webhooks.tasks import backoff_s
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
@@ -125,7 +125,7 @@ def test_event_types_are_a_closed_set() -> None:
 
 
 def test_the_job_completed_task_is_registered_under_the_name_ingest_sends() -> None:
-    # Importing api.webhooks.tasks (above, for backoff_s) registered the tasks.
+    # Importing workers.webhooks.tasks (above, for backoff_s) registered the tasks.
     assert JOB_COMPLETED_TASK in celery_app.tasks
     assert "ragstream.webhooks.deliver" in celery_app.tasks
 

@@ -5,6 +5,8 @@
 - :mod:`workers.generation.backend`: the :class:`GenerationBackend` protocol and its data.
 - :mod:`workers.generation.openai_compat`: llama.cpp (or any OpenAI-compatible server).
 - :mod:`workers.generation.vllm_engine`: vLLM in-process (optional ``vllm`` extra).
+- :mod:`workers.generation.generator`: the :class:`Generator` of the generation pools (one
+  batch: budget, generate concurrently with retries, answer) and its :class:`TokenSink`.
 """
 
 from workers.generation.backend import (

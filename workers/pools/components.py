@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import redis
 from elasticsearch import Elasticsearch
 
@@ -10,7 +12,7 @@ from ingest.factory import build_embedder
 from ingest.versions import IndexVersions
 from ragstream.settings import Settings
 from workers.caches import AnswerCache
-from workers.pools.generation import Generator, TokenSink
+from workers.generation.generator import Generator, TokenSink
 from workers.retrieval.hybrid import HybridRetriever
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
 
@@ -79,7 +81,10 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
     )
     per_slot = cfg.n_ctx_per_slot or n_ctx_per_slot(base_url, llm.n_ctx, llm.n_parallel)
     builder = PromptBuilder(ServerTokenCounter(base_url), per_slot, max_tokens, style)
-    backoff = retry_policy(getattr(settings.pools, f"generation_{tier}"))
+    # An unreachable server is retried until each request's deadline, however many attempts.
+    backoff = replace(
+        retry_policy(getattr(settings.pools, f"generation_{tier}")), max_attempts=None
+    )
     return Generator(
         backend,
         builder,

@@ -7,7 +7,7 @@ delivery per target (its ``callback_url`` and the tenant's endpoints registered 
 with a webhook id derived from (tenant, request id, URL) - so a replay creates nothing and
 schedules nothing. After the commit a Celery task is sent per new delivery; if the broker is
 down they stay ``pending`` and the Celery workers' sweeper schedules them later (see
-:mod:`api.webhooks.outbox`). The SSRF guard runs at delivery time, on every attempt.
+:mod:`workers.webhooks.outbox`). The SSRF guard runs at delivery time, on every attempt.
 
 The answer caches are filled by the generation pool, which knows the index version the answer
 was computed against; this pool leaves them alone.
@@ -18,54 +18,24 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.webhooks.outbox import Scheduled, add_query_deliveries
-from ragstream.db.models import QueryLog, utcnow
 from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
 from topics.responses import QueryResponse
+from workers import query_log
 from workers.registry import register_pool
-from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.build import pool_handler
 from workers.runtime.handler import Handler, Outcome
-
-FINAL = ("answered", "failed")
+from workers.webhooks.outbox import Scheduled, add_query_deliveries
 
 
 class Scheduler(Protocol):
-    """Sends the Celery task of new deliveries (``api.webhooks.outbox.CeleryScheduler``)."""
+    """Sends the Celery task of new deliveries (``workers.webhooks.outbox.CeleryScheduler``)."""
 
     def schedule(self, deliveries: Sequence[Scheduled]) -> list[Scheduled]:
         """Schedule ``deliveries``; return those sent (the rest are left to the sweeper)."""
         ...
-
-
-def _record(session: Session, responses: Sequence[QueryResponse]) -> list[QueryResponse]:
-    """Write each first final response into the query log; return those written, in order."""
-    ids = list({r.request_id for r in responses})
-    rows = {
-        row.request_id: row
-        for row in session.scalars(select(QueryLog).where(QueryLog.request_id.in_(ids)))
-    }
-    written: list[QueryResponse] = []
-    for r in responses:
-        row = rows.get(r.request_id)
-        if row is None:
-            row = QueryLog(request_id=r.request_id, tenant=r.tenant, query="")
-            session.add(row)
-            rows[r.request_id] = row
-        elif row.status in FINAL:
-            continue  # a replay or a duplicate: the first answer stays
-        row.status = "answered" if r.status == "answered" else "failed"
-        row.answer = r.answer or None
-        row.citations = [c.model_dump(mode="json") for c in r.citations]
-        row.trace = {"stages": [t.model_dump(mode="json") for t in r.trace], "tier": r.tier}
-        row.error_code = r.error.code.value if r.error else None
-        row.error_message = r.error.message if r.error else None
-        row.completed_at = utcnow()
-        written.append(r)
-    return written
 
 
 def record_responses(
@@ -77,7 +47,7 @@ def record_responses(
     of replays. Nothing is scheduled here (see :func:`delivery_handler`).
     """
     with sessions.begin() as session:
-        written = _record(session, responses)
+        written = query_log.record_final(session, responses)
         created = add_query_deliveries(session, written)
     return written, created
 
@@ -87,7 +57,7 @@ def delivery_handler(
     *,
     pool: PoolSettings,
     scheduler: Scheduler,
-    group: str = "ragstream-delivery",
+    group: str | None = None,
 ) -> Handler[QueryResponse]:
     """The delivery pool's handler: one SQL transaction per batch, then one Celery task per
     new webhook delivery; no output events."""
@@ -98,24 +68,16 @@ def delivery_handler(
             scheduler.schedule(created)
         return []
 
-    return Handler(
-        name="delivery",
-        input=RESPONSES,
-        group=group,
-        outputs=(),
-        fn=fn,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
-    )
+    return pool_handler("delivery", input=RESPONSES, outputs=(), fn=fn, pool=pool, group=group)
 
 
 def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker delivery``."""
     import redis
 
-    from api.webhooks.outbox import CeleryScheduler
     from ragstream.db.engine import make_engine, make_session_factory
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
+    from workers.webhooks.outbox import CeleryScheduler
 
     sessions = make_session_factory(make_engine(settings.database_url))
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
@@ -124,7 +86,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
         sessions,
         pool=settings.pools.delivery,
         scheduler=scheduler,
-        group=settings.kafka.topic_prefix + "ragstream-delivery",
+        group=pool_group(settings, "delivery"),
     )
     runner = build_runner(handler, settings, settings.pools.delivery)
     return until_signalled(runner, cleanup=client.close)

@@ -1,268 +1,39 @@
 """The generation pools (one per tier): reranked passages in, answers and token streams out.
 
-Per batch: every prompt is budgeted in the serving model's tokens (:mod:`workers.generation.
-prompt`), then ALL requests are submitted concurrently so a continuous-batching server
-(llama.cpp here, ``vllm serve`` in production) batches them. Tokens are published to
-``rag.tokens`` as they arrive (keyed by request id, ``seq`` in order, then a ``final`` marker);
-the final answer with citations, token usage and the trace goes to ``rag.responses`` and into
-the answer cache. An unreachable backend is retried with back-off until the request's
-deadline, then answered with ``BACKEND_UNAVAILABLE``; every other failure is a typed error.
+The work is the :class:`~workers.generation.generator.Generator`'s; this module wires it into a
+handler of the consumer runtime. Tokens are published to ``rag.tokens`` as they arrive (keyed
+by request id); the final answer with citations, token usage and the trace goes to
+``rag.responses`` and into the answer cache.
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
-import re
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
-
-import structlog
-from kafka import KafkaProducer
+from collections.abc import Callable
 
 from ragstream.settings import PoolSettings, Settings
-from topics.queries import QueryRequest
-from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS, TopicRegistry
+from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
-from topics.responses import Citation, QueryResponse, TokenUsage
-from topics.serde import encode
-from topics.tokens import AnswerToken
-from workers.caches import AnswerCache
-from workers.errors import (
-    BackendUnavailableError,
-    code_of,
-    dead_letter_hook,
-    error_response,
-    expired_hook,
-)
-from workers.generation.backend import (
-    GenerationBackend,
-    GenerationRequest,
-    GenerationResult,
-    OnToken,
-)
-from workers.generation.prompt import Prompt, PromptBuilder
-from workers.pools.retrieval import MODEL_CALLS
+from workers.errors import dead_letter_hook, expired_hook
+from workers.generation.generator import Generator, TokenSink
 from workers.registry import register_pool
-from workers.runtime.build import batch_policy, retry_policy
-from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
-from workers.runtime.policy import RetryPolicy
-
-log = structlog.get_logger(__name__)
-
-NOT_FOUND = "The documents do not contain the answer."
-CITE = re.compile(r"\[(\d{1,3})\]")
-
-
-class TokenSink:
-    """Publishes answer tokens as they arrive (fire-and-forget; the answer itself is durable).
-
-    Args:
-        producer: a kafka-python producer (given, shared with the pool's runtime).
-        topic: the physical token-stream topic.
-    """
-
-    def __init__(self, producer: KafkaProducer, topic: str) -> None:
-        self._producer = producer
-        self._topic = topic
-
-    def stream(self, request: QueryRequest) -> tuple[OnToken, Callable[[], None]]:
-        """``(on_token, finish)`` for one request: tokens get ``seq`` 0, 1, ...; ``finish``
-        sends the ``final`` marker."""
-        seq = 0
-
-        def send(text: str, final: bool) -> None:
-            nonlocal seq
-            event = AnswerToken(
-                event_id=derive_event_id(request.request_id, f"token:{seq}"),
-                tenant=request.tenant,
-                request_id=request.request_id,
-                seq=seq,
-                text=text,
-                final=final,
-            )
-            self._producer.send(self._topic, key=event.key(), value=encode(event))
-            seq += 1
-
-        def on_token(text: str) -> None:
-            send(text, False)
-
-        return on_token, lambda: send("", True)
-
-
-def citations(answer: str, used: Sequence[Any]) -> tuple[Citation, ...]:
-    """Passages cited as ``[n]`` in ``answer``; every passage used if it cites none."""
-    numbers = sorted({int(m) for m in CITE.findall(answer) if 1 <= int(m) <= len(used)})
-    chosen = numbers or list(range(1, len(used) + 1))
-    return tuple(
-        Citation(
-            n=n,
-            doc_id=used[n - 1].doc_id,
-            chunk_id=used[n - 1].chunk_id,
-            title=used[n - 1].title,
-            source=used[n - 1].source,
-        )
-        for n in chosen
-    )
-
-
-class Generator:
-    """Runs one batch: budget prompts, generate concurrently with retries, build responses."""
-
-    def __init__(
-        self,
-        backend: GenerationBackend,
-        builder: PromptBuilder,
-        *,
-        tokens: TokenSink | None,
-        cache: AnswerCache | None,
-        tier: str,
-        backoff: RetryPolicy,
-    ) -> None:
-        self.backend = backend
-        self.builder = builder
-        self.tokens = tokens
-        self.cache = cache
-        self.tier = tier
-        self.backoff = backoff
-        self._loop = asyncio.new_event_loop()
-
-    def run(self, events: list[RerankedPassages]) -> list[Outcome]:
-        """Answers (or typed errors) for ``events``, in order."""
-        started = dt.datetime.now(dt.UTC)
-        t0 = time.perf_counter()
-        out: list[Outcome] = []
-        prompts: dict[int, Prompt] = {}
-        for i, e in enumerate(events):
-            if e.passages:
-                prompts[i] = self.builder.build(e.request.query, e.passages)
-        streams = {i: self._stream(events[i].request) for i in prompts}
-        results = self._loop.run_until_complete(self._generate(events, prompts, streams))
-        if prompts:
-            MODEL_CALLS.labels(f"generate-{self.tier}").inc()
-        for i, e in enumerate(events):
-            if i not in prompts:
-                out.append(Emit(RESPONSES, self._answer(e, None, None, started, t0)))
-                continue
-            result = results[i]
-            if isinstance(result, BaseException):
-                msg = f"{type(result).__name__}: {result}"
-                code = code_of(result)
-                out.append(Emit(RESPONSES, error_response(e, code, msg, f"generation-{self.tier}")))
-                continue
-            finish = streams[i][1]
-            if finish is not None:
-                finish()
-            out.append(Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0)))
-        return out
-
-    def close(self) -> None:
-        """Close the backend's connections, the token counter and the event loop."""
-        if not self._loop.is_closed():
-            self._loop.run_until_complete(self.backend.aclose())
-            self._loop.close()
-        closer = getattr(self.builder.tokenizer, "close", None)
-        if callable(closer):
-            closer()
-
-    def _stream(self, request: QueryRequest) -> tuple[OnToken | None, Callable[[], None] | None]:
-        if self.tokens is None:
-            return None, None
-        on_token, finish = self.tokens.stream(request)
-        return on_token, finish
-
-    async def _generate(
-        self,
-        events: list[RerankedPassages],
-        prompts: dict[int, Prompt],
-        streams: dict[int, tuple[OnToken | None, Callable[[], None] | None]],
-    ) -> dict[int, GenerationResult | BaseException]:
-        results: dict[int, GenerationResult | BaseException] = {}
-        pending = sorted(prompts)
-        attempt = 0
-        by_id = {events[i].request.request_id: i for i in pending}
-        while pending:
-            requests = [
-                GenerationRequest(events[i].request.request_id, prompts[i]) for i in pending
-            ]
-            outcomes = await self.backend.generate_many(
-                requests, lambda rid: streams[by_id[rid]][0]
-            )
-            attempt += 1
-            retry = []
-            delay_s = self.backoff.delay_ms(attempt) / 1000
-            for i, outcome in zip(pending, outcomes, strict=True):
-                results[i] = outcome
-                deadline = events[i].request.deadline.timestamp()
-                if (
-                    isinstance(outcome, BackendUnavailableError)
-                    and time.time() + delay_s < deadline
-                ):
-                    retry.append(i)
-            if retry:
-                log.warning("generation.backend_unavailable", retry=len(retry), attempt=attempt)
-                await asyncio.sleep(delay_s)
-            pending = retry
-        return results
-
-    def _answer(
-        self,
-        e: RerankedPassages,
-        prompt: Prompt | None,
-        result: GenerationResult | None,
-        started: dt.datetime,
-        t0: float,
-    ) -> QueryResponse:
-        took = (time.perf_counter() - t0) * 1000
-        cites: tuple[Citation, ...] = ()
-        if prompt is None or result is None:
-            answer, usage = NOT_FOUND, TokenUsage()
-            detail: dict[str, str | int | float | bool] = {"passages": 0}
-        else:
-            answer = result.text.strip() or NOT_FOUND
-            if not answer.startswith(NOT_FOUND):  # "not in the documents" cites nothing
-                cites = citations(answer, prompt.passages_used)
-            usage = TokenUsage(
-                prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
-            )
-            detail = {
-                "passages": len(prompt.passages_used),
-                "dropped": prompt.dropped,
-                "trimmed": prompt.trimmed,
-                "ttft_ms": round(result.ttft_ms or 0.0, 1),
-                "finish": result.finish_reason,
-            }
-        response = QueryResponse(
-            event_id=derive_event_id(e.event_id, f"generation-{self.tier}"),
-            tenant=e.tenant,
-            request_id=e.request.request_id,
-            status="answered",
-            answer=answer,
-            citations=cites,
-            usage=usage,
-            tier=self.tier,
-            trace=e.trace,
-            callback_url=e.request.callback_url,
-        ).traced(f"generation-{self.tier}", started, took, **detail)
-        if self.cache is not None:
-            self.cache.put(e.request, response, e.index_version)
-        return response
+from workers.runtime.build import pool_handler
+from workers.runtime.handler import Handler
 
 
 def generation_handler(
     generator: Generator, *, pool: PoolSettings, group: str | None = None
 ) -> Handler[RerankedPassages]:
-    """The handler of the ``generator.tier`` generation pool."""
+    """The handler of the ``generator.tier`` generation pool: answers to ``rag.responses`` and,
+    while the batch runs, tokens to ``rag.tokens`` (give the generator a :class:`TokenSink` on
+    the runner's :meth:`~workers.runtime.runner.PoolRunner.emit_now`)."""
     tier = generator.tier
-    return Handler(
-        name=f"generation-{tier}",
+    return pool_handler(
+        f"generation-{tier}",
         input=RERANKED_BY_TIER[tier],
-        group=group or f"ragstream-generation-{tier}",
-        outputs=(RESPONSES,),
+        outputs=(RESPONSES, TOKENS),
         fn=generator.run,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
+        pool=pool,
+        group=group,
         on_expired=expired_hook(f"generation-{tier}"),
         on_dead_letter=dead_letter_hook(f"generation-{tier}"),
     )
@@ -270,18 +41,16 @@ def generation_handler(
 
 def run_generation_pool(settings: Settings, tier: str) -> Callable[[], None]:
     """Pool factory of ``ragstream worker generation-<tier>``."""
-    from topics.producer import EventProducer, make_producer
     from workers.pools.components import build_generator
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
 
-    producer = EventProducer(make_producer(settings.kafka))
-    registry = TopicRegistry(settings.kafka.topic_prefix)
-    sink = TokenSink(producer.raw, registry.name(TOKENS))
-    generator = build_generator(settings, tier, sink)
+    generator = build_generator(settings, tier, None)
     pool = getattr(settings.pools, f"generation_{tier}")
-    group = f"{settings.kafka.topic_prefix}ragstream-generation-{tier}"
+    group = pool_group(settings, f"generation-{tier}")
     handler = generation_handler(generator, pool=pool, group=group)
-    runner = build_runner(handler, settings, pool, producer=producer)
+    runner = build_runner(handler, settings, pool)
+    # Tokens are outputs of this handler, published by the runner that runs it.
+    generator.tokens = TokenSink(runner.emit_now)
     return until_signalled(runner, generator.close)
 
 

@@ -16,7 +16,7 @@ from ragstream.settings import IngestSettings, PoolSettings, Settings
 from topics.ingest import IngestRequest, IngestResult
 from topics.registry import INGEST, INGEST_RESULTS
 from workers.registry import register_pool
-from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 
 
@@ -67,7 +67,7 @@ def result_event(event: IngestRequest, outcome: IngestOutcome) -> IngestResult:
 
 
 def ingest_handler(
-    pipeline: IngestPipeline, settings: IngestSettings, pool: PoolSettings, group: str
+    pipeline: IngestPipeline, settings: IngestSettings, pool: PoolSettings, group: str | None = None
 ) -> Handler[IngestRequest]:
     """The ingest pool's handler: one batched :meth:`IngestPipeline.apply` per batch."""
 
@@ -86,27 +86,19 @@ def ingest_handler(
             out.extend(Emit(INGEST_RESULTS, result_event(e, o)) for o in outcomes)
         return out
 
-    return Handler(
-        name="ingest",
-        input=INGEST,
-        group=group,
-        outputs=(INGEST_RESULTS,),
-        fn=fn,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
+    return pool_handler(
+        "ingest", input=INGEST, outputs=(INGEST_RESULTS,), fn=fn, pool=pool, group=group
     )
 
 
 def run_ingest_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker ingest``."""
     from ingest.factory import build_pipeline
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
 
     pool = settings.pools.ingest
     pipeline = build_pipeline(settings)
-    handler = ingest_handler(
-        pipeline, settings.ingest, pool, group=settings.kafka.topic_prefix + "ragstream-ingest"
-    )
+    handler = ingest_handler(pipeline, settings.ingest, pool, group=pool_group(settings, "ingest"))
     runner = build_runner(handler, settings, pool)
     return until_signalled(runner)
 

@@ -16,11 +16,11 @@ from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED
 from topics.reranked import RerankedPassages
 from topics.retrieved import Candidate, RetrievedCandidates
 from workers.errors import dead_letter_hook, expired_hook
-from workers.pools.retrieval import MODEL_CALLS
 from workers.registry import register_pool
 from workers.rerank.select import select_top_k
-from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
+from workers.runtime.metrics import MODEL_CALLS
 
 
 class Scores(Protocol):
@@ -34,7 +34,7 @@ def rerank_handler(
     settings: RerankSettings,
     *,
     pool: PoolSettings,
-    group: str = "ragstream-rerank",
+    group: str | None = None,
 ) -> Handler[RetrievedCandidates]:
     """The rerank pool's handler."""
 
@@ -69,14 +69,13 @@ def rerank_handler(
             out.append(Emit(RERANKED_BY_TIER[e.tier], passages))
         return out
 
-    return Handler(
-        name="rerank",
+    return pool_handler(
+        "rerank",
         input=RETRIEVED,
-        group=group,
         outputs=(*RERANKED_BY_TIER.values(), RESPONSES),
         fn=fn,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
+        pool=pool,
+        group=group,
         on_expired=expired_hook("rerank"),
         on_dead_letter=dead_letter_hook("rerank"),
     )
@@ -89,7 +88,7 @@ def _passage(c: Candidate) -> str:
 def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker rerank``."""
     from workers.rerank.factory import make_reranker
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
 
     reranker = make_reranker(settings.rerank, settings.llm.base_url)
     warm = getattr(reranker, "warm_up", None)
@@ -99,7 +98,7 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
         reranker,
         settings.rerank,
         pool=settings.pools.rerank,
-        group=settings.kafka.topic_prefix + "ragstream-rerank",
+        group=pool_group(settings, "rerank"),
     )
     runner = build_runner(handler, settings, settings.pools.rerank)
     return until_signalled(runner)

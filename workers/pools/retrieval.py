@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from prometheus_client import Counter
 
 from ingest.versions import IndexVersions
 from ragstream.settings import PoolSettings, Settings
@@ -26,12 +25,9 @@ from workers.caches import AnswerCache, CacheHit
 from workers.errors import dead_letter_hook, expired_hook
 from workers.registry import register_pool
 from workers.routing import Router
-from workers.runtime.build import batch_policy, retry_policy
+from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
-
-MODEL_CALLS = Counter(
-    "ragstream_model_calls_total", "Batched model or search calls by stage.", ["stage"]
-)
+from workers.runtime.metrics import MODEL_CALLS
 
 
 class Embeds(Protocol):
@@ -73,7 +69,7 @@ def retrieval_handler(
     router: Router,
     *,
     pool: PoolSettings,
-    group: str = "ragstream-retrieval",
+    group: str | None = None,
 ) -> Handler[QueryRequest]:
     """The retrieval pool's handler (components are given, never built here)."""
 
@@ -122,14 +118,13 @@ def retrieval_handler(
             out.append(Emit(RETRIEVED, retrieved))
         return out
 
-    return Handler(
-        name="retrieval",
+    return pool_handler(
+        "retrieval",
         input=QUERIES,
-        group=group,
         outputs=(RETRIEVED, RESPONSES),
         fn=fn,
-        batch=batch_policy(pool),
-        retry=retry_policy(pool),
+        pool=pool,
+        group=group,
         on_expired=expired_hook("retrieval"),
         on_dead_letter=dead_letter_hook("retrieval"),
     )
@@ -138,12 +133,12 @@ def retrieval_handler(
 def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker retrieval``."""
     from workers.pools.components import build_retrieval_components
-    from workers.runtime.build import build_runner, until_signalled
+    from workers.runtime.build import build_runner, pool_group, until_signalled
 
     handler = retrieval_handler(
         *build_retrieval_components(settings),
         pool=settings.pools.retrieval,
-        group=settings.kafka.topic_prefix + "ragstream-retrieval",
+        group=pool_group(settings, "retrieval"),
     )
     runner = build_runner(handler, settings, settings.pools.retrieval)
     return until_signalled(runner)

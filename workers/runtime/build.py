@@ -1,20 +1,22 @@
-"""Wire a handler into a runnable pool process from the settings."""
+"""Build a pool from its settings: its handler (:func:`pool_handler`), consumer group
+(:func:`pool_group`) and runnable process (:func:`build_runner`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
 import structlog
 
 from ragstream.metrics import serve_metrics
+from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, Settings
 from topics.base import Event
 from topics.producer import EventProducer, make_producer
-from topics.registry import TopicRegistry
-from workers.runtime.handler import Handler
-from workers.runtime.policy import BatchPolicy, RetryPolicy
+from topics.registry import TopicRegistry, TopicSpec
+from workers.runtime.handler import Emit, Handler, Outcome
+from workers.runtime.policy import BatchPolicy
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.runner import PoolRunner
 
@@ -31,6 +33,39 @@ def batch_policy(pool: PoolSettings) -> BatchPolicy:
 def retry_policy(pool: PoolSettings) -> RetryPolicy:
     """The :class:`RetryPolicy` a pool's settings describe."""
     return RetryPolicy(pool.retry_max_attempts, pool.retry_base_ms, pool.retry_cap_ms)
+
+
+def pool_group(settings: Settings, name: str) -> str:
+    """The consumer group of pool ``name``: ``ragstream-<name>`` under the topic prefix, so
+    stacks sharing one Kafka cluster never share a group."""
+    return f"{settings.kafka.topic_prefix}ragstream-{name}"
+
+
+def pool_handler(
+    name: str,
+    *,
+    input: TopicSpec,
+    outputs: tuple[TopicSpec, ...],
+    fn: Callable[[list[E]], Sequence[Outcome]],
+    pool: PoolSettings,
+    group: str | None = None,
+    on_expired: Callable[[E], Sequence[Emit]] | None = None,
+    on_dead_letter: Callable[[E, BaseException], Sequence[Emit]] | None = None,
+) -> Handler[E]:
+    """The :class:`Handler` of pool ``name``: batch and retry policies from its settings
+    ``pool``, consumer group ``group`` (default ``ragstream-<name>``; a pool process passes
+    :func:`pool_group`), and the other fields as :class:`Handler` documents them."""
+    return Handler(
+        name=name,
+        input=input,
+        group=group or f"ragstream-{name}",
+        outputs=outputs,
+        fn=fn,
+        batch=batch_policy(pool),
+        retry=retry_policy(pool),
+        on_expired=on_expired,
+        on_dead_letter=on_dead_letter,
+    )
 
 
 def build_runner(

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from ragstream.errors import ConfigurationError
+from ragstream.retry import RetryPolicy
 from topics.base import Event
 from topics.registry import TopicSpec
-from workers.runtime.policy import BatchPolicy, RetryPolicy
+from workers.runtime.policy import BatchPolicy
 
 E = TypeVar("E", bound=Event)
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of a pool process, labelled by pool name."""
+"""Prometheus metrics of a pool process, labelled by pool name (model calls by stage)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,6 @@ CONSUMER_LAG = Gauge(
     "ragstream_consumer_lag", "Records behind the high watermark.", ["pool", "partition"]
 )
 IN_FLIGHT = Gauge("ragstream_in_flight_events", "Events fetched but not yet committed.", ["pool"])
+MODEL_CALLS = Counter(
+    "ragstream_model_calls_total", "Batched model or search calls by stage.", ["stage"]
+)

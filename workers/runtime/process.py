@@ -25,9 +25,9 @@ from typing import Any, Generic, TypeVar
 
 from ragstream.errors import PermanentError, TransientError
 from topics.base import Event
+from topics.dlq import SourceRecord
 from topics.serde import decode
 from workers.runtime import metrics
-from workers.runtime.dlq import SourceRecord
 from workers.runtime.handler import Emit, Failed, Handler, Outcome
 
 E = TypeVar("E", bound=Event)

@@ -26,19 +26,20 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import structlog
-from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
 from ragstream.errors import PermanentError, RagstreamError
+from ragstream.retry import RetryPolicy
 from ragstream.settings import KafkaSettings
 from topics.base import Event
+from topics.consumer import make_pool_consumer
+from topics.dlq import SourceRecord, dead_letter_headers, source_record
 from topics.producer import EventProducer
 from topics.registry import TopicRegistry
 from workers.runtime import metrics
-from workers.runtime.dlq import SourceRecord, dead_letter_headers, source_record
-from workers.runtime.handler import Handler
-from workers.runtime.policy import RetryPolicy
+from workers.runtime.handler import Emit, Handler
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Item, decode_items
 
@@ -60,23 +61,6 @@ class _Done:
     published: int = 0
 
 
-def make_consumer(settings: KafkaSettings, group: str, client_id: str, max_batch: int) -> Any:
-    """A kafka-python consumer for the runtime: auto-commit off, earliest reset."""
-    return KafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=group,
-        client_id=client_id,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=max_batch,
-        max_poll_interval_ms=settings.max_poll_interval_ms,
-        session_timeout_ms=settings.session_timeout_ms,
-        heartbeat_interval_ms=min(3000, settings.session_timeout_ms // 3),
-        request_timeout_ms=max(settings.request_timeout_ms, settings.session_timeout_ms + 5000),
-        fetch_max_wait_ms=100,
-    )
-
-
 class PoolRunner(Generic[E]):
     """Runs one handler as one member of its consumer group.
 
@@ -86,7 +70,8 @@ class PoolRunner(Generic[E]):
         producer: the (shared, thread-safe) event producer for outputs and dead letters.
         registry: maps the handler's topic specs to physical names.
         pressure: optional back-pressure reporter.
-        consumer: an existing consumer (tests); default: :func:`make_consumer`.
+        consumer: an existing consumer (tests); default:
+            :func:`topics.consumer.make_pool_consumer`.
         failure_backoff: back-off between retries of an uncommitted batch.
     """
 
@@ -109,7 +94,7 @@ class PoolRunner(Generic[E]):
         self._backoff = failure_backoff or RetryPolicy(
             max_attempts=2**31, base_ms=200, cap_ms=10_000
         )
-        self._consumer = consumer or make_consumer(
+        self._consumer = consumer or make_pool_consumer(
             kafka, handler.group, self.member, handler.batch.max_batch
         )
         self._input = registry.name(handler.input)
@@ -122,6 +107,7 @@ class PoolRunner(Generic[E]):
         self._current_records: list[Any] = []
         self._committed_early = False
         self._failures = 0
+        self._streamed: dict[str, int] = {}
         self.batches = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -263,9 +249,26 @@ class PoolRunner(Generic[E]):
         finally:
             self._consumer.resume(*self._consumer.paused())
 
+    def emit_now(self, emit: Emit) -> None:
+        """Publish ``emit`` while the batch still runs (a stream of partial results, such as
+        answer tokens), like one of the batch's outputs: only to a topic the handler declares,
+        through the runtime's producer, and its send result is checked by the batch's flush, so
+        a lost record leaves the batch uncommitted and retried. Call it from the handler.
+
+        Raises:
+            ConfigurationError: ``emit`` targets a topic the handler does not declare.
+            RecordTooLargeError, ProduceError: as :meth:`EventProducer.send`.
+        """
+        self.handler.check_emit(emit)
+        topic = self._registry.name(emit.topic)
+        self._producer.send(topic, emit.event)
+        self._streamed[topic] = self._streamed.get(topic, 0) + 1
+
     def _process_and_publish(self, items: list[Item]) -> _Done:
+        self._streamed = {}
         result = self._processor.run(items)
         if result.outage is not None:
+            self._producer.discard_pending()  # what emit_now sent; the batch runs again
             return _Done(ok=False, error=result.outage)
         try:
             return _Done(ok=True, published=self._publish(result))
@@ -278,7 +281,7 @@ class PoolRunner(Generic[E]):
             return _Done(ok=False, error=exc)
 
     def _publish(self, result: BatchResult) -> int:
-        counts: dict[str, int] = {}
+        counts, self._streamed = self._streamed, {}
         for emit in result.emits:
             topic = self._registry.name(emit.topic)
             self._producer.send(topic, emit.event)

@@ -1,0 +1,227 @@
+"""``ragstream bench ...``: the benchmarks (numbers, never timed tests).
+
+``bus`` (:mod:`bench.bus`), ``ingest`` (:mod:`bench.ingest`), ``query`` (:mod:`bench.query.run`),
+``api`` (an exact-cache hit through a running gateway) and ``summary`` (:mod:`bench.summary`,
+the summary ``make bench`` writes). ``ragstream eval`` is :mod:`bench.evaluation.cli`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from bench.bus import render_table as render_bus_table
+from bench.bus import run_bus_bench
+from bench.query.plans import DEFAULT_PLANS, FULL, RETRIEVAL, parse_rates
+from ragstream.settings import get_settings
+
+RATES_HELP = (
+    "Offered rates of {mode} mode: requests/s (5,10,20) or multiples of the measured "
+    "sequential baseline (x0.5,x1,x2)."
+)
+
+
+bench_app = typer.Typer(help="Benchmarks that print numbers (never timed tests).")
+console = Console(width=160)
+
+
+@bench_app.command("bus")
+def bus(
+    rates: str = typer.Option("50,200,500,1000", help="Comma-separated offered rates, events/s."),
+    seconds: float = typer.Option(5.0, help="Seconds per offered rate."),
+    burst: int = typer.Option(5000, help="Events in the max-throughput burst."),
+    max_batch: int = typer.Option(64, help="max_batch of the batched mode."),
+    out: Path = typer.Option(Path(".local/bench/bus.json"), help="Where to write the JSON."),
+) -> None:
+    """Benchmark the event bus runtime; print a table and write JSON."""
+    settings = get_settings()
+    results = run_bus_bench(
+        settings, [float(r) for r in rates.split(",") if r], seconds, burst, max_batch
+    )
+    console.print(render_bus_table(results))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "bench": "bus",
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": [asdict(r) for r in results],
+    }
+    out.write_text(json.dumps(payload, indent=2))
+    console.print(f"wrote {out}")
+
+
+@bench_app.command("ingest")
+def ingest(
+    docs: int = typer.Option(80, help="Pages of the Python manual's library/ in the slice."),
+    out: Path = typer.Option(Path(".local/bench/ingest.json"), help="Where to write the JSON."),
+) -> None:
+    """Benchmark the write path: (a) encode-only limit vs stream, Celery, naive, re-ingests."""
+    from bench.ingest import render, run_ingest_bench, write_json
+
+    results = run_ingest_bench(get_settings(), docs)
+    console.print(render(results))
+    write_json(results, out)
+    console.print(f"wrote {out}")
+
+
+def parse_replicas(text: str) -> dict[str, int]:
+    """``"retrieval=2,rerank=1"`` as ``{"retrieval": 2, "rerank": 1}``.
+
+    Raises:
+        typer.BadParameter: an item is not ``POOL=N`` with ``N >= 1``.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        pool, _, count = item.partition("=")
+        if not pool or not count.isdigit() or int(count) < 1:
+            raise typer.BadParameter(
+                f"expected POOL=N with N >= 1, got {item!r}", param_hint="--replicas"
+            )
+        out[pool.strip()] = int(count)
+    return out
+
+
+@bench_app.command("query")
+def query(
+    *,
+    modes: str = typer.Option("retrieval,full", help="Modes to run: retrieval, full."),
+    retrieval_rates: str = typer.Option(
+        DEFAULT_PLANS[RETRIEVAL].rates_text(), help=RATES_HELP.format(mode="retrieval")
+    ),
+    full_rates: str = typer.Option(
+        DEFAULT_PLANS[FULL].rates_text(), help=RATES_HELP.format(mode="full")
+    ),
+    retrieval_seconds: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].seconds, help="Per rate."),
+    full_seconds: float = typer.Option(DEFAULT_PLANS[FULL].seconds, help="Per rate."),
+    retrieval_p99_ms: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].p99_ms, help="SLO p99."),
+    full_p99_ms: float = typer.Option(DEFAULT_PLANS[FULL].p99_ms, help="SLO p99."),
+    retrieval_baseline_s: float = typer.Option(DEFAULT_PLANS[RETRIEVAL].baseline_s),
+    full_baseline_s: float = typer.Option(DEFAULT_PLANS[FULL].baseline_s),
+    retrieval_deadline_s: float = typer.Option(
+        DEFAULT_PLANS[RETRIEVAL].deadline_s, help="Each request's deadline, s."
+    ),
+    full_deadline_s: float = typer.Option(
+        DEFAULT_PLANS[FULL].deadline_s, help="Each request's deadline, s."
+    ),
+    tenant: str = typer.Option("default", help="Tenant whose chunks are searched."),
+    index_alias: str | None = typer.Option(None, help="Chunk index alias; default: settings."),
+    questions: Path | None = typer.Option(None, help="JSONL with a 'question' per line."),
+    redis_db: int = typer.Option(13, help="Redis database the run owns (it is flushed)."),
+    stop_after_failures: int = typer.Option(2, help="Stop a mode after N SLO misses in a row."),
+    api_url: str | None = typer.Option(None, help="Gateway for the exact-cache probe."),
+    api_key: str | None = typer.Option(None, help="API key for the exact-cache probe."),
+    replicas: str = typer.Option(
+        "", help="Processes per pool, e.g. retrieval=2 (they share its consumer group)."
+    ),
+    baseline_embed_threads: int = typer.Option(
+        0, help="Torch threads of the baseline's embedder (0: one per core)."
+    ),
+    llm_prompt_cache: bool = typer.Option(
+        False, help="Let the LLM server reuse cached prompts (repeated questions hit it)."
+    ),
+    out: Path = typer.Option(Path(".local/bench/query.json"), help="JSON; .md and .png beside."),
+) -> None:
+    """Open-loop load through the query pools vs a sequential baseline; JSON, Markdown, PNG."""
+    from dataclasses import replace
+
+    from bench.query.report import plot, render_markdown, render_table
+    from bench.query.run import QueryBenchConfig, run_query_bench
+
+    def rates(text: str, option: str) -> dict[str, Any]:
+        try:
+            values, relative = parse_rates(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint=option) from exc
+        return {"rates": values, "relative": relative}
+
+    chosen = [m for m in modes.split(",") if m]
+    if not chosen or not set(chosen) <= {RETRIEVAL, FULL}:
+        raise typer.BadParameter(f"modes are {RETRIEVAL} and {FULL}", param_hint="--modes")
+
+    plans = {
+        RETRIEVAL: replace(DEFAULT_PLANS[RETRIEVAL], **rates(retrieval_rates, "--retrieval-rates"),
+                           seconds=retrieval_seconds, p99_ms=retrieval_p99_ms,
+                           baseline_s=retrieval_baseline_s, deadline_s=retrieval_deadline_s),
+        FULL: replace(DEFAULT_PLANS[FULL], **rates(full_rates, "--full-rates"),
+                      seconds=full_seconds, p99_ms=full_p99_ms, baseline_s=full_baseline_s,
+                      deadline_s=full_deadline_s),
+    }  # fmt: skip
+    config = QueryBenchConfig(
+        plans=tuple(plans[m] for m in chosen),
+        tenant=tenant,
+        index_alias=index_alias,
+        questions=questions,
+        redis_db=redis_db,
+        stop_after_failures=stop_after_failures,
+        api_url=api_url,
+        api_key=api_key,
+        replicas=parse_replicas(replicas),
+        baseline_embed_threads=baseline_embed_threads,
+        llm_prompt_cache=llm_prompt_cache,
+    )
+    from ragstream.errors import ConfigurationError
+
+    try:
+        payload = run_query_bench(get_settings(), config, echo=console.print)
+    except (ConfigurationError, RuntimeError) as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(1) from exc
+    for mode in payload["modes"]:
+        console.print(render_table(mode))
+        console.print(
+            f"{mode['mode']}: max sustainable {mode['max_sustainable_per_s']:g}/s, sequential "
+            f"baseline {mode['baseline']['throughput_per_s']:g}/s, "
+            f"ratio {mode['speedup_vs_sequential']}"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    out.with_suffix(".md").write_text(render_markdown(payload))
+    plot(payload, out.with_suffix(".png"))
+    console.print(f"wrote {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}")
+
+
+@bench_app.command("api")
+def api_probe(
+    api_url: str = typer.Option("http://127.0.0.1:8000", help="A running gateway."),
+    api_key: str = typer.Option(..., help="An API key of the tenant to ask as."),
+    question: str | None = typer.Option(None, help="Default: the first sample question."),
+    out: Path = typer.Option(Path(".local/bench/api.json"), help="JSON result."),
+) -> None:
+    """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
+    repeats after one answered query); ``bench summary`` reads DIR/api.json."""
+    from bench.query.questions import load_questions
+    from bench.query.run import machine, probe_exact_cache_hit
+
+    text = question or load_questions(None)[0][0]
+    result = probe_exact_cache_hit(api_url, api_key, text)
+    if not result["measured"]:
+        console.print(f"[red]error[/red]: {result['note']}")
+        raise typer.Exit(1)
+    payload = {
+        "bench": "api",
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "question": text,
+        "api_exact_cache_hit": result,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    console.print(f"exact-cache hit through {api_url}: {result['latency_ms']} -> {out}")
+
+
+@bench_app.command("summary")
+def summary(
+    directory: Path = typer.Argument(..., help="Folder the benchmarks wrote their JSON into."),
+    latest: Path | None = typer.Option(
+        Path("bench/results/latest"), help="Folder to replace with a copy of DIRECTORY."
+    ),
+) -> None:
+    """Write DIRECTORY/summary.json and summary.md from the benchmarks' JSON (make bench)."""
+    from bench.summary import render_markdown, write_summary
+
+    console.print(render_markdown(write_summary(directory, latest)))

@@ -1,0 +1,105 @@
+"""``ragstream eval [FILE.jsonl]``: retrieval modes and answers measured on a question set."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def eval_command(  # noqa: PLR0917 - typer options
+    file: Path | None = typer.Argument(
+        None, help="Questions (JSONL, the format of shared/eval); default: the sample set."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory; default: .local/eval/<UTC timestamp>/."
+    ),
+    modes: str | None = typer.Option(
+        None,
+        "--modes",
+        help="Comma-separated modes: bm25, knn, hybrid, hybrid+none, hybrid+llm, "
+        "hybrid+cross-encoder; default: all (those that cannot run here are skipped).",
+    ),
+    generate: bool = typer.Option(
+        True, "--generate/--no-generate", help="Generate answers (default configuration)."
+    ),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="First N questions only."),
+    tenant: str = typer.Option("default", "--tenant", help="Tenant whose chunks are searched."),
+    index: str | None = typer.Option(
+        None, "--index", help="Chunk index alias; default: settings.elasticsearch.index_alias."
+    ),
+    top_n: int | None = typer.Option(
+        None, "--top-n", min=1, max=200, help="Fused candidates N; default: retrieval.top_n."
+    ),
+    top_k: int | None = typer.Option(
+        None, "--top-k", min=1, max=50, help="Passages K for answers; default: rerank.top_k."
+    ),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", min=1, help="Answer budget in tokens; default: the settings'."
+    ),
+    instruction: str | None = typer.Option(
+        None, "--instruction", help="Prompt instruction to try; default: the generation pool's."
+    ),
+    root: list[str] = typer.Option(
+        [], "--root", help="CORPUS=HTML_ROOT (repeatable); default: the two manuals' roots."
+    ),
+) -> None:
+    """Measure retrieval (hit@1/5/10, MRR@10 per mode) and answers (accuracy, refusals).
+
+    Runs the running system's own components in-process against the live index: the retrieval
+    pool's embedder and BM25/kNN/RRF searches, the rerank backends, and the generation pool's
+    prompt and LLM server. Writes eval.json and eval.md and prints a one-line summary.
+    """
+    from bench.evaluation.modes import ALL_MODES
+    from bench.evaluation.questions import (
+        SAMPLE_QUESTIONS,
+        EvaluationError,
+        load_questions,
+        parse_roots,
+    )
+    from bench.evaluation.report import summary_line, write_report
+    from bench.evaluation.run import EvalOptions, run_evaluation
+    from ragstream.errors import RagstreamError
+    from ragstream.logging import configure_logging
+    from ragstream.settings import get_settings
+
+    settings = get_settings()
+    configure_logging(settings.logging)
+    path = file or SAMPLE_QUESTIONS
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = out or settings.infra.local_dir / "eval" / stamp
+    asked = tuple(m.strip() for m in modes.split(",") if m.strip()) if modes else ALL_MODES
+    try:
+        options = EvalOptions(
+            modes=asked,
+            tenant=tenant,
+            index_alias=index,
+            generate=generate,
+            limit=limit,
+            top_n=top_n,
+            top_k=top_k,
+            max_tokens=max_tokens,
+            instruction=instruction,
+            roots=parse_roots(root),
+        )
+        report = run_evaluation(
+            settings,
+            load_questions(path),
+            options,
+            questions_file=str(path),
+            progress=lambda msg: console.print(f"[dim]{msg}[/dim]"),
+        )
+    except (EvaluationError, ValueError) as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(2) from exc
+    except RagstreamError as exc:
+        console.print(f"[red]failed[/red]: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from exc
+    for mode, reason in report.skipped_modes.items():
+        console.print(f"[yellow]skipped[/yellow] {mode}: {reason}")
+    write_report(report, out_dir)
+    typer.echo(summary_line(report, out_dir))

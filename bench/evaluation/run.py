@@ -1,0 +1,436 @@
+"""Run an evaluation: every question through each retrieval mode, then answers.
+
+This measures the system as it serves: the live chunk index (alias ``ragstream-chunks`` by
+default), the retrieval pool's embedder and searches, the rerank pool's backends and top-K
+selection, and the generation pools' prompt and model server (see
+:mod:`bench.evaluation.modes` and :mod:`bench.evaluation.answers`). Kafka, the caches and the API
+are not involved: the stages are called in-process, so the numbers are those of the components,
+not of a cached answer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from elasticsearch import Elasticsearch
+
+from bench.evaluation.answers import Answer, Answerer, AnswerJob
+from bench.evaluation.metrics import (
+    answer_metrics,
+    first_relevant_rank,
+    group_by,
+    is_refusal,
+    matches_any,
+    retrieval_metrics,
+)
+from bench.evaluation.modes import ALL_MODES, ModeRunner, plan_modes
+from bench.evaluation.questions import (
+    CORPUS_ROOTS,
+    SAMPLE_QUESTIONS,
+    EvalQuestion,
+    EvaluationError,
+    load_questions,
+    page_of,
+)
+from bench.evaluation.report import (
+    AnswersReport,
+    EvalReport,
+    Headline,
+    ModeReport,
+    QuestionRecord,
+    write_report,
+)
+from ragstream.errors import ConfigurationError, TransientError
+from ragstream.settings import Settings
+from topics.queries import QueryRequest
+from topics.retrieved import Candidate
+
+#: Questions per ``_msearch`` round trip.
+SEARCH_BATCH = 16
+#: Pages of the default mode's top passages listed per question in the report.
+TOP_PAGES = 5
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What to run.
+
+    Attributes:
+        modes: retrieval modes to compare (:data:`bench.evaluation.modes.ALL_MODES`); those that
+            cannot run here are reported as skipped.
+        tenant: the tenant whose chunks are searched.
+        index_alias: the chunk index alias; ``None``: ``settings.elasticsearch.index_alias``.
+        generate: also generate answers with the default configuration.
+        limit: evaluate only the first ``limit`` questions.
+        top_n: fused candidates (N); ``None``: ``settings.retrieval.top_n``.
+        top_k: passages given to generation (K); ``None``: ``settings.rerank.top_k``.
+        max_tokens: answer budget in tokens; ``None``: the generation settings'.
+        instruction: the prompt's instruction; ``None``: the generation pool's.
+        roots: corpus name -> the manual's html root, for mapping chunks to pages.
+    """
+
+    modes: tuple[str, ...] = ALL_MODES
+    tenant: str = "default"
+    index_alias: str | None = None
+    generate: bool = True
+    limit: int | None = None
+    top_n: int | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    instruction: str | None = None
+    roots: Mapping[str, Path] = field(default_factory=lambda: dict(CORPUS_ROOTS))
+
+
+def default_mode(settings: Settings) -> str:
+    """The mode the running system uses: hybrid retrieval, then the configured reranker."""
+    return f"hybrid+{settings.rerank.backend}"
+
+
+@dataclass
+class _Run:
+    """Ranked lists and stage timings gathered for every question."""
+
+    lists: dict[str, list[list[Candidate]]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def add(self, mode: str, lists: list[list[Candidate]], seconds: float) -> None:
+        self.lists.setdefault(mode, []).extend(lists)
+        self.seconds[mode] = self.seconds.get(mode, 0.0) + seconds
+
+    def skip(self, mode: str, reason: str) -> None:
+        self.lists.pop(mode, None)
+        self.seconds.pop(mode, None)
+        self.skipped[mode] = reason
+
+
+def run_evaluation(
+    settings: Settings,
+    questions: Sequence[EvalQuestion],
+    options: EvalOptions,
+    *,
+    questions_file: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> EvalReport:
+    """Evaluate ``questions`` (see the module docstring) and return the report.
+
+    Raises:
+        EvaluationError: no question, or the default mode cannot run while answers are asked.
+        ValueError: an unknown mode.
+        TransientError: Elasticsearch, Redis or the model server failed.
+    """
+    say = progress or (lambda _msg: None)
+    qs = list(questions[: options.limit] if options.limit else questions)
+    if not qs:
+        raise EvaluationError("no questions to evaluate")
+    started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
+    default = default_mode(settings)
+    plan = plan_modes(options.modes, settings)
+    if options.generate and default in plan.skipped:
+        raise EvaluationError(f"the default mode {default} cannot run: {plan.skipped[default]}")
+    to_run = list(plan.runnable)
+    if options.generate and default not in to_run:
+        to_run.append(default)
+    top_n = options.top_n or settings.retrieval.top_n
+    top_k = options.top_k or settings.rerank.top_k
+    alias = options.index_alias or settings.elasticsearch.index_alias
+
+    from ingest.factory import build_embedder
+
+    embedder = build_embedder(settings)
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    requests = [
+        QueryRequest(
+            tenant=options.tenant, query=q.question, deadline=deadline, top_n=top_n, top_k=top_k
+        )
+        for q in qs
+    ]
+    tv = time.perf_counter()
+    vectors = embedder.embed([r.query for r in requests])
+    embed_s = time.perf_counter() - tv
+    es = Elasticsearch(
+        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+    )
+    try:
+        run = _retrieve(ModeRunner(es, alias, settings), to_run, requests, vectors, say)
+    finally:
+        es.close()
+    for mode in run.seconds:
+        run.seconds[mode] += embed_s
+    if options.generate and default in run.skipped:
+        raise EvaluationError(f"the default mode {default} cannot run: {run.skipped[default]}")
+    answers: list[Answer] | None = None
+    gen_s = 0.0
+    if options.generate:
+        from workers.pools.components import build_router
+
+        router = build_router(embedder)
+        jobs = [
+            AnswerJob(r, run.lists[default][i][:top_k], router.route(r, vectors[i]).tier)
+            for i, r in enumerate(requests)
+        ]
+        say(f"generating {len(jobs)} answers with {default}, top {top_k} passages")
+        tg = time.perf_counter()
+        answers = _generate(settings, options, jobs)
+        gen_s = time.perf_counter() - tg
+    records, judged = _records(qs, run, answers, options.roots, default)
+    return EvalReport(
+        questions_file=questions_file,
+        n_questions=len(qs),
+        tenant=options.tenant,
+        index_alias=alias,
+        started_at=started.isoformat(timespec="seconds"),
+        duration_s=round(time.perf_counter() - t0, 1),
+        default_mode=default,
+        config=_config(settings, options, top_n, top_k),
+        headline=Headline(
+            hit_at_5=None, mrr_at_10=None, answer_accuracy=None, absent_refusal_rate=None
+        ),
+        modes={
+            m: _mode_report(qs, [r.ranks[m] for r in records], run.seconds[m] / len(qs))
+            for m in run.lists
+        },
+        skipped_modes={**plan.skipped, **run.skipped},
+        answers=_answers_report(qs, answers, judged, default=default, top_k=top_k, gen_s=gen_s)
+        if answers
+        else None,
+        questions=records,
+    ).with_headline()
+
+
+def _generate(settings: Settings, options: EvalOptions, jobs: list[AnswerJob]) -> list[Answer]:
+    answerer = Answerer(settings, options.max_tokens, options.instruction)
+    try:
+        return answerer.answer(jobs)
+    finally:
+        answerer.close()
+
+
+def _config(
+    settings: Settings, options: EvalOptions, top_n: int, top_k: int
+) -> dict[str, str | int | float | None]:
+    return {
+        "top_n": top_n,
+        "top_k": top_k,
+        "max_chunks_per_doc": settings.rerank.max_chunks_per_doc,
+        "rrf_k": settings.retrieval.rrf_k,
+        "bm25_size": settings.retrieval.bm25_size,
+        "knn_k": settings.retrieval.knn_k,
+        "chunk_tokens": settings.chunking.chunk_tokens,
+        "llm": settings.llm.base_url,
+        "prompt_style": settings.llm.prompt_style,
+        "max_tokens": options.max_tokens or settings.llm.max_tokens,
+        "instruction": "the generation pool's"
+        if options.instruction is None
+        else options.instruction,
+    }
+
+
+def _retrieve(
+    runner: ModeRunner,
+    modes: Sequence[str],
+    requests: Sequence[QueryRequest],
+    vecs: npt.NDArray[np.float32],
+    say: Callable[[str], None],
+) -> _Run:
+    run = _Run()
+    singles = [m for m in modes if m in ("bm25", "knn")]
+    reranked = [m for m in modes if m.startswith("hybrid+")]
+    fused_needed = "hybrid" in modes or bool(reranked)
+    for start in range(0, len(requests), SEARCH_BATCH):
+        batch = list(requests[start : start + SEARCH_BATCH])
+        bvec = vecs[start : start + SEARCH_BATCH]
+        say(f"retrieving questions {start + 1}-{start + len(batch)} of {len(requests)}")
+        if singles:
+            t = time.perf_counter()
+            bm25, knn = runner.single_lists(batch, bvec)
+            took = time.perf_counter() - t
+            for mode, lists in (("bm25", bm25), ("knn", knn)):
+                if mode in singles:
+                    run.add(mode, lists, took)
+        if not fused_needed:
+            continue
+        t = time.perf_counter()
+        fused = runner.fused(batch, bvec)
+        fused_s = time.perf_counter() - t
+        if "hybrid" in modes:
+            run.add("hybrid", fused, fused_s)
+        for mode in [m for m in reranked if m not in run.skipped]:
+            t = time.perf_counter()
+            try:
+                lists = runner.reranked(mode.removeprefix("hybrid+"), batch, fused)
+            except (ConfigurationError, TransientError) as exc:  # no model; server failing
+                run.skip(mode, f"{type(exc).__name__}: {exc}")
+                continue
+            run.add(mode, lists, fused_s + time.perf_counter() - t)
+    return run
+
+
+def _records(
+    qs: list[EvalQuestion],
+    run: _Run,
+    answers: list[Answer] | None,
+    roots: Mapping[str, Path],
+    default: str,
+) -> tuple[list[QuestionRecord], list[tuple[bool, bool, bool]]]:
+    """Per question: its record, and ``(answerable, correct, refused)`` if answered."""
+    records: list[QuestionRecord] = []
+    judged: list[tuple[bool, bool, bool]] = []
+    for i, q in enumerate(qs):
+        ranks: dict[str, int | None] = {}
+        for mode, lists in run.lists.items():
+            pages = [page_of(c.source or c.doc_id, roots) for c in lists[i]]
+            ranks[mode] = first_relevant_rank(pages, q.corpus, q.expected_pages)
+        top = run.lists[default][i][:TOP_PAGES] if default in run.lists else []
+        record = QuestionRecord(
+            id=q.id,
+            corpus=q.corpus,
+            kind=q.kind,
+            question=q.question,
+            expected_pages=list(q.expected_pages),
+            ranks=ranks,
+            top_pages=[str(page_of(c.source or c.doc_id, roots) or c.doc_id) for c in top],
+        )
+        if answers is not None:
+            a = answers[i]
+            ok = a.error is None
+            judged.append(
+                (
+                    q.answerable,
+                    ok and matches_any(a.text, q.answer_patterns),
+                    ok and is_refusal(a.text),
+                )
+            )
+            record = record.model_copy(
+                update={
+                    "prompt_tokens": a.prompt_tokens,
+                    "completion_tokens": a.completion_tokens,
+                    "answer": a.text,
+                    "correct": judged[-1][1],
+                    "refused": judged[-1][2],
+                    "error": a.error,
+                }
+            )
+        records.append(record)
+    return records, judged
+
+
+def _answers_report(
+    qs: list[EvalQuestion],
+    answers: list[Answer],
+    judged: list[tuple[bool, bool, bool]],
+    *,
+    default: str,
+    top_k: int,
+    gen_s: float,
+) -> AnswersReport:
+    pairs = list(zip(qs, judged, strict=True))
+    return AnswersReport(
+        mode=default,
+        top_k=top_k,
+        overall=answer_metrics(judged),
+        by_kind={
+            k: answer_metrics([j for _, j in g])
+            for k, g in group_by(pairs, lambda p: p[0].kind).items()
+        },
+        by_corpus={
+            c: answer_metrics([j for _, j in g])
+            for c, g in group_by(pairs, lambda p: p[0].corpus).items()
+        },
+        seconds_per_question=round(gen_s / len(qs), 3),
+        empty_completions=sum(1 for a in answers if a.empty),
+    )
+
+
+def _mode_report(qs: list[EvalQuestion], ranks: list[int | None], seconds: float) -> ModeReport:
+    pairs = [(q, r) for q, r in zip(qs, ranks, strict=True) if q.answerable]
+    return ModeReport(
+        overall=retrieval_metrics([r for _, r in pairs]),
+        by_kind={
+            k: retrieval_metrics([r for _, r in g])
+            for k, g in group_by(pairs, lambda p: p[0].kind).items()
+        },
+        by_corpus={
+            c: retrieval_metrics([r for _, r in g])
+            for c, g in group_by(pairs, lambda p: p[0].corpus).items()
+        },
+        seconds_per_question=round(seconds, 4),
+    )
+
+
+@dataclass(frozen=True)
+class BenchEval:
+    """What ``make bench`` takes from an evaluation: four numbers and the full report.
+
+    Attributes:
+        hit_at_5: share of answerable questions with an expected page in the default mode's
+            top 5 chunks.
+        mrr_at_10: mean reciprocal rank at 10 of the default mode.
+        answer_accuracy: share of answers matching their patterns (``None`` without answers).
+        absent_refusal_rate: share of ``absent`` questions answered with a refusal.
+        report: the full report; ``json_path``/``md_path``: where it was written.
+    """
+
+    hit_at_5: float | None
+    mrr_at_10: float | None
+    answer_accuracy: float | None
+    absent_refusal_rate: float | None
+    report: EvalReport
+    json_path: Path
+    md_path: Path
+
+    def summary(self) -> dict[str, float | None]:
+        """The four numbers by name (``eval.<name>`` in ``summary.json``)."""
+        return {
+            "hit_at_5": self.hit_at_5,
+            "mrr_at_10": self.mrr_at_10,
+            "answer_accuracy": self.answer_accuracy,
+            "absent_refusal_rate": self.absent_refusal_rate,
+        }
+
+
+def evaluate_for_bench(
+    settings: Settings,
+    out_dir: Path,
+    questions_file: Path | None = None,
+    options: EvalOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BenchEval:
+    """Run the evaluation and write ``eval.json`` and ``eval.md`` into ``out_dir``.
+
+    Args:
+        settings: the settings tree.
+        out_dir: output directory (created).
+        questions_file: JSONL questions; ``None``: the repository's sample set.
+        options: what to run; ``None``: every mode, with answers, tenant ``default``.
+        progress: called with a line of progress now and then.
+
+    Raises:
+        QuestionFileError: the question file is unreadable or invalid.
+        EvaluationError, TransientError: as :func:`run_evaluation`.
+    """
+    path = questions_file or SAMPLE_QUESTIONS
+    report = run_evaluation(
+        settings,
+        load_questions(path),
+        options or EvalOptions(),
+        questions_file=str(path),
+        progress=progress,
+    )
+    json_path, md_path = write_report(report, out_dir)
+    h = report.headline
+    return BenchEval(
+        h.hit_at_5,
+        h.mrr_at_10,
+        h.answer_accuracy,
+        h.absent_refusal_rate,
+        report,
+        json_path,
+        md_path,
+    )

@@ -1,0 +1,71 @@
+"""Latency of an exact answer-cache hit through the HTTP API (``POST /v1/query``).
+
+Not part of ``make bench`` until the query API exists; ``ragstream bench query --api-url URL
+--api-key KEY`` runs it against a running gateway and its pools.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from bench.stats import percentiles
+
+
+def measure_api_exact_cache_hit(
+    base_url: str,
+    api_key: str,
+    question: str,
+    *,
+    repeats: int = 50,
+    timeout_s: float = 120.0,
+    transport: httpx.BaseTransport | None = None,
+) -> dict[str, Any]:
+    """p50/p95/p99 (ms) of ``repeats`` identical queries after a first one fills the cache.
+
+    The first request (sync, not measured) is answered by the pools and its answer cached;
+    each repeat has the same text and parameters, so it is an exact answer-cache hit. The time
+    is the whole HTTP round trip as a client sees it. The API's result says whether it came
+    from a cache (``cached``); repeats that did not are counted in ``misses``.
+
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:8000``.
+        api_key: a key of the tenant to ask (``Authorization: Bearer``).
+        question: the question to repeat.
+        repeats: measured requests.
+        timeout_s: the sync wait asked of the API and the client's limit, in seconds.
+        transport: an httpx transport (tests); default: the network.
+
+    Returns:
+        ``{"p50", "p95", "p99", "max"}`` in ms of every repeat, ``"repeats"``, ``"misses"``
+        (repeats not served from a cache) and ``"first_ms"`` (the priming request).
+
+    Raises:
+        httpx.HTTPStatusError: a request was not answered with a 2xx status.
+        httpx.HTTPError: the gateway could not be reached.
+        RuntimeError: the priming request was not answered (so nothing could be cached).
+    """
+    headers = {"Authorization": f"Bearer {api_key}"}
+    body = {"query": question, "mode": "sync", "timeout_s": timeout_s}
+    with httpx.Client(
+        base_url=base_url, headers=headers, timeout=timeout_s + 10, transport=transport
+    ) as client:
+        t0 = time.perf_counter()
+        first = client.post("/v1/query", json=body).raise_for_status().json()
+        first_ms = (time.perf_counter() - t0) * 1000
+        if first.get("status") != "answered":
+            raise RuntimeError(f"the priming query was not answered: {first.get('status')}")
+        latencies, misses = [], 0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            result = client.post("/v1/query", json=body).raise_for_status().json()
+            latencies.append((time.perf_counter() - t0) * 1000)
+            misses += not result.get("cached", False)
+    return {
+        **percentiles(latencies),
+        "repeats": repeats,
+        "misses": misses,
+        "first_ms": round(first_ms, 2),
+    }

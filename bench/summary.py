@@ -1,0 +1,191 @@
+"""The summary ``make bench`` writes: the key numbers of every benchmark in one place.
+
+``build_summary(dir)`` reads what the benchmarks wrote into ``dir`` (``ingest.json`` of
+``ragstream bench ingest``, ``bus.json`` of ``ragstream bench bus``, ``query.json`` of
+``ragstream bench query`` and ``eval/eval.json`` of ``ragstream eval --out dir/eval``) and
+returns a nested dict whose dotted paths are the issue's keys (``ingest.stream_ratio_to_limit``
+is ``summary["ingest"]["stream_ratio_to_limit"]``). A missing input leaves its keys ``None``
+and says why under ``notes``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+#: Targets of the issue: key -> (comparison, value).
+TARGETS: dict[str, tuple[str, float]] = {
+    "bus.hop_p50_ms": ("<=", 5.0),
+    "query.retrieval_speedup_vs_sequential": (">=", 4.0),
+    "query.generation_speedup_vs_sequential": (">=", 2.0),
+}
+EVAL_KEYS = ("hit_at_5", "mrr_at_10", "answer_accuracy", "absent_refusal_rate")
+
+
+def ingest_numbers(data: dict[str, Any]) -> dict[str, Any]:
+    """From ``ingest.json``: (b) stream and (c) Celery chunks/s as a fraction of (a), the
+    encode-only hardware limit (``ratio_to_a``), and (e) an unchanged re-ingest's time as a
+    fraction of (c)'s full ingest time.
+
+    Raises:
+        KeyError: a path (b), (c) or (e) is missing from the results.
+    """
+    by = {r["name"][:3]: r for r in data["results"]}
+    b, c, e = by["(b)"], by["(c)"], by["(e)"]
+    return {
+        "stream_ratio_to_limit": b["ratio_to_a"],
+        "batch_ratio_to_limit": c["ratio_to_a"],
+        "unchanged_reingest_time_ratio": round(e["seconds"] / c["seconds"], 4),
+        "limit_chunks_per_s": by["(a)"]["chunks_per_s"],
+    }
+
+
+def _low_rate_hops(data: dict[str, Any], mode: str) -> tuple[float, float, float] | None:
+    runs = [r for r in data["results"] if r["mode"] == mode and r["offered_per_s"] > 0]
+    if not runs:
+        return None
+    low = min(runs, key=lambda r: r["offered_per_s"])
+    return low["hop1_ms"]["p50"], low["hop2_ms"]["p50"], low["offered_per_s"]
+
+
+def bus_numbers(data: dict[str, Any]) -> dict[str, Any]:
+    """From ``bus.json``: the bus overhead per hop, p50 (ms), at the lowest offered rate: the
+    larger of hop 1 (produce to the first pool's output) and hop 2 (first pool's output to the
+    second's), in the ``greedy`` pipeline (no deliberate batching wait; see
+    :func:`bench.bus.run_bus_bench`). The ``batched`` pipeline's hop adds the pools' batching
+    wait and is reported beside it (older files without a greedy run fall back to it).
+
+    Raises:
+        ValueError: no batched or greedy run at a fixed rate.
+    """
+    greedy = _low_rate_hops(data, "greedy")
+    batched = _low_rate_hops(data, "batched")
+    chosen = greedy or batched
+    if chosen is None:
+        raise ValueError("bus.json has no batched or greedy run at a fixed rate")
+    hop1, hop2, rate = chosen
+    burst = [r for r in data["results"] if r["mode"] == "batched" and r["offered_per_s"] == 0]
+    return {
+        "hop_p50_ms": max(hop1, hop2),
+        "hop1_p50_ms": hop1,
+        "hop2_p50_ms": hop2,
+        "hop_mode": "greedy" if greedy else "batched",
+        "batched_hop_p50_ms": max(batched[0], batched[1]) if batched else None,
+        "at_offered_per_s": rate,
+        "batched_max_per_s": burst[0]["achieved_per_s"] if burst else None,
+    }
+
+
+def query_numbers(data: dict[str, Any]) -> dict[str, Any]:
+    """From ``query.json``: per mode the maximum sustainable rate, the baseline throughput and
+    their ratio, and the machine's busy cores during the baseline and its CPU per request
+    (the ceiling of any speed-up: what the sequential baseline leaves idle); TTFT p50 at the
+    maximum sustainable generation rate; the API exact-cache hit p50 when it was measured."""
+    modes = {m["mode"]: m for m in data["modes"]}
+    out: dict[str, Any] = {}
+    for mode, name in (("retrieval", "retrieval"), ("full", "generation")):
+        m = modes.get(mode)
+        out[f"{name}_speedup_vs_sequential"] = m["speedup_vs_sequential"] if m else None
+        out[f"{name}_max_sustainable_per_s"] = m["max_sustainable_per_s"] if m else None
+        out[f"{name}_sequential_per_s"] = m["baseline"]["throughput_per_s"] if m else None
+        base = m["baseline"] if m else {}
+        out[f"{name}_sequential_busy_cores"] = base.get("cpu_busy_cores")
+        out[f"{name}_sequential_core_ms_per_request"] = base.get("core_ms_per_request")
+    full = modes.get("full")
+    at_best = [r for r in (full or {}).get("rates", [])
+               if r["offered_per_s"] == (full or {}).get("max_sustainable_per_s")]  # fmt: skip
+    out["generation_ttft_p50_ms"] = at_best[0]["ttft_ms"].get("p50") if at_best else None
+    api = data.get("api_exact_cache_hit", {})
+    out["api_exact_cache_hit_p50_ms"] = api["latency_ms"]["p50"] if api.get("measured") else None
+    return out
+
+
+def eval_numbers(data: dict[str, Any]) -> dict[str, Any]:
+    """From ``eval/eval.json`` of ``ragstream eval --out DIR/eval``: its ``headline`` (hit@5
+    and MRR@10 of the default retrieval mode, answer accuracy, absent-question refusal rate).
+
+    Raises:
+        KeyError: the report has no headline.
+    """
+    return {k: data["headline"][k] for k in EVAL_KEYS}
+
+
+def _load(directory: Path, filename: str, notes: list[str]) -> dict[str, Any] | None:
+    path = directory / filename
+    if not path.exists():
+        notes.append(f"{filename} missing: its benchmark did not run")
+        return None
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _value(summary: dict[str, Any], dotted: str) -> Any:
+    section, key = dotted.split(".", 1)
+    return summary.get(section, {}).get(key)
+
+
+def build_summary(directory: Path) -> dict[str, Any]:
+    """The summary of the benchmark results in ``directory`` (see the module docstring)."""
+    notes: list[str] = []
+    summary: dict[str, Any] = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    sections = (
+        ("ingest", "ingest.json", ingest_numbers,
+         ("stream_ratio_to_limit", "batch_ratio_to_limit", "unchanged_reingest_time_ratio")),
+        ("bus", "bus.json", bus_numbers, ("hop_p50_ms",)),
+        ("query", "query.json", query_numbers,
+         ("retrieval_speedup_vs_sequential", "generation_speedup_vs_sequential")),
+        ("eval", "eval/eval.json", eval_numbers, EVAL_KEYS),
+    )  # fmt: skip
+    for name, filename, extract, keys in sections:
+        data = _load(directory, filename, notes)
+        summary[name] = extract(data) if data is not None else dict.fromkeys(keys)
+        if name == "query" and data is not None:
+            summary["machine"] = data.get("machine")
+    api_path = directory / "api.json"
+    if summary["query"].get("api_exact_cache_hit_p50_ms") is None and api_path.exists():
+        api = json.loads(api_path.read_text(encoding="utf-8")).get("api_exact_cache_hit", {})
+        if api.get("measured"):  # `ragstream bench api`, run beside the gateway
+            summary["query"]["api_exact_cache_hit_p50_ms"] = api["latency_ms"]["p50"]
+    if summary["query"].get("api_exact_cache_hit_p50_ms") is None:
+        notes.append(
+            "query.api_exact_cache_hit_p50_ms: not measured (needs a running gateway: "
+            "ragstream bench api, or bench query --api-url/--api-key)"
+        )
+    summary["targets"] = {}
+    for key, (op, bound) in TARGETS.items():
+        value = _value(summary, key)
+        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
+        summary["targets"][key] = {"target": f"{op} {bound:g}", "value": value, "met": met}
+    summary["notes"] = notes
+    return summary
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """The summary as a Markdown table (key, value, target, met) and its notes."""
+    lines = [f"# Benchmark summary ({summary['at']})", "",
+             f"Machine: {summary.get('machine') or 'unknown'}", "",
+             "| key | value | target | met |", "|---|---|---|---|"]  # fmt: skip
+    for section in ("ingest", "bus", "query", "eval"):
+        for key, value in summary[section].items():
+            dotted = f"{section}.{key}"
+            target = summary["targets"].get(dotted, {})
+            met = {True: "yes", False: "no"}.get(target.get("met"), "")
+            lines.append(f"| `{dotted}` | {value} | {target.get('target', '')} | {met} |")
+    lines += [""] + [f"- {n}" for n in summary["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(directory: Path, latest: Path | None) -> dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` into ``directory``; then make ``latest`` a
+    copy of ``directory`` (replacing it). Returns the summary."""
+    summary = build_summary(directory)
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (directory / "summary.md").write_text(render_markdown(summary))
+    if latest is not None and latest.resolve() != directory.resolve():
+        if latest.exists():
+            shutil.rmtree(latest)
+        shutil.copytree(directory, latest)
+    return summary

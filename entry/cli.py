@@ -1,0 +1,187 @@
+"""The ``ragstream`` command line (typer), the console script of the package.
+
+Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celery-worker``,
+``flower`` and ``worker POOL`` here; the groups that live beside their code are mounted below
+(``topics``, ``dlq``, ``ingest``, ``jobs``, ``index``, ``keys`` from their layers; ``query`` and
+``demo`` from this package; ``bench`` and ``eval`` from ``bench/``).
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragstream.settings import Settings, get_settings
+
+app = typer.Typer(
+    name="ragstream",
+    help="Event-driven RAG serving: Kafka events, Elasticsearch hybrid retrieval, Celery jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="The SQL metadata store.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+console = Console()
+
+
+def _settings() -> Settings:
+    from ragstream.logging import configure_logging
+
+    settings = get_settings()
+    configure_logging(settings.logging)
+    return settings
+
+
+def _mount_subcommands() -> None:
+    """Attach the command groups that live beside their code (imports stay light)."""
+    from api.cli import keys_app
+    from bench.cli import bench_app
+    from bench.evaluation.cli import eval_command
+    from entry.demo import demo_app
+    from entry.query import query_command
+    from infra.cli import app as infra_app
+    from ingest.cli import index_app, ingest_command, jobs_app
+    from topics.cli import dlq_app, topics_app
+
+    app.add_typer(infra_app, name="infra", help="Local services: Kafka, Elasticsearch, Redis.")
+    app.add_typer(topics_app, name="topics")
+    app.add_typer(dlq_app, name="dlq")
+    app.add_typer(bench_app, name="bench")
+    app.add_typer(jobs_app, name="jobs")
+    app.add_typer(index_app, name="index")
+    app.command("ingest")(ingest_command)
+    app.command("eval")(eval_command)
+    app.add_typer(keys_app, name="keys")
+    app.command("query")(query_command)
+    app.add_typer(demo_app, name="demo")
+
+
+_mount_subcommands()
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    url: str | None = typer.Option(None, help="SQLAlchemy URL; default: the settings' store."),
+) -> None:
+    """Run the Alembic migrations up to head."""
+    from ragstream.db.engine import upgrade_head
+
+    target = url or _settings().database_url
+    upgrade_head(target)
+    console.print(f"[green]database at head[/green]: {target}")
+
+
+@app.command("health")
+def health() -> None:
+    """Probe Kafka, Elasticsearch, Redis and SQL as the API's /readyz does; exit 1 if any fails."""
+    from ragstream.health import probe_all
+
+    probes = probe_all(_settings())
+    table = Table("service", "healthy", "latency ms", "detail")
+    for p in probes:
+        mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"
+        table.add_row(p.name, mark, f"{p.latency_ms:.1f}", p.detail)
+    console.print(table)
+    if not all(p.healthy for p in probes):
+        raise typer.Exit(1)
+
+
+@app.command("api")
+def api(
+    host: str | None = typer.Option(None, help="Bind address; default: settings.api.host."),
+    port: int | None = typer.Option(None, help="Port; default: settings.api.port."),
+    workers: int | None = typer.Option(
+        None, help="Processes (each with its own reply consumer); default: settings.api.workers."
+    ),
+) -> None:
+    """Run the HTTP gateway with uvicorn."""
+    import uvicorn
+
+    settings = _settings()
+    uvicorn.run(
+        "api.app:app_from_environment",
+        factory=True,
+        host=host or settings.api.host,
+        port=port or settings.api.port,
+        workers=workers or settings.api.workers,
+        log_level=settings.logging.level.lower(),
+    )
+
+
+@app.command("celery-worker")
+def celery_worker(
+    concurrency: int | None = typer.Option(None, help="Worker processes; default: settings."),
+    queues: str = typer.Option(
+        "all",
+        help="Comma-separated queues: 'jobs' (bulk ingest), 'webhooks', 'all', or queue names.",
+    ),
+) -> None:
+    """Run a Celery worker for bulk ingestion jobs and webhook deliveries."""
+    import os
+
+    from ragstream.celery_app import configure_celery
+
+    settings = _settings()
+    celery = configure_celery(settings)
+    aliases = {
+        "jobs": [settings.celery.queue],
+        "webhooks": [settings.celery.webhook_queue],
+        "all": [settings.celery.queue, settings.celery.webhook_queue],
+    }
+    names = [q for part in queues.split(",") for q in aliases.get(part.strip(), [part.strip()])]
+    celery.worker_main(
+        [
+            "worker",
+            f"--concurrency={concurrency or settings.celery.concurrency}",
+            f"--queues={','.join(dict.fromkeys(n for n in names if n))}",
+            "--loglevel=INFO",
+            "--events",
+            f"--hostname=ragstream-{os.getpid()}@%h",
+        ]
+    )
+
+
+@app.command("flower")
+def flower(
+    port: int | None = typer.Option(None, help="Port; default: settings.celery.flower_port."),
+    address: str = typer.Option("127.0.0.1", help="Bind address."),
+) -> None:
+    """Run Flower, the Celery monitor, for the ragstream Celery app."""
+    import os
+
+    from ragstream.celery_app import configure_celery
+
+    settings = _settings()
+    celery = configure_celery(settings)
+    if address in ("127.0.0.1", "localhost", "::1"):
+        # Flower 2 serves its HTTP API only with auth or this flag; loopback is trusted here.
+        os.environ.setdefault("FLOWER_UNAUTHENTICATED_API", "true")
+    celery.start(
+        ["flower", f"--port={port or settings.celery.flower_port}", f"--address={address}"]
+    )
+
+
+@app.command("worker")
+def worker(pool: str = typer.Argument(..., help="Pool name, e.g. retrieval.")) -> None:
+    """Run one process of worker pool POOL until SIGTERM/SIGINT."""
+    from ragstream.errors import ConfigurationError
+    from workers.registry import get_pool
+
+    settings = _settings()
+    try:
+        run = get_pool(pool)(settings)
+    except ConfigurationError as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(2) from exc
+    run()
+
+
+def main() -> None:
+    """Console entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

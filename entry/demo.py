@@ -1,0 +1,306 @@
+"""``ragstream demo``: the main job end to end on the real manuals.
+
+``ragstream demo run``:
+
+1. migrates the SQL store and creates the topics;
+2. starts every process of the ``Procfile`` under honcho, in the background (one process per
+   pool, the API, a Celery worker and Flower), unless they already run;
+3. waits until the API is ready and every pool has reported in;
+4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job with a
+   progress bar (unchanged documents are skipped by content hash on a second run);
+5. asks ten questions (``bench/evaluation/questions.sample.jsonl``) through the HTTP API and prints
+   answers, numbered citations and latencies;
+6. leaves everything running and prints the URLs and how to stop.
+
+``ragstream demo stop`` stops the processes (``make down`` stops the services).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import redis
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ragstream.settings import PROJECT_ROOT, Settings, get_settings
+
+console = Console()
+demo_app = typer.Typer(help="The main job end to end on the real manuals.", no_args_is_help=True)
+
+MANUALS = (
+    Path("/usr/share/doc/python3.11/html"),
+    Path("/usr/share/doc/postgresql-doc-15/html"),
+)
+QUESTIONS = PROJECT_ROOT / "bench" / "evaluation" / "questions.sample.jsonl"
+PROCFILE = PROJECT_ROOT / "Procfile"
+POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
+TENANT = "default"
+
+
+def _state_dir(settings: Settings) -> Path:
+    path = settings.infra.local_dir / "demo"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _running_pid(settings: Settings) -> int | None:
+    pid_file = _state_dir(settings) / "honcho.pid"
+    if not pid_file.exists():
+        return None
+    text = pid_file.read_text().strip()
+    if not text.isdigit() or int(text) <= 1:
+        return None
+    pid = int(text)
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    if "honcho" not in cmdline or str(PROCFILE) not in cmdline:
+        return None  # the pid was reused by another program
+    if "State:\tZ" in status:
+        return None  # a zombie left by a non-reaping init
+    return pid
+
+
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (honcho starts each Procfile process in its own session,
+    so a signal to honcho's process group does not reach them)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def start_processes(settings: Settings) -> int:
+    """Start the Procfile under honcho (new session, logs in ``.local/demo/processes.log``)."""
+    pid = _running_pid(settings)
+    if pid is not None:
+        console.print(f"processes already running (honcho pid {pid})")
+        return pid
+    state = _state_dir(settings)
+    log = (state / "processes.log").open("ab")
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ)  # passed through to the processes; the Procfile runs `ragstream`
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.Popen(
+        [str(bin_dir / "honcho"), "-f", str(PROCFILE), "-d", str(PROJECT_ROOT), "start"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    (state / "honcho.pid").write_text(str(proc.pid))
+    console.print(f"started the Procfile under honcho (pid {proc.pid}); logs: {log.name}")
+    return proc.pid
+
+
+def wait_ready(settings: Settings, timeout_s: float = 300) -> None:
+    """Wait for ``/readyz`` and a pressure report of every pool.
+
+    Raises:
+        typer.Exit: not ready within ``timeout_s`` (the log tail is printed).
+    """
+    from workers.runtime.pressure import read_pressure
+
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    url = f"http://{settings.api.host}:{settings.api.port}/readyz"
+    deadline = time.monotonic() + timeout_s
+    missing: list[str] = ["api", *POOLS]
+    with console.status("waiting for the API and the pools..."):
+        while time.monotonic() < deadline:
+            missing = []
+            try:
+                if httpx.get(url, timeout=5).status_code != 200:
+                    missing.append("api")
+            except httpx.HTTPError:
+                missing.append("api")
+            prefix = settings.kafka.topic_prefix
+            missing += [p for p in POOLS if read_pressure(client, prefix + p).members == 0]
+            if not missing:
+                console.print("API ready; every pool reported in")
+                return
+            if _running_pid(settings) is None:
+                break
+            time.sleep(1.0)
+    tail = (_state_dir(settings) / "processes.log").read_text(errors="replace")[-4000:]
+    console.print(f"[red]not ready[/red]: {', '.join(missing)}\n{tail}")
+    raise typer.Exit(1)
+
+
+def demo_key(settings: Settings) -> str:
+    """The demo's API key for tenant ``default`` (created once, kept in ``.local/demo``)."""
+    from api.auth import create_key, lookup
+    from ragstream.db.engine import make_engine, make_session_factory
+
+    sessions = make_session_factory(make_engine(settings.database_url))
+    path = _state_dir(settings) / "api_key"
+    if path.exists():
+        key = path.read_text().strip()
+        if lookup(sessions, key) is not None:
+            return key
+    key, _ = create_key(sessions, TENANT, name="demo")
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+def ingest_manuals(settings: Settings) -> None:
+    """One Celery bulk job over both manuals, followed with a progress bar."""
+    from ingest import jobs
+    from ingest.cli import follow
+    from ingest.sources import discover
+    from ingest.tasks import run_job
+    from ragstream.db.engine import make_engine, make_session_factory
+
+    missing = [str(m) for m in MANUALS if not m.is_dir()]
+    if missing:
+        console.print(f"[red]missing manuals[/red] {missing}: run `make docs`")
+        raise typer.Exit(1)
+    ingest = settings.ingest
+    files = discover(list(MANUALS), ingest.allowed_roots, ingest.extensions, ingest.exclude_dirs)
+    sessions = make_session_factory(make_engine(settings.database_url))
+    job_id = jobs.create_job(sessions, TENANT, files)
+    run_job.delay(job_id)
+    console.print(
+        f"ingest job [bold]{job_id}[/bold]: {len(files)} pages of the Python 3.11 and "
+        "PostgreSQL 15 manuals (unchanged pages are skipped)"
+    )
+    follow(settings, sessions, job_id)
+    optimize_index(settings)
+
+
+def optimize_index(settings: Settings) -> None:
+    """Merge the chunk index into one segment after the bulk load (``ragstream index
+    optimize``): fewer segments and no deleted chunks make every search faster."""
+    from ingest.factory import merge_index
+
+    with console.status("merging the index into one segment..."):
+        before, after = merge_index(settings)
+    console.print(
+        f"index merged: {before['segments']} -> {after['segments']} segment(s), "
+        f"{before['deleted_docs']} -> {after['deleted_docs']} deleted chunks"
+    )
+
+
+def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
+    """Ask ``limit`` sample questions through the API; print answers, citations, latency."""
+    from entry.client import ApiRequestError, HttpClient
+    from entry.query import print_result
+
+    questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    latencies: list[tuple[str, float, str]] = []
+    with HttpClient(base, key, timeout_s=330) as client:
+        for i, q in enumerate(questions[:limit], 1):
+            console.rule(f"[bold]{i}. {q['question']}")
+            try:
+                result = client.query(q["question"], timeout_s=180)
+            except ApiRequestError as exc:
+                console.print(f"[red]{exc}[/red]")
+                latencies.append((q["id"], float("nan"), exc.code))
+                continue
+            print_result(result)
+            latencies.append((q["id"], result.latency_ms or float("nan"), result.status))
+    table = Table("question", "latency ms", "status", title="latencies through the API")
+    for qid, ms, status in latencies:
+        table.add_row(qid, f"{ms:.0f}", status)
+    console.print(table)
+
+
+def procfile_metrics_ports(procfile: Path = PROCFILE) -> dict[str, int]:
+    """``{process: port}`` of the Procfile processes that set their own metrics port
+    (``RAGSTREAM_POOLS__<POOL>__METRICS_PORT=<port>``, e.g. the second retrieval process)."""
+    found = {}
+    for line in procfile.read_text(encoding="utf-8").splitlines():
+        name, _, command = line.partition(":")
+        match = re.search(r"RAGSTREAM_POOLS__\w+__METRICS_PORT=(\d+)", command)
+        if match and not name.lstrip().startswith("#"):
+            found[name.strip()] = int(match.group(1))
+    return found
+
+
+def print_urls(settings: Settings) -> None:
+    """Where to look, and how to stop."""
+    api = f"http://{settings.api.host}:{settings.api.port}"
+    pools = settings.pools
+    ports = {
+        "ingest": pools.ingest.metrics_port,
+        "retrieval": pools.retrieval.metrics_port,
+        "rerank": pools.rerank.metrics_port,
+        "generation-small": pools.generation_small.metrics_port,
+        "generation-large": pools.generation_large.metrics_port,
+        "delivery": pools.delivery.metrics_port,
+    }
+    ports.update(procfile_metrics_ports())
+    console.rule("[bold green]ragstream is running")
+    console.print(f"API docs (OpenAPI):  {api}/docs")
+    console.print(f"API metrics:         {api}/metrics")
+    console.print(f"Flower (Celery):     http://127.0.0.1:{settings.celery.flower_port}")
+    for pool, port in ports.items():
+        console.print(f"{pool + ' metrics:':<21}http://127.0.0.1:{port}/metrics")
+    console.print(f"API key (tenant {TENANT}): {_state_dir(settings) / 'api_key'}")
+    console.print('Ask:   ragstream query "How do I create a virtual environment?" --stream')
+    console.print(f"Logs:  {_state_dir(settings) / 'processes.log'}")
+    console.print("Stop:  make stop   (processes)   ·   make down   (services)")
+
+
+@demo_app.command("run")
+def run(
+    questions: int = typer.Option(10, help="How many sample questions to ask."),
+    skip_ingest: bool = typer.Option(False, help="Do not (re-)ingest the manuals."),
+) -> None:
+    """Start everything, ingest the manuals, ask questions, leave it running."""
+    from ragstream.db.engine import upgrade_head
+    from topics.admin import ensure_topics, make_admin
+    from topics.registry import TopicRegistry
+
+    settings = get_settings()
+    upgrade_head(settings.database_url)
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, TopicRegistry(settings.kafka.topic_prefix).physical_topics())
+    admin.close()
+    start_processes(settings)
+    wait_ready(settings)
+    key = demo_key(settings)
+    if not skip_ingest:
+        ingest_manuals(settings)
+    ask_questions(settings, key, questions)
+    print_urls(settings)
+
+
+@demo_app.command("stop")
+def stop() -> None:
+    """Stop the Procfile processes started by ``demo run`` (SIGTERM, then SIGKILL)."""
+    settings = get_settings()
+    pid = _running_pid(settings)
+    if pid is None:
+        console.print("no demo processes are running")
+        return
+    children = _children(pid)
+    os.kill(pid, signal.SIGTERM)  # honcho stops every process it started, then exits
+    deadline = time.monotonic() + 60
+    while _running_pid(settings) is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for child in [pid, *children]:  # whatever did not stop in time
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
+    (_state_dir(settings) / "honcho.pid").unlink(missing_ok=True)
+    console.print("stopped")

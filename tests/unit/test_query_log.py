@@ -1,0 +1,65 @@
+"""The query log's writes and reads (one module owns them), on a throwaway SQLite store."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from topics.queries import QueryRequest
+from topics.responses import Citation, QueryResponse
+from workers import query_log
+
+
+def _sessions(tmp_path: Path) -> sessionmaker[Session]:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    upgrade_head(url)
+    return make_session_factory(make_engine(url))
+
+
+def _request() -> QueryRequest:
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
+    return QueryRequest(tenant="acme", query="What does VACUUM do?", deadline=deadline)
+
+
+def _answer(request: QueryRequest, text: str) -> QueryResponse:
+    return QueryResponse(
+        event_id=f"{request.request_id}:{text}",
+        tenant=request.tenant,
+        request_id=request.request_id,
+        status="answered",
+        answer=text,
+        citations=(Citation(n=1, doc_id="vacuum", chunk_id="vacuum#0"),),
+        tier="small",
+    )
+
+
+def test_pending_then_the_first_final_answer_wins(tmp_path: Path) -> None:
+    sessions = _sessions(tmp_path)
+    request = _request()
+    query_log.log_pending(sessions, request)
+    query_log.log_pending(sessions, request)  # idempotent
+    pending = query_log.read(sessions, "acme", request.request_id)
+    assert pending is not None and pending["status"] == "pending"
+    with sessions.begin() as session:
+        first = query_log.record_final(session, [_answer(request, "first")])
+    with sessions.begin() as session:
+        replay = query_log.record_final(session, [_answer(request, "second")])
+    assert [r.answer for r in first] == ["first"] and replay == []
+    logged = query_log.read(sessions, "acme", request.request_id)
+    assert logged is not None and logged["status"] == "answered"
+    assert logged["answer"] == "first" and logged["citations"][0]["doc_id"] == "vacuum"
+    assert query_log.read(sessions, "globex", request.request_id) is None  # another tenant's
+
+
+def test_settle_finalises_only_a_pending_row(tmp_path: Path) -> None:
+    sessions = _sessions(tmp_path)
+    request = _request()
+    query_log.log_pending(sessions, request)
+    query_log.settle(sessions, None, (request.request_id, "Kafka unreachable"))
+    query_log.settle(sessions, _answer(request, "late"), None)  # no longer pending
+    logged = query_log.read(sessions, "acme", request.request_id)
+    assert logged is not None and logged["status"] == "failed"
+    assert logged["error"] == {"code": "UNAVAILABLE", "message": "Kafka unreachable", "stage": ""}

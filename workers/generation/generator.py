@@ -1,0 +1,254 @@
+"""The generator of the generation pools: budget each prompt, generate a batch concurrently,
+build the answers; and the token sink that streams answer tokens as they arrive.
+
+Per batch: every prompt is budgeted in the serving model's tokens (:mod:`workers.generation.
+prompt`), then ALL requests are submitted concurrently so a continuous-batching server
+(llama.cpp here, ``vllm serve`` in production) batches them. Tokens go to the
+:class:`TokenSink` as they arrive (``seq`` in order, then a ``final`` marker; the pool publishes
+them as outputs of its handler while the batch runs); the final answer
+carries citations, token usage and the trace, and is put into the answer cache. An unreachable
+backend is retried with back-off until the request's deadline, then answered with
+``BACKEND_UNAVAILABLE``; every other failure is a typed error. The pool around it is
+:mod:`workers.pools.generation`; the evaluation and the query benchmark's baseline call it
+directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from ragstream.retry import RetryPolicy
+from topics.queries import QueryRequest
+from topics.registry import RESPONSES, TOKENS
+from topics.reranked import RerankedPassages
+from topics.responses import Citation, QueryResponse, TokenUsage
+from topics.tokens import AnswerToken
+from workers.caches import AnswerCache
+from workers.errors import BackendUnavailableError, code_of, error_response
+from workers.generation.backend import (
+    GenerationBackend,
+    GenerationRequest,
+    GenerationResult,
+    OnToken,
+)
+from workers.generation.prompt import Prompt, PromptBuilder
+from workers.runtime.handler import Emit, Outcome, derive_event_id
+from workers.runtime.metrics import MODEL_CALLS
+
+log = structlog.get_logger(__name__)
+
+NOT_FOUND = "The documents do not contain the answer."
+CITE = re.compile(r"\[(\d{1,3})\]")
+
+
+class TokenSink:
+    """Publishes answer tokens as they arrive, as ``rag.tokens`` outputs of the generation
+    handler.
+
+    Args:
+        publish: publishes one output while the batch runs: the pool runner's
+            :meth:`~workers.runtime.runner.PoolRunner.emit_now` (through the runtime's producer,
+            to a declared output only, its send result checked with the batch's outputs).
+    """
+
+    def __init__(self, publish: Callable[[Emit], None]) -> None:
+        self._publish = publish
+
+    def stream(self, request: QueryRequest) -> tuple[OnToken, Callable[[], None]]:
+        """``(on_token, finish)`` for one request: tokens get ``seq`` 0, 1, ...; ``finish``
+        sends the ``final`` marker."""
+        seq = 0
+
+        def send(text: str, final: bool) -> None:
+            nonlocal seq
+            event = AnswerToken(
+                event_id=derive_event_id(request.request_id, f"token:{seq}"),
+                tenant=request.tenant,
+                request_id=request.request_id,
+                seq=seq,
+                text=text,
+                final=final,
+            )
+            self._publish(Emit(TOKENS, event))
+            seq += 1
+
+        def on_token(text: str) -> None:
+            send(text, False)
+
+        return on_token, lambda: send("", True)
+
+
+def citations(answer: str, used: Sequence[Any]) -> tuple[Citation, ...]:
+    """Passages cited as ``[n]`` in ``answer``; every passage used if it cites none."""
+    numbers = sorted({int(m) for m in CITE.findall(answer) if 1 <= int(m) <= len(used)})
+    chosen = numbers or list(range(1, len(used) + 1))
+    return tuple(
+        Citation(
+            n=n,
+            doc_id=used[n - 1].doc_id,
+            chunk_id=used[n - 1].chunk_id,
+            title=used[n - 1].title,
+            source=used[n - 1].source,
+        )
+        for n in chosen
+    )
+
+
+class Generator:
+    """Runs one batch: budget prompts, generate concurrently with retries, build responses.
+
+    Args:
+        backend: the model server's client.
+        builder: budgets each prompt in the serving model's tokens.
+        tokens: where answer tokens go as they arrive; ``None``: not streamed.
+        cache: the answer cache each answer is put into; ``None``: no cache.
+        tier: the generation tier (``small`` or ``large``).
+        backoff: the retry policy for an unreachable backend; its deadline option is each
+            request's deadline (the pools give ``max_attempts=None``: only the deadline ends
+            the retries).
+    """
+
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        builder: PromptBuilder,
+        *,
+        tokens: TokenSink | None,
+        cache: AnswerCache | None,
+        tier: str,
+        backoff: RetryPolicy,
+    ) -> None:
+        self.backend = backend
+        self.builder = builder
+        self.tokens = tokens
+        self.cache = cache
+        self.tier = tier
+        self.backoff = backoff
+        self._loop = asyncio.new_event_loop()
+
+    def run(self, events: list[RerankedPassages]) -> list[Outcome]:
+        """Answers (or typed errors) for ``events``, in order."""
+        started = dt.datetime.now(dt.UTC)
+        t0 = time.perf_counter()
+        out: list[Outcome] = []
+        prompts: dict[int, Prompt] = {}
+        for i, e in enumerate(events):
+            if e.passages:
+                prompts[i] = self.builder.build(e.request.query, e.passages)
+        streams = {i: self._stream(events[i].request) for i in prompts}
+        results = self._loop.run_until_complete(self._generate(events, prompts, streams))
+        if prompts:
+            MODEL_CALLS.labels(f"generate-{self.tier}").inc()
+        for i, e in enumerate(events):
+            if i not in prompts:
+                out.append(Emit(RESPONSES, self._answer(e, None, None, started, t0)))
+                continue
+            result = results[i]
+            if isinstance(result, BaseException):
+                msg = f"{type(result).__name__}: {result}"
+                code = code_of(result)
+                out.append(Emit(RESPONSES, error_response(e, code, msg, f"generation-{self.tier}")))
+                continue
+            finish = streams[i][1]
+            if finish is not None:
+                finish()
+            out.append(Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0)))
+        return out
+
+    def close(self) -> None:
+        """Close the backend's connections, the token counter and the event loop."""
+        if not self._loop.is_closed():
+            self._loop.run_until_complete(self.backend.aclose())
+            self._loop.close()
+        closer = getattr(self.builder.tokenizer, "close", None)
+        if callable(closer):
+            closer()
+
+    def _stream(self, request: QueryRequest) -> tuple[OnToken | None, Callable[[], None] | None]:
+        if self.tokens is None:
+            return None, None
+        on_token, finish = self.tokens.stream(request)
+        return on_token, finish
+
+    async def _generate(
+        self,
+        events: list[RerankedPassages],
+        prompts: dict[int, Prompt],
+        streams: dict[int, tuple[OnToken | None, Callable[[], None] | None]],
+    ) -> dict[int, GenerationResult | BaseException]:
+        results: dict[int, GenerationResult | BaseException] = {}
+        pending = sorted(prompts)
+        attempt = 0
+        by_id = {events[i].request.request_id: i for i in pending}
+        while pending:
+            requests = [
+                GenerationRequest(events[i].request.request_id, prompts[i]) for i in pending
+            ]
+            outcomes = await self.backend.generate_many(
+                requests, lambda rid: streams[by_id[rid]][0]
+            )
+            attempt += 1
+            retry = []
+            delay_s = self.backoff.delay_ms(attempt) / 1000
+            for i, outcome in zip(pending, outcomes, strict=True):
+                results[i] = outcome
+                deadline = events[i].request.deadline.timestamp()
+                if isinstance(outcome, BackendUnavailableError) and self.backoff.allows(
+                    attempt, delay_s, deadline=deadline
+                ):
+                    retry.append(i)
+            if retry:
+                log.warning("generation.backend_unavailable", retry=len(retry), attempt=attempt)
+                await asyncio.sleep(delay_s)
+            pending = retry
+        return results
+
+    def _answer(
+        self,
+        e: RerankedPassages,
+        prompt: Prompt | None,
+        result: GenerationResult | None,
+        started: dt.datetime,
+        t0: float,
+    ) -> QueryResponse:
+        took = (time.perf_counter() - t0) * 1000
+        cites: tuple[Citation, ...] = ()
+        if prompt is None or result is None:
+            answer, usage = NOT_FOUND, TokenUsage()
+            detail: dict[str, str | int | float | bool] = {"passages": 0}
+        else:
+            answer = result.text.strip() or NOT_FOUND
+            if not answer.startswith(NOT_FOUND):  # "not in the documents" cites nothing
+                cites = citations(answer, prompt.passages_used)
+            usage = TokenUsage(
+                prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
+            )
+            detail = {
+                "passages": len(prompt.passages_used),
+                "dropped": prompt.dropped,
+                "trimmed": prompt.trimmed,
+                "ttft_ms": round(result.ttft_ms or 0.0, 1),
+                "finish": result.finish_reason,
+            }
+        response = QueryResponse(
+            event_id=derive_event_id(e.event_id, f"generation-{self.tier}"),
+            tenant=e.tenant,
+            request_id=e.request.request_id,
+            status="answered",
+            answer=answer,
+            citations=cites,
+            usage=usage,
+            tier=self.tier,
+            trace=e.trace,
+            callback_url=e.request.callback_url,
+        ).traced(f"generation-{self.tier}", started, took, **detail)
+        if self.cache is not None:
+            self.cache.put(e.request, response, e.index_version)
+        return response
