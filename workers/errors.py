@@ -9,7 +9,7 @@ from ragstream.errors import PermanentError, TransientError
 from topics.base import Event
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES
-from topics.responses import ErrorCode, ErrorInfo, QueryResponse
+from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
 from workers.runtime.handler import Emit, derive_event_id
 
 
@@ -36,14 +36,23 @@ def request_of(event: Event) -> QueryRequest:
 
 
 def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> QueryResponse:
-    """A ``status="error"`` response for the request of ``event`` (id derived, replay-stable)."""
+    """A ``status="error"`` response for the request of ``event`` (id derived, replay-stable),
+    with the passages the event carries (reranked passages or retrieved candidates) as its
+    citations and their evidence spans, when it has any."""
     request = request_of(event)
+    passages = getattr(event, "passages", None) or getattr(event, "candidates", None) or ()
     return QueryResponse(
         event_id=derive_event_id(request.request_id, f"error:{stage}"),
         tenant=request.tenant,
         request_id=request.request_id,
         status="error",
         error=ErrorInfo(code=code, message=message[:2000], stage=stage),
+        # What retrieval found is still shown: the passages it cited and their evidence.
+        citations=tuple(
+            Citation(n=n, doc_id=p.doc_id, chunk_id=p.chunk_id, title=p.title, source=p.source)
+            for n, p in enumerate(passages, start=1)
+        ),
+        evidence=tuple(getattr(event, "evidence", ()) or ()),
         trace=event.trace,
         callback_url=request.callback_url,
     )

@@ -16,11 +16,14 @@ from typing import Literal
 
 from ragstream.settings import EvidenceSettings
 from topics.queries import QueryRequest
-from topics.responses import Citation, EvidenceSpan
+from topics.reranked import RerankedPassages
+from topics.responses import Citation, EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
+from topics.tokens import AnswerToken
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
 from workers.evidence.lexical import identifiers
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
+from workers.runtime.handler import derive_event_id
 
 AnswerTier = Literal["evidence", "small", "large"]
 
@@ -218,3 +221,32 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
     )
     tiers = TierPolicy(settings.tier_mode, settings.evidence_min_confidence)
     return EvidenceStage(selector, answer_policy(settings), tiers)
+
+
+def evidence_response(event: RerankedPassages, decision: Decision) -> QueryResponse:
+    """The evidence tier's answer to ``event`` (its passages and evidence set)."""
+    answer = decision.answer
+    return QueryResponse(
+        event_id=derive_event_id(event.event_id, "answer-evidence"),
+        tenant=event.tenant,
+        request_id=event.request.request_id,
+        status="answered",
+        answer=answer.text,
+        citations=evidence_citations(answer, event.passages),
+        evidence=decision.evidence,
+        tier="evidence",
+        trace=event.trace,
+        callback_url=event.request.callback_url,
+    )
+
+
+def evidence_token(event: RerankedPassages) -> AnswerToken:
+    """The evidence event of a streamed answer (``seq`` 0, before any LLM token)."""
+    return AnswerToken(
+        event_id=derive_event_id(event.request.request_id, "token:evidence"),
+        tenant=event.tenant,
+        request_id=event.request.request_id,
+        seq=0,
+        kind="evidence",
+        evidence=event.evidence,
+    )

@@ -8,7 +8,15 @@ prompt`), then ALL requests are submitted concurrently so a continuous-batching 
 them as outputs of its handler while the batch runs); the final answer
 carries citations, token usage and the trace, and is put into the answer cache. An unreachable
 backend is retried with back-off until the request's deadline, then answered with
-``BACKEND_UNAVAILABLE``; every other failure is a typed error. The pool around it is
+``BACKEND_UNAVAILABLE``; every other failure is a typed error.
+
+With evidence (the rerank pool's evidence stage), the prompt holds the evidence spans, not whole
+chunks (:func:`workers.generation.compress.compress`), and every completion is judged before it
+is published (:func:`workers.generation.compress.judge`): an empty, stop-only or repeating
+completion is replaced by the evidence answer, one cut at its token limit is kept up to its last
+whole sentence and marked ``truncated`` (or replaced by the evidence answer when no sentence is
+whole). A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
+silently cut question. The pool around it is
 :mod:`workers.pools.generation`; the evaluation and the query benchmark's baseline call it
 directly.
 """
@@ -28,17 +36,19 @@ from ragstream.retry import RetryPolicy
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
-from topics.responses import Citation, QueryResponse, TokenUsage
+from topics.responses import Citation, EvidenceSpan, QueryResponse, TokenUsage
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
-from workers.errors import BackendUnavailableError, code_of, error_response
+from workers.errors import BackendUnavailableError, PromptTooLongError, code_of, error_response
+from workers.evidence.answer import AnswerPolicy, quote
 from workers.generation.backend import (
     GenerationBackend,
     GenerationRequest,
     GenerationResult,
     OnToken,
 )
-from workers.generation.prompt import Prompt, PromptBuilder
+from workers.generation.compress import Judged, compress, judge
+from workers.generation.prompt import EVIDENCE_INSTRUCTION, Prompt, PromptBuilder
 from workers.runtime.handler import Emit, Outcome, derive_event_id
 from workers.runtime.metrics import MODEL_CALLS
 
@@ -61,10 +71,13 @@ class TokenSink:
     def __init__(self, publish: Callable[[Emit], None]) -> None:
         self._publish = publish
 
-    def stream(self, request: QueryRequest) -> tuple[OnToken, Callable[[], None]]:
-        """``(on_token, finish)`` for one request: tokens get ``seq`` 0, 1, ...; ``finish``
-        sends the ``final`` marker."""
-        seq = 0
+    def stream(
+        self, request: QueryRequest, first_seq: int = 0
+    ) -> tuple[OnToken, Callable[[], None]]:
+        """``(on_token, finish)`` for one request: tokens get ``seq`` ``first_seq``,
+        ``first_seq + 1``, ... (1 when the evidence event took ``seq`` 0); ``finish`` sends the
+        ``final`` marker."""
+        seq = first_seq
 
         def send(text: str, final: bool) -> None:
             nonlocal seq
@@ -87,18 +100,8 @@ class TokenSink:
 
 def citations(answer: str, used: Sequence[Any]) -> tuple[Citation, ...]:
     """Passages cited as ``[n]`` in ``answer``; every passage used if it cites none."""
-    numbers = sorted({int(m) for m in CITE.findall(answer) if 1 <= int(m) <= len(used)})
-    chosen = numbers or list(range(1, len(used) + 1))
-    return tuple(
-        Citation(
-            n=n,
-            doc_id=used[n - 1].doc_id,
-            chunk_id=used[n - 1].chunk_id,
-            title=used[n - 1].title,
-            source=used[n - 1].source,
-        )
-        for n in chosen
-    )
+    numbers = {int(m) for m in CITE.findall(answer) if 1 <= int(m) <= len(used)}
+    return citations_of(numbers or set(range(1, len(used) + 1)), used)
 
 
 class Generator:
@@ -113,6 +116,8 @@ class Generator:
         backoff: the retry policy for an unreachable backend; its deadline option is each
             request's deadline (the pools give ``max_attempts=None``: only the deadline ends
             the retries).
+        fallback: how the evidence answer that replaces an unusable completion is quoted.
+        stop: the backend's stop sequences (a completion made of one is empty).
     """
 
     def __init__(
@@ -124,7 +129,11 @@ class Generator:
         cache: AnswerCache | None,
         tier: str,
         backoff: RetryPolicy,
+        fallback: AnswerPolicy | None = None,
+        stop: Sequence[str] = (),
     ) -> None:
+        self.fallback = fallback or AnswerPolicy()
+        self.stop = tuple(stop)
         self.backend = backend
         self.builder = builder
         self.tokens = tokens
@@ -137,30 +146,57 @@ class Generator:
         """Answers (or typed errors) for ``events``, in order."""
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
-        out: list[Outcome] = []
+        out: dict[int, Outcome] = {}
         prompts: dict[int, Prompt] = {}
         for i, e in enumerate(events):
-            if e.passages:
-                prompts[i] = self.builder.build(e.request.query, e.passages)
-        streams = {i: self._stream(events[i].request) for i in prompts}
+            if not e.passages:
+                continue
+            try:
+                prompts[i] = self._prompt(e)
+            except PromptTooLongError as exc:
+                stage = f"generation-{self.tier}"
+                out[i] = Emit(RESPONSES, error_response(e, code_of(exc), str(exc), stage))
+        streams = {
+            i: self._stream(events[i].request, 1 if events[i].evidence else 0) for i in prompts
+        }
         results = self._loop.run_until_complete(self._generate(events, prompts, streams))
         if prompts:
             MODEL_CALLS.labels(f"generate-{self.tier}").inc()
         for i, e in enumerate(events):
+            if i in out:
+                continue
             if i not in prompts:
-                out.append(Emit(RESPONSES, self._answer(e, None, None, started, t0)))
+                out[i] = Emit(RESPONSES, self._answer(e, None, None, started, t0))
                 continue
             result = results[i]
             if isinstance(result, BaseException):
                 msg = f"{type(result).__name__}: {result}"
                 code = code_of(result)
-                out.append(Emit(RESPONSES, error_response(e, code, msg, f"generation-{self.tier}")))
+                out[i] = Emit(RESPONSES, error_response(e, code, msg, f"generation-{self.tier}"))
                 continue
             finish = streams[i][1]
             if finish is not None:
                 finish()
-            out.append(Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0)))
-        return out
+            out[i] = Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0))
+        return [out[i] for i in range(len(events))]
+
+    def _prompt(self, e: RerankedPassages) -> Prompt:
+        """The budgeted prompt of ``e``: over its evidence when it has some, else its passages.
+
+        Raises:
+            PromptTooLongError: the question does not fit the prompt budget.
+        """
+        if e.evidence:
+            passages, _ = compress(e.passages, e.evidence)
+            prompt = self.builder.build(e.request.query, passages, instruction=EVIDENCE_INSTRUCTION)
+        else:
+            prompt = self.builder.build(e.request.query, e.passages)
+        if prompt.question_trimmed:
+            raise PromptTooLongError(
+                f"the question does not fit the {self.builder.budget_tokens}-token prompt "
+                "budget of the serving model; ask a shorter question"
+            )
+        return prompt
 
     def close(self) -> None:
         """Close the backend's connections, the token counter and the event loop."""
@@ -171,10 +207,12 @@ class Generator:
         if callable(closer):
             closer()
 
-    def _stream(self, request: QueryRequest) -> tuple[OnToken | None, Callable[[], None] | None]:
+    def _stream(
+        self, request: QueryRequest, first_seq: int
+    ) -> tuple[OnToken | None, Callable[[], None] | None]:
         if self.tokens is None:
             return None, None
-        on_token, finish = self.tokens.stream(request)
+        on_token, finish = self.tokens.stream(request, first_seq)
         return on_token, finish
 
     async def _generate(
@@ -220,13 +258,15 @@ class Generator:
     ) -> QueryResponse:
         took = (time.perf_counter() - t0) * 1000
         cites: tuple[Citation, ...] = ()
+        evidence = e.evidence
+        truncated = False
         if prompt is None or result is None:
             answer, usage = NOT_FOUND, TokenUsage()
             detail: dict[str, str | int | float | bool] = {"passages": 0}
         else:
-            answer = result.text.strip() or NOT_FOUND
-            if not answer.startswith(NOT_FOUND):  # "not in the documents" cites nothing
-                cites = citations(answer, prompt.passages_used)
+            judged = judge(result.text, result.finish_reason, self.stop)
+            answer, cites, evidence, outcome = self._publishable(e, prompt, judged)
+            truncated = judged.truncated and outcome == "llm"
             usage = TokenUsage(
                 prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
             )
@@ -236,7 +276,10 @@ class Generator:
                 "trimmed": prompt.trimmed,
                 "ttft_ms": round(result.ttft_ms or 0.0, 1),
                 "finish": result.finish_reason,
+                "outcome": outcome,
             }
+            if judged.reason:
+                detail["judged"] = judged.reason
         response = QueryResponse(
             event_id=derive_event_id(e.event_id, f"generation-{self.tier}"),
             tenant=e.tenant,
@@ -244,6 +287,8 @@ class Generator:
             status="answered",
             answer=answer,
             citations=cites,
+            evidence=evidence,
+            truncated=truncated,
             usage=usage,
             tier=self.tier,
             trace=e.trace,
@@ -252,3 +297,39 @@ class Generator:
         if self.cache is not None:
             self.cache.put(e.request, response, e.index_version)
         return response
+
+    def _publishable(
+        self, e: RerankedPassages, prompt: Prompt, judged: Judged
+    ) -> tuple[str, tuple[Citation, ...], tuple[EvidenceSpan, ...], str]:
+        """``(answer, citations, evidence, outcome)`` for a judged completion; ``outcome`` is
+        ``llm``, ``refusal`` (the model's not-in-the-documents sentence), ``evidence`` (the
+        evidence answer replaced an unusable completion) or ``empty`` (nothing to fall back on).
+        """
+        if e.evidence:
+            _, renumbered = compress(e.passages, e.evidence)
+        else:
+            renumbered = []
+        if judged.fallback:
+            if not e.evidence:
+                return NOT_FOUND, (), (), "empty"
+            text, quoted = quote(e.evidence, self.fallback)
+            numbers = {s.n for s in quoted}
+            return text, citations_of(numbers, e.passages), e.evidence, "evidence"
+        if judged.text.startswith(NOT_FOUND):  # "not in the documents" cites nothing
+            return judged.text, (), tuple(renumbered), "refusal"
+        return judged.text, citations(judged.text, prompt.passages_used), tuple(renumbered), "llm"
+
+
+def citations_of(numbers: set[int], passages: Sequence[Any]) -> tuple[Citation, ...]:
+    """Citations of ``passages`` by 1-based number, in order."""
+    return tuple(
+        Citation(
+            n=n,
+            doc_id=passages[n - 1].doc_id,
+            chunk_id=passages[n - 1].chunk_id,
+            title=passages[n - 1].title,
+            source=passages[n - 1].source,
+        )
+        for n in sorted(numbers)
+        if 1 <= n <= len(passages)
+    )

@@ -58,6 +58,7 @@ def build_retrieval_components(
 def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> Generator:
     """The ``tier`` generator: its backend, a prompt builder budgeted in the serving model's
     tokens (``/tokenize`` of the llama.cpp server), the answer cache and the token sink."""
+    from workers.evidence.stage import answer_policy
     from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
     from workers.generation.openai_compat import OpenAICompatibleBackend
     from workers.generation.prompt import PromptBuilder
@@ -68,11 +69,12 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
     base_url = cfg.base_url or llm.base_url
     style = cfg.prompt_style or llm.prompt_style
     max_tokens = cfg.max_tokens or llm.max_tokens
+    stop = cfg.stop if cfg.stop is not None else llm.stop
     backend = OpenAICompatibleBackend(
         base_url,
         cfg.model,
         style,
-        cfg.stop if cfg.stop is not None else llm.stop,
+        stop,
         max_tokens,
         temperature=cfg.temperature if cfg.temperature is not None else llm.temperature,
         timeout_s=cfg.timeout_s or llm.request_timeout_s,
@@ -92,4 +94,6 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
         cache=build_answer_cache(settings),
         tier=tier,
         backoff=backoff,
+        fallback=answer_policy(settings.evidence),
+        stop=stop,
     )

@@ -1,7 +1,14 @@
-"""The rerank pool: fused candidates in, the top-K passages out on the chosen tier's topic.
+"""The rerank and evidence pool: fused candidates in; an evidence answer, or the top-K passages
+with their evidence on the chosen LLM tier's topic, out.
 
 Per batch: ONE scoring call for the (query, passage) pairs of every request in the batch, then
-the top K of each request in score order with at most ``max_chunks_per_doc`` per document.
+the top K of each request in score order with at most ``max_chunks_per_doc`` per document
+(plus, for an identifier of the question that no top-K passage holds, the best further
+candidate that does). Then the evidence stage (:mod:`workers.evidence.stage`) chooses every
+question's evidence spans in ONE embedding call and the answer tier: the ``evidence`` tier is
+answered here, at once, on ``rag.responses`` (no model to scale, so no hop of its own); an LLM
+tier gets the passages and their evidence on ``rag.reranked.<tier>``, and a streamed request
+gets its evidence on ``rag.tokens`` first (``kind="evidence"``, ``seq`` 0), before any token.
 """
 
 from __future__ import annotations
@@ -9,18 +16,30 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Literal, Protocol
+
+from prometheus_client import Counter
 
 from ragstream.settings import PoolSettings, RerankSettings, Settings
-from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED
+from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED, TOKENS
 from topics.reranked import RerankedPassages
 from topics.retrieved import Candidate, RetrievedCandidates
 from workers.errors import dead_letter_hook, expired_hook
+from workers.evidence.stage import (
+    EvidenceStage,
+    evidence_response,
+    evidence_token,
+    promote_identifiers,
+)
 from workers.registry import register_pool
 from workers.rerank.select import select_top_k
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 from workers.runtime.metrics import MODEL_CALLS
+
+ANSWER_TIERS = Counter(
+    "ragstream_answer_tier_total", "Answer tiers chosen by the router.", ["tier", "reason"]
+)
 
 
 class Scores(Protocol):
@@ -35,8 +54,10 @@ def rerank_handler(
     *,
     pool: PoolSettings,
     group: str | None = None,
+    evidence: EvidenceStage | None = None,
 ) -> Handler[RetrievedCandidates]:
-    """The rerank pool's handler."""
+    """The rerank pool's handler (``evidence=None``: no evidence stage, every question goes to
+    the LLM tier the retrieval pool's router suggested, with whole passages)."""
 
     def fn(events: list[RetrievedCandidates]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
@@ -45,8 +66,7 @@ def rerank_handler(
         scores = reranker.score(pairs) if pairs else []
         if pairs:
             MODEL_CALLS.labels("rerank").inc()
-        took = (time.perf_counter() - t0) * 1000
-        out: list[Outcome] = []
+        tops: list[list[Candidate]] = []
         offset = 0
         for e in events:
             n = len(e.candidates)
@@ -57,28 +77,76 @@ def rerank_handler(
                 settings.max_chunks_per_doc,
             )
             offset += n
-            passages = RerankedPassages(
+            if evidence is not None:
+                top = promote_identifiers(e.request.query, top, e.candidates)
+            tops.append(top)
+        took = (time.perf_counter() - t0) * 1000
+        reranked = [
+            RerankedPassages(
                 event_id=derive_event_id(e.event_id, "rerank"),
                 tenant=e.tenant,
                 request=e.request,
                 passages=tuple(top),
-                tier=e.tier,
+                tier=_llm_tier(e.tier),
                 index_version=e.index_version,
                 trace=e.trace,
             ).traced("rerank", started, took, batch=len(events), pairs=len(pairs))
-            out.append(Emit(RERANKED_BY_TIER[e.tier], passages))
-        return out
+            for e, top in zip(events, tops, strict=True)
+        ]
+        if evidence is None:
+            return [Emit(RERANKED_BY_TIER[r.tier], r) for r in reranked]
+        return _with_evidence(evidence, reranked)
 
     return pool_handler(
         "rerank",
         input=RETRIEVED,
-        outputs=(*RERANKED_BY_TIER.values(), RESPONSES),
+        outputs=(*RERANKED_BY_TIER.values(), RESPONSES, TOKENS),
         fn=fn,
         pool=pool,
         group=group,
         on_expired=expired_hook("rerank"),
         on_dead_letter=dead_letter_hook("rerank"),
     )
+
+
+def _llm_tier(tier: str) -> Literal["small", "large"]:
+    """The LLM tier to fall back on when the router's tier is no LLM tier."""
+    return "large" if tier == "large" else "small"
+
+
+def _with_evidence(stage: EvidenceStage, reranked: list[RerankedPassages]) -> list[Outcome]:
+    """Run the evidence stage over the batch; answer evidence-tier questions, pass the rest on."""
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.perf_counter()
+    decisions = stage.run([(r.request, r.passages, r.tier) for r in reranked])
+    MODEL_CALLS.labels("evidence").inc()
+    took = (time.perf_counter() - t0) * 1000
+    out: list[Outcome] = []
+    for r, d in zip(reranked, decisions, strict=True):
+        ANSWER_TIERS.labels(d.tier, d.reason.split(":")[0]).inc()
+        traced = r.model_copy(
+            update={
+                "evidence": d.evidence,
+                "evidence_confidence": d.confidence,
+                "route_reason": d.reason,
+            }
+        ).traced(
+            "evidence",
+            started,
+            took,
+            tier=d.tier,
+            route=d.reason,
+            confidence=round(d.confidence or 0.0, 3),
+            spans=len(d.evidence),
+        )
+        if d.tier == "evidence":
+            out.append(Emit(RESPONSES, evidence_response(traced, d)))
+            continue
+        tier = traced.model_copy(update={"tier": d.tier})
+        if r.request.stream and d.evidence:
+            out.append(Emit(TOKENS, evidence_token(tier)))
+        out.append(Emit(RERANKED_BY_TIER[d.tier], tier))
+    return out
 
 
 def _passage(c: Candidate) -> str:
@@ -94,11 +162,20 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     warm = getattr(reranker, "warm_up", None)
     if callable(warm):
         warm()
+    stage = None
+    if settings.evidence.enabled:
+        from ingest.factory import build_embedder
+        from workers.evidence.stage import build_evidence_stage
+
+        dense = settings.evidence.dense_top > 0
+        embedder = build_embedder(settings, num_threads=1) if dense else None
+        stage = build_evidence_stage(settings.evidence, embedder)
     handler = rerank_handler(
         reranker,
         settings.rerank,
         pool=settings.pools.rerank,
         group=pool_group(settings, "rerank"),
+        evidence=stage,
     )
     runner = build_runner(handler, settings, settings.pools.rerank)
     return until_signalled(runner)

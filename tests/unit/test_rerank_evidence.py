@@ -1,0 +1,106 @@
+"""The rerank pool's evidence stage: evidence-tier answers at once, LLM tiers get the evidence,
+a streamed request gets its evidence before any token, weak evidence is refused."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from ragstream.settings import PoolSettings, RerankSettings
+from topics.queries import QueryRequest
+from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
+from topics.reranked import RerankedPassages
+from topics.responses import QueryResponse
+from topics.retrieved import Candidate, RetrievedCandidates
+from topics.tokens import AnswerToken
+from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy
+from workers.evidence.select import EvidenceSelector
+from workers.evidence.stage import EvidenceStage, TierPolicy
+from workers.pools.rerank import rerank_handler
+from workers.runtime.handler import Emit
+
+LOCKS = (
+    "deadlock_timeout (integer)\n"
+    "This is the amount of time to wait on a lock before checking to see if there is a "
+    "deadlock condition. The default is one second (1s), which is probably about the smallest "
+    "value you would want in practice."
+)
+OTHER = "The planner estimates the cost of each plan. Costs are arbitrary units."
+DEEP = "Setting shared_buffers too high wastes memory. The default is 128 megabytes (128MB)."
+
+
+class KeepOrder:
+    def score(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        return [-float(i) for i in range(len(pairs))]
+
+
+def _candidate(chunk_id: str, text: str) -> Candidate:
+    return Candidate(chunk_id=chunk_id, doc_id=f"doc-{chunk_id}", text=text, title="t", score=1.0)
+
+
+def _event(
+    query: str, route: str = "auto", stream: bool = False, top_k: int = 2
+) -> RetrievedCandidates:
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    request = QueryRequest(
+        tenant="t",
+        query=query,
+        deadline=deadline,
+        route=route,
+        stream=stream,
+        top_k=top_k,  # type: ignore[arg-type]
+    )
+    candidates = (_candidate("c1", OTHER), _candidate("c2", LOCKS), _candidate("c3", DEEP))
+    return RetrievedCandidates(tenant="t", request=request, candidates=candidates, tier="small")
+
+
+def _run(events: list[RetrievedCandidates], mode: str = "evidence") -> list[Emit]:
+    stage = EvidenceStage(EvidenceSelector(None), AnswerPolicy(), TierPolicy(mode))  # type: ignore[arg-type]
+    handler = rerank_handler(KeepOrder(), RerankSettings(), pool=PoolSettings(), evidence=stage)
+    out = handler.fn(events)
+    assert all(isinstance(o, Emit) for o in out)
+    return list(out)  # type: ignore[arg-type]
+
+
+def test_evidence_tier_answers_with_quote_citations_offsets_and_trace() -> None:
+    [emit] = _run([_event("What is the default deadlock timeout?")])
+    assert emit.topic == RESPONSES
+    response = emit.event
+    assert isinstance(response, QueryResponse) and response.tier == "evidence"
+    assert "(1s)" in response.answer and "[2]" in response.answer
+    assert [c.chunk_id for c in response.citations] == ["c2"]
+    best = response.evidence[0]
+    assert LOCKS[best.start : best.end] == best.text and best.chunk_id == "c2"
+    stages = [t.stage for t in response.trace]
+    assert stages[-2:] == ["rerank", "evidence"]
+    assert response.trace[-1].detail["tier"] == "evidence"
+
+
+def test_an_identifier_below_the_top_k_is_promoted_and_quoted() -> None:
+    [emit] = _run([_event("What does shared_buffers default to?", top_k=1)])
+    assert isinstance(emit.event, QueryResponse)
+    assert [c.chunk_id for c in emit.event.citations] == ["c3"]  # the third candidate
+    assert "shared_buffers" in emit.event.answer
+
+
+def test_a_missing_identifier_is_a_refusal_without_an_llm() -> None:
+    [emit] = _run([_event("Which columns does pg_stat_io have?")], mode="llm")
+    assert emit.topic == RESPONSES and isinstance(emit.event, QueryResponse)
+    assert emit.event.answer == NOT_IN_DOCUMENTS
+    assert emit.event.trace[-1].detail["route"].startswith("missing:pg_stat_io")
+
+
+def test_llm_tier_gets_the_evidence_and_a_stream_gets_it_first() -> None:
+    out = _run([_event("How long is the deadlock timeout?", stream=True)], mode="llm")
+    assert [o.topic for o in out] == [TOKENS, RERANKED_BY_TIER["small"]]
+    token, passages = out[0].event, out[1].event
+    assert isinstance(token, AnswerToken) and token.kind == "evidence" and token.seq == 0
+    assert isinstance(passages, RerankedPassages) and passages.tier == "small"
+    assert passages.evidence and token.evidence == passages.evidence
+    assert passages.route_reason == "policy"
+
+
+def test_a_forced_route_wins() -> None:
+    [emit] = _run([_event("How long is the deadlock timeout?", route="large")])
+    assert emit.topic == RERANKED_BY_TIER["large"]
+    assert isinstance(emit.event, RerankedPassages) and emit.event.route_reason == "forced"
