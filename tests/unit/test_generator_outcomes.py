@@ -1,0 +1,117 @@
+"""The generator never publishes garbage (issue 13): an empty completion falls back to the
+evidence answer, a completion cut at its token limit is kept to its last whole sentence and
+marked, a question over the prompt budget is a typed PROMPT_TOO_LONG error with citations, and the
+LLM sees the evidence, not whole chunks."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from ragstream.retry import RetryPolicy
+from topics.queries import QueryRequest
+from topics.reranked import RerankedPassages
+from topics.responses import EvidenceSpan, QueryResponse
+from topics.retrieved import Candidate
+from workers.generation.backend import GenerationRequest, GenerationResult, OnTokenFor
+from workers.generation.generator import Generator
+from workers.generation.prompt import PromptBuilder
+from workers.runtime.handler import Emit
+
+TEXT = (
+    "Sets the amount of memory the database server uses for shared memory buffers. "
+    "The default is typically 128 megabytes (128MB), but might be less if your kernel "
+    "settings will not support it."
+)
+
+
+class Words:
+    def count(self, texts: Sequence[str]) -> list[int]:
+        return [len(t.split()) for t in texts]
+
+
+class Backend:
+    """Answers every request with one fixed completion; remembers the prompts."""
+
+    def __init__(self, text: str, finish: str = "stop") -> None:
+        self.text, self.finish = text, finish
+        self.prompts: list[str] = []
+
+    async def generate_many(
+        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+    ) -> list[GenerationResult | Exception]:
+        self.prompts.extend(str(r.prompt.messages or r.prompt.text) for r in requests)
+        return [
+            GenerationResult(r.request_id, self.text, 50, 7, self.finish, 12.0, 30.0)
+            for r in requests
+        ]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _generator(backend: Backend, budget: int = 400) -> Generator:
+    builder = PromptBuilder(Words(), budget + 64 + 8, 64, "chat")
+    return Generator(
+        backend,  # type: ignore[arg-type]
+        builder,
+        tokens=None,
+        cache=None,
+        tier="small",
+        backoff=RetryPolicy(max_attempts=1),
+        stop=["\n\n"],
+    )
+
+
+def _event(question: str = "What is the default of shared_buffers?") -> RerankedPassages:
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    request = QueryRequest(tenant="t", query=question, deadline=deadline)
+    passage = Candidate(chunk_id="c1", doc_id="d1", text=TEXT, title="shared_buffers", score=1.0)
+    start = TEXT.index("The default")
+    end = TEXT.index("(128MB)") + len("(128MB),") - 1
+    span = EvidenceSpan(
+        n=1, chunk_id="c1", doc_id="d1", start=start, end=end, text=TEXT[start:end], score=1.2
+    )
+    return RerankedPassages(tenant="t", request=request, passages=(passage,), evidence=(span,))
+
+
+def _answer(generator: Generator, event: RerankedPassages) -> QueryResponse:
+    try:
+        [out] = generator.run([event])
+    finally:
+        generator.close()
+    assert isinstance(out, Emit) and isinstance(out.event, QueryResponse)
+    return out.event
+
+
+def test_the_llm_sees_the_evidence_not_the_whole_chunk() -> None:
+    backend = Backend("It is 128MB [1].")
+    response = _answer(_generator(backend), _event())
+    assert "128 megabytes" in backend.prompts[0] and "kernel settings" not in backend.prompts[0]
+    assert response.answer == "It is 128MB [1]." and not response.truncated
+    assert [c.chunk_id for c in response.citations] == ["c1"] and response.evidence
+
+
+def test_an_empty_completion_falls_back_to_the_evidence_answer() -> None:
+    for text in ("", "  ", "\n\n"):
+        response = _answer(_generator(Backend(text)), _event())
+        assert response.status == "answered"
+        assert "128MB" in response.answer and response.answer.endswith("[1]")
+        assert response.trace[-1].detail["outcome"] == "evidence"
+
+
+def test_a_cut_completion_is_kept_to_its_last_sentence_and_marked() -> None:
+    response = _answer(
+        _generator(Backend("It is 128MB [1]. It can be raised when", "length")), _event()
+    )
+    assert response.answer == "It is 128MB [1]." and response.truncated
+    no_sentence = _answer(_generator(Backend("It is 128MB and then", "length")), _event())
+    assert not no_sentence.truncated and "(128MB)" in no_sentence.answer  # the evidence answer
+
+
+def test_a_question_over_the_budget_is_prompt_too_long_with_citations() -> None:
+    long_question = "why " * 500 + "?"
+    response = _answer(_generator(Backend("x"), budget=120), _event(long_question))
+    assert response.status == "error" and response.error is not None
+    assert response.error.code == "PROMPT_TOO_LONG"
+    assert [c.chunk_id for c in response.citations] == ["c1"] and response.evidence
