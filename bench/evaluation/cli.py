@@ -44,6 +44,18 @@ def eval_command(  # noqa: PLR0917 - typer options
     instruction: str | None = typer.Option(
         None, "--instruction", help="Prompt instruction to try; default: the generation pool's."
     ),
+    tiers: str = typer.Option(
+        "routed,evidence,small",
+        "--tiers",
+        help="Answer configurations, comma-separated: routed (the default router), evidence, "
+        "small, large. The first is the one the per-question records show.",
+    ),
+    llm: list[str] = typer.Option(
+        [],
+        "--llm",
+        help="MODEL=URL: also answer with the small tier on this llama.cpp server of a catalog "
+        "model (repeatable), e.g. qwen2.5-coder-0.5b-instruct=http://127.0.0.1:8082.",
+    ),
     root: list[str] = typer.Option(
         [], "--root", help="CORPUS=HTML_ROOT (repeatable); default: the two manuals' roots."
     ),
@@ -85,6 +97,8 @@ def eval_command(  # noqa: PLR0917 - typer options
             max_tokens=max_tokens,
             instruction=instruction,
             roots=parse_roots(root),
+            tiers=tuple(t.strip() for t in tiers.split(",") if t.strip()),
+            llms=tuple(_model_url(x) for x in llm),
         )
         report = run_evaluation(
             settings,
@@ -103,3 +117,15 @@ def eval_command(  # noqa: PLR0917 - typer options
         console.print(f"[yellow]skipped[/yellow] {mode}: {reason}")
     write_report(report, out_dir)
     typer.echo(summary_line(report, out_dir))
+
+
+def _model_url(value: str) -> tuple[str, str]:
+    """``MODEL=URL`` as a pair.
+
+    Raises:
+        ValueError: no ``=``.
+    """
+    model, sep, url = value.partition("=")
+    if not sep or not model or not url:
+        raise ValueError(f"--llm wants MODEL=URL, not {value!r}")
+    return model.strip(), url.strip()

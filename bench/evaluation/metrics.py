@@ -95,6 +95,25 @@ def matches_any(answer: str, patterns: Iterable[str]) -> bool:
     return any(re.search(p, answer, re.IGNORECASE) for p in patterns)
 
 
+#: Answers longer than this many words count as wrong (the shared question set's rule: a long
+#: answer cannot win by containing every candidate).
+MAX_ANSWER_WORDS = 120
+
+
+def is_correct(answer: str, patterns: Iterable[str]) -> bool:
+    """:func:`matches_any`, and the answer has at most :data:`MAX_ANSWER_WORDS` words."""
+    return len(answer.split()) <= MAX_ANSWER_WORDS and matches_any(answer, patterns)
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of ``values``, nearest rank; ``None`` when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return round(ordered[rank - 1], 1)
+
+
 def is_refusal(answer: str) -> bool:
     """Whether ``answer`` declines to answer (any of :data:`REFUSAL_PATTERNS`)."""
     return any(p.search(answer) for p in REFUSAL_PATTERNS)

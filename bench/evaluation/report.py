@@ -22,6 +22,28 @@ class ModeReport(BaseModel):
     seconds_per_question: float
 
 
+class TierReport(BaseModel):
+    """One answer configuration (``routed``, ``evidence``, ``small``, ``large``,
+    ``llm:<model>``): its answer metrics overall and per kind; ``share``: the share of
+    questions each tier answered; ``empty``: completions with no usable text (replaced by the
+    evidence answer); ``truncated``: LLM answers cut at their token limit; ``fallbacks``: LLM
+    completions replaced by the evidence answer; ``errors``: typed errors; prompt tokens and
+    latency (evidence stage plus generation, per question) as p50/p95."""
+
+    model_config = ConfigDict(frozen=True)
+
+    overall: AnswerMetrics
+    by_kind: dict[str, AnswerMetrics]
+    share: dict[str, float]
+    empty: int = 0
+    truncated: int = 0
+    fallbacks: int = 0
+    errors: int = 0
+    prompt_tokens_p50: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+
+
 class AnswersReport(BaseModel):
     """Answer metrics of the default configuration, overall and per ``kind`` and ``corpus``;
     ``seconds_per_question``: generation wall time divided by the questions;
@@ -38,6 +60,8 @@ class AnswersReport(BaseModel):
     by_corpus: dict[str, AnswerMetrics]
     seconds_per_question: float
     empty_completions: int = 0
+    #: The default configuration is ``routed``; every configuration measured, by name.
+    tiers: dict[str, TierReport] = {}
 
 
 class QuestionRecord(BaseModel):
@@ -73,6 +97,8 @@ class Headline(BaseModel):
     mrr_at_10: float | None
     answer_accuracy: float | None
     absent_refusal_rate: float | None
+    false_refusal_rate: float | None = None
+    answer_latency_p50_ms: float | None = None
 
 
 class EvalReport(BaseModel):
@@ -95,15 +121,18 @@ class EvalReport(BaseModel):
     questions: list[QuestionRecord]
 
     def with_headline(self) -> EvalReport:
-        """A copy whose headline holds the default mode's hit@5 and MRR@10 and the answers'
-        accuracy and absent refusal rate."""
+        """A copy whose headline holds the default mode's hit@5 and MRR@10 and the default
+        answer configuration's accuracy, refusal rates and latency."""
         mode = self.modes.get(self.default_mode)
         answers = self.answers.overall if self.answers is not None else None
+        routed = self.answers.tiers.get("routed") if self.answers is not None else None
         headline = Headline(
             hit_at_5=mode.overall.hit_at_5 if mode else None,
             mrr_at_10=mode.overall.mrr_at_10 if mode else None,
             answer_accuracy=answers.answer_accuracy if answers else None,
             absent_refusal_rate=answers.absent_refusal_rate if answers else None,
+            false_refusal_rate=answers.false_refusal_rate if answers else None,
+            answer_latency_p50_ms=routed.latency_p50_ms if routed else None,
         )
         return self.model_copy(update={"headline": headline})
 
@@ -177,9 +206,41 @@ def to_markdown(report: EvalReport) -> str:
         ]
         lines += [_answer_row(f"kind {k}", m) for k, m in a.by_kind.items()]
         lines += [_answer_row(f"corpus {c}", m) for c, m in a.by_corpus.items()]
+        lines += _tier_lines(a)
     lines += ["", "## Questions", "", _question_head(report), _question_rule(report)]
     lines += [_question_row(report, q) for q in report.questions]
     return "\n".join(lines) + "\n"
+
+
+TIER_HEAD = (
+    "| configuration | correct | accuracy | absent refusal | false refusal | empty | truncated "
+    "| fallbacks | errors | prompt tokens p50 | latency p50 ms | p95 ms | tiers |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _tier_lines(a: AnswersReport) -> list[str]:
+    if not a.tiers:
+        return []
+    lines = ["", "### Answer configurations", "", TIER_HEAD]
+    for name, t in a.tiers.items():
+        m = t.overall
+        share = ", ".join(f"{k} {v:.2f}" for k, v in sorted(t.share.items()))
+        lines.append(
+            f"| {name} | {m.correct}/{m.n} | {_f(m.answer_accuracy)} "
+            f"| {_f(m.absent_refusal_rate)} | {_f(m.false_refusal_rate)} | {t.empty} "
+            f"| {t.truncated} | {t.fallbacks} | {t.errors} | {t.prompt_tokens_p50 or '-'} "
+            f"| {t.latency_p50_ms or '-'} | {t.latency_p95_ms or '-'} | {share} |"
+        )
+    lines += [
+        "",
+        "### Per kind and configuration",
+        "",
+        ANSWER_HEAD.format(col="configuration / kind"),
+    ]
+    for name, t in a.tiers.items():
+        lines += [_answer_row(f"{name} / {k}", m) for k, m in t.by_kind.items()]
+    return lines
 
 
 def _question_head(report: EvalReport) -> str:
@@ -213,7 +274,9 @@ def summary_line(report: EvalReport, out_dir: Path | None = None) -> str:
         a = report.answers.overall
         text += (
             f"; answers {a.correct}/{a.n} correct ({_f(h.answer_accuracy)}), "
-            f"absent refusal rate {_f(h.absent_refusal_rate)}"
+            f"absent refusal rate {_f(h.absent_refusal_rate)}, "
+            f"false refusal rate {_f(h.false_refusal_rate)}, "
+            f"answer latency p50 {h.answer_latency_p50_ms or '-'} ms"
         )
     best = max(report.modes.items(), key=lambda kv: kv[1].overall.mrr_at_10 or 0.0, default=None)
     if best is not None:

@@ -15,18 +15,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from elasticsearch import Elasticsearch
 
-from bench.evaluation.answers import Answer, Answerer, AnswerJob
+from bench.evaluation.answers import Answer, Answerer, AnswerJob, tier_configs
 from bench.evaluation.metrics import (
     answer_metrics,
     first_relevant_rank,
     group_by,
+    is_correct,
     is_refusal,
-    matches_any,
+    percentile,
     retrieval_metrics,
 )
 from bench.evaluation.modes import ALL_MODES, ModeRunner, plan_modes
@@ -44,6 +46,7 @@ from bench.evaluation.report import (
     Headline,
     ModeReport,
     QuestionRecord,
+    TierReport,
     write_report,
 )
 from ragstream.errors import ConfigurationError, TransientError
@@ -73,6 +76,9 @@ class EvalOptions:
         max_tokens: answer budget in tokens; ``None``: the generation settings'.
         instruction: the prompt's instruction; ``None``: the generation pool's.
         roots: corpus name -> the manual's html root, for mapping chunks to pages.
+        tiers: answer configurations to measure (:func:`bench.evaluation.answers.
+            tier_configs`); the first is the one the records and the headline show.
+        llms: ``(catalog model, server URL)`` pairs, each measured as ``llm:<model>``.
     """
 
     modes: tuple[str, ...] = ALL_MODES
@@ -85,6 +91,8 @@ class EvalOptions:
     max_tokens: int | None = None
     instruction: str | None = None
     roots: Mapping[str, Path] = field(default_factory=lambda: dict(CORPUS_ROOTS))
+    tiers: tuple[str, ...] = ("routed", "evidence", "small")
+    llms: tuple[tuple[str, str], ...] = ()
 
 
 def default_mode(settings: Settings) -> str:
@@ -165,21 +173,28 @@ def run_evaluation(
         run.seconds[mode] += embed_s
     if options.generate and default in run.skipped:
         raise EvaluationError(f"the default mode {default} cannot run: {run.skipped[default]}")
-    answers: list[Answer] | None = None
+    answers: dict[str, list[Answer]] | None = None
     gen_s = 0.0
     if options.generate:
+        from workers.evidence.stage import promote_identifiers
         from workers.pools.components import build_router
 
         router = build_router(embedder)
         jobs = [
-            AnswerJob(r, run.lists[default][i][:top_k], router.route(r, vectors[i]).tier)
+            AnswerJob(
+                r,
+                promote_identifiers(r.query, run.lists[default][i][:top_k], run.lists[default][i]),
+                router.route(r, vectors[i]).tier,
+            )
             for i, r in enumerate(requests)
         ]
-        say(f"generating {len(jobs)} answers with {default}, top {top_k} passages")
+        configs = tier_configs(settings, options.tiers, options.llms)
+        say(f"answering {len(jobs)} questions in {', '.join(c.name for c in configs)}")
         tg = time.perf_counter()
-        answers = _generate(settings, options, jobs)
+        answers = _generate(settings, embedder, options, jobs, configs, say)
         gen_s = time.perf_counter() - tg
-    records, judged = _records(qs, run, answers, options.roots, default)
+    main = next(iter(answers.values())) if answers else None
+    records, judged = _records(qs, run, main, options.roots, default)
     return EvalReport(
         questions_file=questions_file,
         n_questions=len(qs),
@@ -204,10 +219,21 @@ def run_evaluation(
     ).with_headline()
 
 
-def _generate(settings: Settings, options: EvalOptions, jobs: list[AnswerJob]) -> list[Answer]:
-    answerer = Answerer(settings, options.max_tokens, options.instruction)
+def _generate(  # noqa: PLR0917 - one call site
+    settings: Settings,
+    embedder: Any,
+    options: EvalOptions,
+    jobs: list[AnswerJob],
+    configs: Sequence[Any],
+    say: Callable[[str], None],
+) -> dict[str, list[Answer]]:
+    answerer = Answerer(settings, embedder, options.max_tokens, options.instruction)
     try:
-        return answerer.answer(jobs)
+        out = {}
+        for config in configs:
+            say(f"answers of {config.name}")
+            out[config.name] = answerer.answer(jobs, config)
+        return out
     finally:
         answerer.close()
 
@@ -303,7 +329,7 @@ def _records(
             judged.append(
                 (
                     q.answerable,
-                    ok and matches_any(a.text, q.answer_patterns),
+                    ok and is_correct(a.text, q.answer_patterns),
                     ok and is_refusal(a.text),
                 )
             )
@@ -321,9 +347,42 @@ def _records(
     return records, judged
 
 
+def _judge(qs: list[EvalQuestion], answers: list[Answer]) -> list[tuple[bool, bool, bool]]:
+    return [
+        (
+            q.answerable,
+            a.error is None and is_correct(a.text, q.answer_patterns),
+            a.error is None and is_refusal(a.text),
+        )
+        for q, a in zip(qs, answers, strict=True)
+    ]
+
+
+def _tier_report(qs: list[EvalQuestion], answers: list[Answer]) -> TierReport:
+    judged = _judge(qs, answers)
+    pairs = list(zip(qs, judged, strict=True))
+    tiers = [a.tier for a in answers]
+    prompts = [float(a.prompt_tokens) for a in answers if a.prompt_tokens]
+    return TierReport(
+        overall=answer_metrics(judged),
+        by_kind={
+            k: answer_metrics([j for _, j in g])
+            for k, g in group_by(pairs, lambda p: p[0].kind).items()
+        },
+        share={t: round(tiers.count(t) / len(tiers), 3) for t in sorted(set(tiers))},
+        empty=sum(1 for a in answers if a.empty),
+        truncated=sum(1 for a in answers if a.truncated),
+        fallbacks=sum(1 for a in answers if a.outcome == "fallback"),
+        errors=sum(1 for a in answers if a.error is not None),
+        prompt_tokens_p50=percentile(prompts, 50),
+        latency_p50_ms=percentile([a.latency_ms for a in answers], 50),
+        latency_p95_ms=percentile([a.latency_ms for a in answers], 95),
+    )
+
+
 def _answers_report(
     qs: list[EvalQuestion],
-    answers: list[Answer],
+    answers: dict[str, list[Answer]],
     judged: list[tuple[bool, bool, bool]],
     *,
     default: str,
@@ -331,6 +390,7 @@ def _answers_report(
     gen_s: float,
 ) -> AnswersReport:
     pairs = list(zip(qs, judged, strict=True))
+    main = next(iter(answers.values()))
     return AnswersReport(
         mode=default,
         top_k=top_k,
@@ -344,7 +404,8 @@ def _answers_report(
             for c, g in group_by(pairs, lambda p: p[0].corpus).items()
         },
         seconds_per_question=round(gen_s / len(qs), 3),
-        empty_completions=sum(1 for a in answers if a.empty),
+        empty_completions=sum(1 for a in main if a.empty),
+        tiers={name: _tier_report(qs, a) for name, a in answers.items()},
     )
 
 
@@ -366,7 +427,7 @@ def _mode_report(qs: list[EvalQuestion], ranks: list[int | None], seconds: float
 
 @dataclass(frozen=True)
 class BenchEval:
-    """What ``make bench`` takes from an evaluation: four numbers and the full report.
+    """What ``make bench`` takes from an evaluation: the headline numbers and the report.
 
     Attributes:
         hit_at_5: share of answerable questions with an expected page in the default mode's
@@ -375,6 +436,8 @@ class BenchEval:
         answer_accuracy: share of answers matching their patterns (``None`` without answers).
         absent_refusal_rate: share of ``absent`` questions answered with a refusal.
         report: the full report; ``json_path``/``md_path``: where it was written.
+        false_refusal_rate: share of answerable questions refused (``None`` without answers).
+        answer_latency_p50_ms: median answer latency of the default configuration, ms.
     """
 
     hit_at_5: float | None
@@ -384,14 +447,18 @@ class BenchEval:
     report: EvalReport
     json_path: Path
     md_path: Path
+    false_refusal_rate: float | None = None
+    answer_latency_p50_ms: float | None = None
 
     def summary(self) -> dict[str, float | None]:
-        """The four numbers by name (``eval.<name>`` in ``summary.json``)."""
+        """The numbers by name (``eval.<name>`` in ``summary.json``)."""
         return {
             "hit_at_5": self.hit_at_5,
             "mrr_at_10": self.mrr_at_10,
             "answer_accuracy": self.answer_accuracy,
             "absent_refusal_rate": self.absent_refusal_rate,
+            "false_refusal_rate": self.false_refusal_rate,
+            "answer_latency_p50_ms": self.answer_latency_p50_ms,
         }
 
 
@@ -433,4 +500,6 @@ def evaluate_for_bench(
         report,
         json_path,
         md_path,
+        h.false_refusal_rate,
+        h.answer_latency_p50_ms,
     )
