@@ -197,7 +197,8 @@ def test_summary_maps_every_benchmark_to_the_issue_keys(tmp_path: Path) -> None:
     (run / "ingest.json").write_text(json.dumps(INGEST))
     (run / "bus.json").write_text(json.dumps(BUS))
     metrics = {"hit_at_5": 0.9, "mrr_at_10": 0.7, "answer_accuracy": 0.2,
-               "absent_refusal_rate": 0.0}  # fmt: skip
+               "absent_refusal_rate": 0.0, "false_refusal_rate": 0.05,
+               "answer_latency_p50_ms": 40.0}  # fmt: skip
     report = {"n_questions": 30, "headline": metrics, "modes": {"hybrid": {"hit_at_5": 0.1}}}
     (run / "eval" / "eval.json").write_text(json.dumps(report))
     latest = tmp_path / "latest"
@@ -212,8 +213,11 @@ def test_summary_maps_every_benchmark_to_the_issue_keys(tmp_path: Path) -> None:
     assert s["query"]["generation_speedup_vs_sequential"] == 1.6
     assert s["query"]["generation_ttft_p50_ms"] == 50.0
     assert s["eval"] == metrics
-    assert s["targets"]["query.retrieval_speedup_vs_sequential"]["met"] is True
-    assert s["targets"]["query.generation_speedup_vs_sequential"]["met"] is False
+    # The speed-ups are reported, not judged: 2 cores leave no 4x to win (issue 13).
+    assert "query.retrieval_speedup_vs_sequential" not in s["targets"]
+    assert s["targets"]["eval.answer_accuracy"]["met"] is False
+    assert s["targets"]["eval.absent_refusal_rate"]["met"] is False
+    assert s["targets"]["eval.false_refusal_rate"]["met"] is True
     assert s["targets"]["bus.hop_p50_ms"]["met"] is False
     assert json.loads((latest / "summary.json").read_text()) == s
     assert (latest / "query.json").exists() and not (latest / "stale.txt").exists()
@@ -225,7 +229,7 @@ def test_summary_of_missing_results_says_what_is_missing(tmp_path: Path) -> None
     assert s["bus"]["hop_p50_ms"] == 12.7
     assert s["ingest"]["stream_ratio_to_limit"] is None
     assert s["eval"]["hit_at_5"] is None
-    assert s["targets"]["query.retrieval_speedup_vs_sequential"]["met"] is None
+    assert s["targets"]["eval.answer_accuracy"]["met"] is None
     assert any("ingest.json missing" in n for n in s["notes"])
     assert any("eval/eval.json missing" in n for n in s["notes"])
 
