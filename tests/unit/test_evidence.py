@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose
+from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose, quote
 from workers.evidence.lexical import identifiers, terms
 from workers.evidence.segment import segment, split_sentences
-from workers.evidence.select import EvidenceSelector
+from workers.evidence.select import EvidenceSelector, Weights
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,30 @@ def test_weak_evidence_refuses_and_the_answer_keeps_its_word_budget() -> None:
 def test_blank_passages_give_no_evidence(text: str) -> None:
     [ev] = EvidenceSelector(None).select([("anything?", [P(text)])])
     assert ev.spans == () and compose(ev, AnswerPolicy()).reason == "no_evidence"
+
+
+SETTINGS = (
+    "autovacuum_naptime (integer)\n\n"
+    "Specifies the minimum delay between autovacuum runs on any given database. "
+    "The default is one minute (1min).\n\n"
+    "autovacuum_vacuum_threshold (integer)\n\n"
+    "Specifies the minimum number of updated tuples needed to trigger a VACUUM. "
+    "The default is 50 tuples."
+)
+
+
+def test_a_definition_term_heads_the_block_of_its_description() -> None:
+    units = segment(SETTINGS)
+    assert [u.kind for u in units][:3] == ["term", "sentence", "sentence"]
+    assert units[0].block == units[1].block == units[2].block
+    assert units[3].kind == "term" and units[3].block == units[4].block != units[0].block
+
+
+def test_a_value_sentence_is_found_through_its_term() -> None:
+    selector = EvidenceSelector(None, Weights(block=0.8, lexical=0.3))
+    [ev] = selector.select([("What is the default of autovacuum_naptime?", [P(SETTINGS)])])
+    value = next(s for s in ev.spans if "one minute" in s.text)
+    assert value.context == "autovacuum_naptime (integer)"
+    assert ev.spans.index(value) < next(i for i, s in enumerate(ev.spans) if "50 tuples" in s.text)
+    text, _ = quote([value], AnswerPolicy())
+    assert text == "autovacuum_naptime (integer) / The default is one minute (1min). [1]"

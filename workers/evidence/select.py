@@ -36,6 +36,9 @@ Vectors = npt.NDArray[np.float32]
 
 #: Units with fewer words than this take the next unit of their block as context.
 SHORT_UNIT_WORDS = 6
+#: A quoted sentence of a definition carries its term as context ("checkpoint_timeout (integer) /
+#: The default is five minutes (5min)."): the value alone does not say what it is the value of.
+QUOTE_HEAD = True
 
 
 class Embeds(Protocol):
@@ -95,7 +98,8 @@ class Span:
         end: offset one past the last character (``chunk.text[start:end] == text``).
         text: the quoted text.
         score: the unit score (see :class:`Weights`).
-        context: text that frames a table row (its header), else "".
+        context: text that frames the span: a table row's header, or the definition term heading
+            a sentence of a description; else "".
     """
 
     n: int
@@ -271,7 +275,7 @@ class EvidenceSelector:
                     end=last.end,
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
-                    context=first.context,
+                    context=first.context or (first.head if QUOTE_HEAD else ""),
                 )
             )
             used.update((s.passage, u.start) for u in units)
