@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose, quote
-from workers.evidence.lexical import identifiers, terms
+from workers.evidence.lexical import answer_type, identifiers, terms, type_match
 from workers.evidence.segment import segment, split_sentences
 from workers.evidence.select import EvidenceSelector, Weights
 
@@ -190,3 +190,19 @@ def test_a_value_sentence_is_found_through_its_term() -> None:
     assert ev.spans.index(value) < next(i for i, s in enumerate(ev.spans) if "50 tuples" in s.text)
     text, _ = quote([value], AnswerPolicy())
     assert text == "autovacuum_naptime (integer) / The default is one minute (1min). [1]"
+
+
+def test_a_sentence_names_the_identifier_of_its_term_and_number_words_are_values() -> None:
+    text = (
+        "statement_timeout (integer)\n\n"
+        "Abort any statement that takes more than the specified amount of time. "
+        "A value of zero (the default) disables the timeout.\n\n"
+        "Setting statement_timeout in postgresql.conf is not recommended because it would "
+        "affect all sessions."
+    )
+    selector = EvidenceSelector(None, Weights(block=0.8, lexical=0.3))
+    question = "What is statement_timeout set to by default?"
+    [ev] = selector.select([(question, [P(text)])])
+    assert ev.spans[0].text == "A value of zero (the default) disables the timeout."
+    kind = answer_type(question)
+    assert type_match(kind, "zero (the default)", ["zero", "default"], False) == 1.0

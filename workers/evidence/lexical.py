@@ -128,7 +128,13 @@ NAME_CUES = re.compile(
 )
 #: Words that name what kind of value is asked for; a unit that repeats one is about that value.
 FOCUS_WORDS = frozenset({"default", "maximum", "minimum", "limit", "lowest", "highest"})
-_DIGIT = re.compile(r"\d")
+#: A value written in digits or in English number words ("one minute", "zero", "one million"):
+#: manuals spell small values out.
+_VALUE = re.compile(
+    r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
+    r"fifty|hundred|thousand|million|billion|half|twice|none|null)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +165,11 @@ def answer_type(question: str) -> AnswerType:
 
 
 def type_match(kind: AnswerType, text: str, unit_terms: Iterable[str], is_code: bool) -> float:
-    """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply
-    (a number for a value, an identifier or code for a name, the focus words)."""
+    """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
+    number, in digits or words, for a value; an identifier or code for a name; the focus words)."""
     checks: list[bool] = []
     if kind.value:
-        checks.append(bool(_DIGIT.search(text)))
+        checks.append(bool(_VALUE.search(text)))
     if kind.name:
         checks.append(is_code or any(is_identifier(t) for t in _TOKEN.findall(text)))
     if kind.focus:

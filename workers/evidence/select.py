@@ -39,6 +39,9 @@ SHORT_UNIT_WORDS = 6
 #: A quoted sentence of a definition carries its term as context ("checkpoint_timeout (integer) /
 #: The default is five minutes (5min)."): the value alone does not say what it is the value of.
 QUOTE_HEAD = True
+#: A sentence of a definition names the identifier of its term: under "shared_buffers (integer)",
+#: "The default is 128MB." is the value of ``shared_buffers``.
+HEAD_NAMES = True
 
 
 class Embeds(Protocol):
@@ -68,7 +71,8 @@ class Weights:
         cosine: cosine similarity of question and unit embeddings, in [-1, 1].
         lexical: IDF-weighted coverage of the question's terms in the unit, in [0, 1].
         titled: the same coverage in the unit plus its passage's title, in [0, 1].
-        identifier: 1 when the unit contains an identifier the question names.
+        identifier: 1 when the unit, or the definition term heading its block, contains an
+            identifier the question names.
         rank: ``1 / (1 + rank)`` of the unit's passage (rank 0 is the best passage).
         answer_type: how well the unit fits the question's expected answer type
             (:func:`workers.evidence.lexical.type_match`), in [0, 1].
@@ -215,10 +219,11 @@ class EvidenceSelector:
             for ui, unit in enumerate(plist):
                 ut = unit_terms[pi][ui]
                 low = unit.text.lower()
+                head = unit.head.lower() if HEAD_NAMES else ""
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
-                    + w.identifier * (1.0 if any(i in low for i in q_ids) else 0.0)
+                    + w.identifier * (1.0 if any(i in low or i in head for i in q_ids) else 0.0)
                     + w.rank / (1 + pi)
                     + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code")
                     + w.block * block_cover[unit.block]
