@@ -206,3 +206,10 @@ def test_a_sentence_names_the_identifier_of_its_term_and_number_words_are_values
     assert ev.spans[0].text == "A value of zero (the default) disables the timeout."
     kind = answer_type(question)
     assert type_match(kind, "zero (the default)", ["zero", "default"], False) == 1.0
+
+
+def test_a_table_cut_by_chunking_has_no_header_row() -> None:
+    text = "the first day of the month)\nIYYY | ISO 8601 week-numbering year\nIW | ISO week number"
+    units = segment(text)
+    assert units[0].kind == "item"
+    assert [(u.kind, u.context) for u in units[1:]] == [("row", ""), ("row", "")]

@@ -167,8 +167,12 @@ def segment(text: str) -> list[Unit]:
         if _is_code(lines, block):
             units.extend(_code_units(lines, text, block_no))
         elif _is_table(lines):
-            header = lines[0][1]
-            units.append(Unit(lines[0][0], lines[0][0] + len(header), header, "row", "", block_no))
+            # A table cut by chunking starts with the tail of a cell, not its header row: a
+            # first line without cells is no header, and the rows are quoted without one.
+            first = lines[0][1]
+            header = first if "|" in first else ""
+            kind = "row" if header else "item"
+            units.append(Unit(lines[0][0], lines[0][0] + len(first), first, kind, "", block_no))
             units.extend(
                 Unit(off, off + len(line), line, "row", header, block_no) for off, line in lines[1:]
             )
