@@ -213,3 +213,20 @@ def test_a_table_cut_by_chunking_has_no_header_row() -> None:
     units = segment(text)
     assert units[0].kind == "item"
     assert [(u.kind, u.context) for u in units[1:]] == [("row", ""), ("row", "")]
+
+
+@pytest.mark.parametrize(
+    ("question", "default"),
+    [
+        ("What line width does pprint use if I don't pass width?", True),
+        ("Out of the box, what level is the root logger set to?", True),
+        ("What tolerance applies when rel_tol is not passed?", True),
+        ("If I run pg_dump without choosing a format, what do I get?", True),
+        ("How do I build an index without locking out writes?", False),
+        ("What does the width argument of pprint do?", False),
+    ],
+)
+def test_a_question_that_leaves_an_argument_unspecified_asks_for_its_default(
+    question: str, default: bool
+) -> None:
+    assert ("default" in answer_type(question).focus) == default

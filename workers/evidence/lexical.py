@@ -126,6 +126,16 @@ NAME_CUES = re.compile(
     r"|^\s*how (do|can|should|would) (i|you)\b",
     re.IGNORECASE,
 )
+#: Questions that leave an argument or a setting unspecified ask for its default ("if I don't
+#: pass width", "without choosing a format", "out of the box", "when rel_tol is not passed").
+OMITTED_CUES = re.compile(
+    r"\b(out of the box|(do not|don't|doesn't|does not|never|didn't|did not)\s+(\w+\s+)?"
+    r"(pass|give|specify|set|say|choose|change|provide|supply)\w*|"
+    r"without\s+(passing|giving|specifying|setting|choosing|changing|providing|supplying)|"
+    r"(is|are)\s+(not|never)\s+(passed|given|specified|set|supplied|provided)|omit\w*|"
+    r"give[sn]? no|with no\s+\w+\s+(given|specified)|unspecified)",
+    re.IGNORECASE,
+)
 #: Words that name what kind of value is asked for; a unit that repeats one is about that value.
 FOCUS_WORDS = frozenset({"default", "maximum", "minimum", "limit", "lowest", "highest"})
 #: A value written in digits or in English number words ("one minute", "zero", "one million"):
@@ -145,7 +155,8 @@ class AnswerType:
     Attributes:
         value: the question asks for a value (a unit holding a number fits).
         name: the question asks for a name or a way (a unit holding an identifier or code fits).
-        focus: stems of the focus words the question uses ("default", "maximum", ...).
+        focus: stems of the focus words the question uses ("default", "maximum", ...); "default"
+            also when it leaves an argument or setting unspecified (:data:`OMITTED_CUES`).
     """
 
     value: bool
@@ -157,10 +168,13 @@ def answer_type(question: str) -> AnswerType:
     """The expected answer type of ``question`` (cue words; see :class:`AnswerType`)."""
     stem = _stemmer().stemWord
     words = {w.lower() for w in re.findall(r"[a-z]+", question, re.IGNORECASE)}
+    focus = {stem(w) for w in words & FOCUS_WORDS}
+    if OMITTED_CUES.search(question):
+        focus.add(stem("default"))
     return AnswerType(
         value=bool(VALUE_CUES.search(question)),
         name=bool(NAME_CUES.search(question)),
-        focus=frozenset(stem(w) for w in words & FOCUS_WORDS),
+        focus=frozenset(focus),
     )
 
 
