@@ -230,3 +230,18 @@ def test_a_question_that_leaves_an_argument_unspecified_asks_for_its_default(
     question: str, default: bool
 ) -> None:
     assert ("default" in answer_type(question).focus) == default
+
+
+def test_rest_weighs_what_the_question_asks_about_its_identifier() -> None:
+    text = (
+        "Note that to_char output is only supported for to_char and not for to_date. "
+        "IYYY gives the ISO 8601 week-numbering year."
+    )
+    question = "In to_char, which template pattern prints the ISO 8601 week-numbering year?"
+
+    def top(rest: float) -> str:
+        selector = EvidenceSelector(None, Weights(lexical=0.2, identifier=0.4, rest=rest))
+        return selector.select([(question, [P(text)])])[0].spans[0].text
+
+    assert top(0.0).startswith("Note")
+    assert top(0.6).startswith("IYYY")

@@ -79,6 +79,9 @@ class Weights:
         block: IDF-weighted coverage of the question's terms in the unit's whole block (its
             paragraph, definition or table) plus the passage's title, in [0, 1]: a sentence
             such as "The default is five minutes." is about what its paragraph is about.
+        rest: IDF-weighted coverage in the unit of the question's terms that are not part of an
+            identifier it names, in [0, 1]: the identifier says what the question is about (the
+            passage, title or term often says it too), the other words what it asks about it.
     """
 
     cosine: float = 1.0
@@ -88,6 +91,7 @@ class Weights:
     rank: float = 0.2
     answer_type: float = 0.3
     block: float = 0.0
+    rest: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +208,8 @@ class EvidenceSelector:
         w = self.weights
         q_terms = terms(question)
         q_ids = set(identifiers(question))
+        id_terms = {t for i in q_ids for t in terms(i)}
+        q_rest = [t for t in q_terms if t not in id_terms]
         kind = answer_type(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
@@ -227,6 +233,7 @@ class EvidenceSelector:
                     + w.rank / (1 + pi)
                     + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code")
                     + w.block * block_cover[unit.block]
+                    + w.rest * coverage(q_rest, ut, weights)
                 )
                 scored.append(_Scored(unit, pi, score))
         return scored, missing
