@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose
-from workers.evidence.lexical import identifiers, terms
+from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose, quote
+from workers.evidence.lexical import answer_type, identifiers, terms, type_match
 from workers.evidence.segment import segment, split_sentences
-from workers.evidence.select import EvidenceSelector
+from workers.evidence.select import EvidenceSelector, Weights
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,85 @@ def test_weak_evidence_refuses_and_the_answer_keeps_its_word_budget() -> None:
 def test_blank_passages_give_no_evidence(text: str) -> None:
     [ev] = EvidenceSelector(None).select([("anything?", [P(text)])])
     assert ev.spans == () and compose(ev, AnswerPolicy()).reason == "no_evidence"
+
+
+SETTINGS = (
+    "autovacuum_naptime (integer)\n\n"
+    "Specifies the minimum delay between autovacuum runs on any given database. "
+    "The default is one minute (1min).\n\n"
+    "autovacuum_vacuum_threshold (integer)\n\n"
+    "Specifies the minimum number of updated tuples needed to trigger a VACUUM. "
+    "The default is 50 tuples."
+)
+
+
+def test_a_definition_term_heads_the_block_of_its_description() -> None:
+    units = segment(SETTINGS)
+    assert [u.kind for u in units][:3] == ["term", "sentence", "sentence"]
+    assert units[0].block == units[1].block == units[2].block
+    assert units[3].kind == "term" and units[3].block == units[4].block != units[0].block
+
+
+def test_a_value_sentence_is_found_through_its_term() -> None:
+    selector = EvidenceSelector(None, Weights(block=0.8, lexical=0.3))
+    [ev] = selector.select([("What is the default of autovacuum_naptime?", [P(SETTINGS)])])
+    value = next(s for s in ev.spans if "one minute" in s.text)
+    assert value.context == "autovacuum_naptime (integer)"
+    assert ev.spans.index(value) < next(i for i, s in enumerate(ev.spans) if "50 tuples" in s.text)
+    text, _ = quote([value], AnswerPolicy())
+    assert text == "autovacuum_naptime (integer) / The default is one minute (1min). [1]"
+
+
+def test_a_sentence_names_the_identifier_of_its_term_and_number_words_are_values() -> None:
+    text = (
+        "statement_timeout (integer)\n\n"
+        "Abort any statement that takes more than the specified amount of time. "
+        "A value of zero (the default) disables the timeout.\n\n"
+        "Setting statement_timeout in postgresql.conf is not recommended because it would "
+        "affect all sessions."
+    )
+    selector = EvidenceSelector(None, Weights(block=0.8, lexical=0.3))
+    question = "What is statement_timeout set to by default?"
+    [ev] = selector.select([(question, [P(text)])])
+    assert ev.spans[0].text == "A value of zero (the default) disables the timeout."
+    kind = answer_type(question)
+    assert type_match(kind, "zero (the default)", ["zero", "default"], False) == 1.0
+
+
+def test_a_table_cut_by_chunking_has_no_header_row() -> None:
+    text = "the first day of the month)\nIYYY | ISO 8601 week-numbering year\nIW | ISO week number"
+    units = segment(text)
+    assert units[0].kind == "item"
+    assert [(u.kind, u.context) for u in units[1:]] == [("row", ""), ("row", "")]
+
+
+@pytest.mark.parametrize(
+    ("question", "default"),
+    [
+        ("What line width does pprint use if I don't pass width?", True),
+        ("Out of the box, what level is the root logger set to?", True),
+        ("What tolerance applies when rel_tol is not passed?", True),
+        ("If I run pg_dump without choosing a format, what do I get?", True),
+        ("How do I build an index without locking out writes?", False),
+        ("What does the width argument of pprint do?", False),
+    ],
+)
+def test_a_question_that_leaves_an_argument_unspecified_asks_for_its_default(
+    question: str, default: bool
+) -> None:
+    assert ("default" in answer_type(question).focus) == default
+
+
+def test_rest_weighs_what_the_question_asks_about_its_identifier() -> None:
+    text = (
+        "Note that to_char output is only supported for to_char and not for to_date. "
+        "IYYY gives the ISO 8601 week-numbering year."
+    )
+    question = "In to_char, which template pattern prints the ISO 8601 week-numbering year?"
+
+    def top(rest: float) -> str:
+        selector = EvidenceSelector(None, Weights(lexical=0.2, identifier=0.4, rest=rest))
+        return selector.select([(question, [P(text)])])[0].spans[0].text
+
+    assert top(0.0).startswith("Note")
+    assert top(0.6).startswith("IYYY")

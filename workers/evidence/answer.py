@@ -90,15 +90,20 @@ def render_span(span: Quotable) -> str:
     return f"{body} [{span.n}]"
 
 
+def _words(span: Quotable) -> int:
+    """Words ``span`` adds to the answer, its context (header or term) included."""
+    return len(span.text.split()) + len(span.context.split())
+
+
 def quote(spans: Sequence[S], policy: AnswerPolicy) -> tuple[str, tuple[S, ...]]:
     """The quoted answer over ``spans`` (best first, at least one) and the spans it quotes."""
     best = spans[0]
     chosen = [best]
-    words = len(best.text.split())
+    words = _words(best)
     for span in spans[1:]:
         if len(chosen) >= policy.max_spans or span.score < best.score * policy.keep_ratio:
             break
-        n_words = len(span.text.split())
+        n_words = _words(span)
         if words + n_words > policy.max_words:
             continue
         chosen.append(span)

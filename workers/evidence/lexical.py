@@ -126,9 +126,25 @@ NAME_CUES = re.compile(
     r"|^\s*how (do|can|should|would) (i|you)\b",
     re.IGNORECASE,
 )
+#: Questions that leave an argument or a setting unspecified ask for its default ("if I don't
+#: pass width", "without choosing a format", "out of the box", "when rel_tol is not passed").
+OMITTED_CUES = re.compile(
+    r"\b(out of the box|(do not|don't|doesn't|does not|never|didn't|did not)\s+(\w+\s+)?"
+    r"(pass|give|specify|set|say|choose|change|provide|supply)\w*|"
+    r"without\s+(passing|giving|specifying|setting|choosing|changing|providing|supplying)|"
+    r"(is|are)\s+(not|never)\s+(passed|given|specified|set|supplied|provided)|omit\w*|"
+    r"give[sn]? no|with no\s+\w+\s+(given|specified)|unspecified)",
+    re.IGNORECASE,
+)
 #: Words that name what kind of value is asked for; a unit that repeats one is about that value.
 FOCUS_WORDS = frozenset({"default", "maximum", "minimum", "limit", "lowest", "highest"})
-_DIGIT = re.compile(r"\d")
+#: A value written in digits or in English number words ("one minute", "zero", "one million"):
+#: manuals spell small values out.
+_VALUE = re.compile(
+    r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
+    r"fifty|hundred|thousand|million|billion|half|twice|none|null)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +155,8 @@ class AnswerType:
     Attributes:
         value: the question asks for a value (a unit holding a number fits).
         name: the question asks for a name or a way (a unit holding an identifier or code fits).
-        focus: stems of the focus words the question uses ("default", "maximum", ...).
+        focus: stems of the focus words the question uses ("default", "maximum", ...); "default"
+            also when it leaves an argument or setting unspecified (:data:`OMITTED_CUES`).
     """
 
     value: bool
@@ -151,19 +168,22 @@ def answer_type(question: str) -> AnswerType:
     """The expected answer type of ``question`` (cue words; see :class:`AnswerType`)."""
     stem = _stemmer().stemWord
     words = {w.lower() for w in re.findall(r"[a-z]+", question, re.IGNORECASE)}
+    focus = {stem(w) for w in words & FOCUS_WORDS}
+    if OMITTED_CUES.search(question):
+        focus.add(stem("default"))
     return AnswerType(
         value=bool(VALUE_CUES.search(question)),
         name=bool(NAME_CUES.search(question)),
-        focus=frozenset(stem(w) for w in words & FOCUS_WORDS),
+        focus=frozenset(focus),
     )
 
 
 def type_match(kind: AnswerType, text: str, unit_terms: Iterable[str], is_code: bool) -> float:
-    """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply
-    (a number for a value, an identifier or code for a name, the focus words)."""
+    """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
+    number, in digits or words, for a value; an identifier or code for a name; the focus words)."""
     checks: list[bool] = []
     if kind.value:
-        checks.append(bool(_DIGIT.search(text)))
+        checks.append(bool(_VALUE.search(text)))
     if kind.name:
         checks.append(is_code or any(is_identifier(t) for t in _TOKEN.findall(text)))
     if kind.focus:

@@ -11,7 +11,11 @@ can be quoted as evidence on its own:
 - a code block (a verbatim block: a block whose lines are indented, or that holds prompt or
   statement markers such as ``>>>``, ``$ ``, ``;`` line ends, braces) stays whole;
 - a table row stays whole and carries its table's first row (the header) as context;
-- a list item or definition line is its own unit (it is a line of its own already).
+- a list item or definition line is its own unit (it is a line of its own already);
+- a definition term (a block of one short line that does not end a sentence, such as a
+  PostgreSQL ``varlistentry`` term "checkpoint_timeout (integer)" or a Sphinx signature
+  "pprint.pprint(object, width=80)") is a unit of kind ``term`` and shares its block number with
+  the block that follows it (its description): "The default is five minutes." is about the term.
 
 Every unit keeps ``[start, end)`` character offsets into the chunk text, so a quote can be
 traced back exactly (``text[start:end] == unit.text``).
@@ -35,6 +39,9 @@ _TABLE_ROW = re.compile(r"\S \| \S|^\S[^|]*\|$")
 _CODE_MARKERS = re.compile(r"^(>>>|\.\.\.|\$ |#|--|/\*|\w+=# )|[;{}]\s*$|^\s{2,}\S")
 #: Longest code block kept as one unit, in characters; longer ones are cut into line groups.
 MAX_CODE_CHARS = 600
+#: Most words of a definition term line: long enough for a Sphinx signature with several
+#: parameters (``class pprint.PrettyPrinter(indent=1, width=80, ...)`` has 9), short of prose.
+MAX_TERM_WORDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +52,12 @@ class Unit:
         start: offset of the first character in the chunk text.
         end: offset one past the last character (``chunk_text[start:end] == text``).
         text: the unit as written.
-        kind: ``sentence``, ``code``, ``row`` or ``item``.
+        kind: ``sentence``, ``code``, ``row``, ``item`` or ``term`` (a definition term that heads
+            the block after it).
         context: text that frames it when scored and quoted (a table row's header row), or "".
-        block: index of the blank-line block it belongs to (neighbours share a block).
+        block: index of the blank-line block it belongs to (neighbours share a block; a
+            definition term shares the block of its description).
+        head: the definition term heading the unit's block, or "" (none, or the unit is it).
     """
 
     start: int
@@ -56,6 +66,7 @@ class Unit:
     kind: str
     context: str = ""
     block: int = 0
+    head: str = ""
 
 
 def _blocks(text: str) -> list[tuple[int, str]]:
@@ -90,6 +101,14 @@ def _is_code(lines: list[tuple[int, str]], raw: str) -> bool:
 def _is_table(lines: list[tuple[int, str]]) -> bool:
     rows = sum(1 for _, ln in lines if _TABLE_ROW.search(ln))
     return len(lines) >= 2 and rows * 2 > len(lines)
+
+
+def _is_term(lines: list[tuple[int, str]]) -> bool:
+    """A definition term: one short line that does not end like a sentence or lead into a list."""
+    if len(lines) != 1:
+        return False
+    line = lines[0][1].rstrip()
+    return len(line.split()) <= MAX_TERM_WORDS and not line.endswith((".", ":", "!", "?"))
 
 
 def split_sentences(line: str) -> list[tuple[int, int]]:
@@ -136,16 +155,32 @@ def segment(text: str) -> list[Unit]:
         Units with offsets into ``text``; empty for a blank text.
     """
     units: list[Unit] = []
-    for block_no, (base, block) in enumerate(_blocks(text)):
+    block_no = -1
+    after_term = False
+    head = ""
+    for base, block in _blocks(text):
         lines = _lines(block, base)
+        if not after_term:
+            block_no += 1
+            head = ""
+        after_term = False
         if _is_code(lines, block):
             units.extend(_code_units(lines, text, block_no))
         elif _is_table(lines):
-            header = lines[0][1]
-            units.append(Unit(lines[0][0], lines[0][0] + len(header), header, "row", "", block_no))
+            # A table cut by chunking starts with the tail of a cell, not its header row: a
+            # first line without cells is no header, and the rows are quoted without one.
+            first = lines[0][1]
+            header = first if "|" in first else ""
+            kind = "row" if header else "item"
+            units.append(Unit(lines[0][0], lines[0][0] + len(first), first, kind, "", block_no))
             units.extend(
                 Unit(off, off + len(line), line, "row", header, block_no) for off, line in lines[1:]
             )
+        elif _is_term(lines):
+            offset, line = lines[0]
+            units.append(Unit(offset, offset + len(line), line, "term", "", block_no))
+            after_term = True
+            head = line
         else:
             for offset, line in lines:
                 spans = split_sentences(line)
@@ -155,5 +190,7 @@ def segment(text: str) -> list[Unit]:
                     if piece:
                         lead = line[s:e].index(piece[0])
                         start = offset + s + lead
-                        units.append(Unit(start, start + len(piece), piece, kind, "", block_no))
+                        units.append(
+                            Unit(start, start + len(piece), piece, kind, "", block_no, head)
+                        )
     return units

@@ -36,6 +36,12 @@ Vectors = npt.NDArray[np.float32]
 
 #: Units with fewer words than this take the next unit of their block as context.
 SHORT_UNIT_WORDS = 6
+#: A quoted sentence of a definition carries its term as context ("checkpoint_timeout (integer) /
+#: The default is five minutes (5min)."): the value alone does not say what it is the value of.
+QUOTE_HEAD = True
+#: A sentence of a definition names the identifier of its term: under "shared_buffers (integer)",
+#: "The default is 128MB." is the value of ``shared_buffers``.
+HEAD_NAMES = True
 
 
 class Embeds(Protocol):
@@ -65,13 +71,17 @@ class Weights:
         cosine: cosine similarity of question and unit embeddings, in [-1, 1].
         lexical: IDF-weighted coverage of the question's terms in the unit, in [0, 1].
         titled: the same coverage in the unit plus its passage's title, in [0, 1].
-        identifier: 1 when the unit contains an identifier the question names.
+        identifier: 1 when the unit, or the definition term heading its block, contains an
+            identifier the question names.
         rank: ``1 / (1 + rank)`` of the unit's passage (rank 0 is the best passage).
         answer_type: how well the unit fits the question's expected answer type
             (:func:`workers.evidence.lexical.type_match`), in [0, 1].
         block: IDF-weighted coverage of the question's terms in the unit's whole block (its
             paragraph, definition or table) plus the passage's title, in [0, 1]: a sentence
             such as "The default is five minutes." is about what its paragraph is about.
+        rest: IDF-weighted coverage in the unit of the question's terms that are not part of an
+            identifier it names, in [0, 1]: the identifier says what the question is about (the
+            passage, title or term often says it too), the other words what it asks about it.
     """
 
     cosine: float = 1.0
@@ -81,6 +91,7 @@ class Weights:
     rank: float = 0.2
     answer_type: float = 0.3
     block: float = 0.0
+    rest: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +106,8 @@ class Span:
         end: offset one past the last character (``chunk.text[start:end] == text``).
         text: the quoted text.
         score: the unit score (see :class:`Weights`).
-        context: text that frames a table row (its header), else "".
+        context: text that frames the span: a table row's header, or the definition term heading
+            a sentence of a description; else "".
     """
 
     n: int
@@ -196,6 +208,8 @@ class EvidenceSelector:
         w = self.weights
         q_terms = terms(question)
         q_ids = set(identifiers(question))
+        id_terms = {t for i in q_ids for t in terms(i)}
+        q_rest = [t for t in q_terms if t not in id_terms]
         kind = answer_type(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
@@ -211,13 +225,15 @@ class EvidenceSelector:
             for ui, unit in enumerate(plist):
                 ut = unit_terms[pi][ui]
                 low = unit.text.lower()
+                head = unit.head.lower() if HEAD_NAMES else ""
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
-                    + w.identifier * (1.0 if any(i in low for i in q_ids) else 0.0)
+                    + w.identifier * (1.0 if any(i in low or i in head for i in q_ids) else 0.0)
                     + w.rank / (1 + pi)
                     + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code")
                     + w.block * block_cover[unit.block]
+                    + w.rest * coverage(q_rest, ut, weights)
                 )
                 scored.append(_Scored(unit, pi, score))
         return scored, missing
@@ -271,7 +287,7 @@ class EvidenceSelector:
                     end=last.end,
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
-                    context=first.context,
+                    context=first.context or (first.head if QUOTE_HEAD else ""),
                 )
             )
             used.update((s.passage, u.start) for u in units)
