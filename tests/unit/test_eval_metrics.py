@@ -139,11 +139,13 @@ def test_answers_that_are_not_refusals(answer: str) -> None:
 
 
 def test_an_empty_completion_is_told_from_a_refusal_the_model_wrote() -> None:
-    assert Answer(NOT_FOUND, None, 900, 1, 1.0).empty  # one token: the stop sequence
-    assert Answer(NOT_FOUND, None, 900, 0, 1.0).empty
-    assert not Answer(NOT_FOUND, None, 900, 9, 1.0).empty  # the model wrote the sentence
-    assert not Answer("4", None, 900, 1, 1.0).empty
-    assert not Answer("timed out", "BACKEND_UNAVAILABLE", 0, 0, 1.0).empty
+    # The generator judges every completion; an empty one is replaced by the evidence answer
+    # and says so in its trace ("judged"), which the evaluation reads.
+    assert Answer("quoted evidence [1]", None, "small", "fallback", judged="empty").empty
+    assert Answer("quoted evidence [1]", None, "small", "fallback", judged="repeated").empty
+    assert not Answer(NOT_FOUND, None, "small", "refusal").empty  # the model wrote the sentence
+    assert not Answer("It is 4 [1].", None, "small", "llm", judged="length_cut").empty
+    assert not Answer("timed out", "BACKEND_UNAVAILABLE", "small", "error").empty
 
 
 def test_answer_metrics_split_answerable_and_absent() -> None:

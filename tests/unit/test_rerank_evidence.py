@@ -55,7 +55,9 @@ def _event(
 
 
 def _run(events: list[RetrievedCandidates], mode: str = "evidence") -> list[Emit]:
-    stage = EvidenceStage(EvidenceSelector(None), AnswerPolicy(), TierPolicy(mode))  # type: ignore[arg-type]
+    # One quoted span, so that the answer's citation is the one passage it quotes.
+    policy = AnswerPolicy(max_spans=1)
+    stage = EvidenceStage(EvidenceSelector(None), policy, TierPolicy(mode))  # type: ignore[arg-type]
     handler = rerank_handler(KeepOrder(), RerankSettings(), pool=PoolSettings(), evidence=stage)
     out = handler.fn(events)
     assert all(isinstance(o, Emit) for o in out)

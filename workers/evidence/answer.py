@@ -32,9 +32,9 @@ class AnswerPolicy:
         refuse_missing: refuse when an identifier of the question is in no passage.
     """
 
-    max_words: int = 70
-    max_spans: int = 2
-    keep_ratio: float = 0.9
+    max_words: int = 100
+    max_spans: int = 4
+    keep_ratio: float = 0.0
     min_confidence: float = 0.0
     refuse_missing: bool = True
 

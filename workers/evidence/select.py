@@ -84,13 +84,13 @@ class Weights:
             passage, title or term often says it too), the other words what it asks about it.
     """
 
-    cosine: float = 1.0
-    lexical: float = 0.5
+    cosine: float = 0.5
+    lexical: float = 0.3
     titled: float = 0.3
     identifier: float = 0.2
     rank: float = 0.2
     answer_type: float = 0.3
-    block: float = 0.0
+    block: float = 0.8
     rest: float = 0.0
 
 

@@ -214,6 +214,8 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
             identifier=settings.w_identifier,
             rank=settings.w_rank,
             answer_type=settings.w_answer_type,
+            block=settings.w_block,
+            rest=settings.w_rest,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
