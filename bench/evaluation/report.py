@@ -125,7 +125,8 @@ class EvalReport(BaseModel):
         answer configuration's accuracy, refusal rates and latency."""
         mode = self.modes.get(self.default_mode)
         answers = self.answers.overall if self.answers is not None else None
-        routed = self.answers.tiers.get("routed") if self.answers is not None else None
+        tiers = self.answers.tiers if self.answers is not None else {}
+        routed = tiers.get("routed") or next(iter(tiers.values()), None)
         headline = Headline(
             hit_at_5=mode.overall.hit_at_5 if mode else None,
             mrr_at_10=mode.overall.mrr_at_10 if mode else None,

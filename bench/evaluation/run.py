@@ -330,7 +330,7 @@ def _records(
                 (
                     q.answerable,
                     ok and is_correct(a.text, q.answer_patterns),
-                    ok and is_refusal(a.text),
+                    ok and refused(a),
                 )
             )
             record = record.model_copy(
@@ -352,10 +352,19 @@ def _judge(qs: list[EvalQuestion], answers: list[Answer]) -> list[tuple[bool, bo
         (
             q.answerable,
             a.error is None and is_correct(a.text, q.answer_patterns),
-            a.error is None and is_refusal(a.text),
+            a.error is None and refused(a),
         )
         for q, a in zip(qs, answers, strict=True)
     ]
+
+
+def refused(answer: Answer) -> bool:
+    """Whether ``answer`` declines to answer: the system's own refusal (known, not guessed), or
+    a model's text that says so (:func:`is_refusal`). A quoted piece of evidence is never a
+    refusal, whatever words it quotes ("Cannot find function ..." in a C example)."""
+    if answer.outcome in ("evidence", "fallback"):
+        return False
+    return answer.outcome == "refusal" or is_refusal(answer.text)
 
 
 def _tier_report(qs: list[EvalQuestion], answers: list[Answer]) -> TierReport:

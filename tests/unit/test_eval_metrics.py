@@ -358,3 +358,12 @@ def test_markdown_and_summary_line(tmp_path: Path) -> None:
     json_path, md_path = write_report(r, tmp_path / "out")
     assert EvalReport.model_validate_json(json_path.read_text()) == r
     assert md_path.read_text() == md
+
+
+def test_a_quoted_piece_of_evidence_is_never_a_refusal() -> None:
+    from bench.evaluation.run import refused
+
+    quote = 'fprintf(stderr, "Cannot find function") [1]'
+    assert not refused(Answer(quote, None, "evidence", "evidence"))
+    assert refused(Answer(NOT_FOUND, None, "evidence", "refusal"))
+    assert refused(Answer("The passages do not mention it.", None, "small", "llm"))
