@@ -37,7 +37,7 @@ from topics.registry import QUERIES, TopicRegistry
 from topics.serde import encode
 from topics.tokens import AnswerToken
 
-Route = Literal["auto", "small", "large"]
+Route = Literal["auto", "evidence", "small", "large"]
 
 
 class ApiRequestError(RagstreamError):

@@ -160,6 +160,8 @@ def _sem_key(request: QueryRequest, index_version: int) -> str:
     params = {
         "top_k": request.top_k,
         "filters": [f.model_dump(mode="json") for f in request.filters],
+        # A forced answer tier is never served another tier's answer.
+        "route": request.route,
     }
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     return f"{SEM_PREFIX}{request.tenant}:{index_version}:{digest}"

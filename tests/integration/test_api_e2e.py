@@ -28,7 +28,10 @@ SECRET = "# Launch\n\nThe Globex launch code is 9931. Keep it secret."
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = make_stack(tmp_path_factory.mktemp("api"), "api")
+    # These tests follow questions through an LLM tier (tokens, usage, the generation stage):
+    # the router sends every question with usable evidence there. The evidence tier, the
+    # default, has its own test below (route "evidence").
+    s = make_stack(tmp_path_factory.mktemp("api"), "api", RAGSTREAM_EVIDENCE__TIER_MODE="llm")
     s.start_pools()
     try:
         s.wait_ready()
@@ -73,7 +76,8 @@ def test_sync_query_over_http_answers_with_citations_and_trace(stack: Stack) -> 
     assert result.citations and result.citations[0].doc_id == "ports"
     assert "5432" in (result.answer or "")
     stages = [t.stage for t in result.trace]
-    assert stages[:2] == ["retrieval", "rerank"] and stages[2].startswith("generation")
+    assert stages[:2] == ["retrieval", "rerank"] and stages[2] == "evidence"
+    assert stages[3].startswith("generation")
     assert result.latency_ms and result.latency_ms > 0
     # The delivery pool writes the query log concurrently with the API's answer.
     url = f"{stack.apis[0].url}/v1/queries/{result.request_id}"
@@ -82,6 +86,24 @@ def test_sync_query_over_http_answers_with_citations_and_trace(stack: Stack) -> 
         what="the answer in the query log",
     )
     assert logged["citations"][0]["doc_id"] == "ports"
+
+
+def test_evidence_tier_answers_with_quoted_evidence_through_the_api(stack: Stack) -> None:
+    with _client(stack, stack.keys["acme"]) as c:
+        result = c.query(
+            "Which TCP port does the server listen on by default?", top_k=2, route="evidence"
+        )
+    assert result.status == "answered" and result.tier == "evidence", result
+    assert "5432" in (result.answer or "") and "[1]" in (result.answer or "")
+    assert result.citations and result.citations[0].doc_id == "ports"
+    best = result.evidence[0]
+    assert best.doc_id == "ports" and best.end > best.start and "5432" in best.text
+    stages = [t.stage for t in result.trace]
+    assert stages[:3] == ["retrieval", "rerank", "evidence"] and len(stages) == 3  # no LLM
+    with _client(stack, stack.keys["acme"]) as c:
+        refused = c.query("Which columns does the pg_stat_io view have?", route="auto")
+    assert refused.status == "answered" and refused.tier == "evidence"
+    assert refused.answer == "The documents do not contain the answer."
 
 
 def test_query_over_kafka_with_the_python_client(stack: Stack) -> None:
@@ -115,6 +137,8 @@ def test_sse_stream_sends_tokens_then_the_answer(stack: Stack) -> None:
     kinds = [e.kind for e in events]
     assert kinds[0] == "accepted" and kinds[-1] == "answer", kinds
     assert "token" in kinds
+    # The evidence comes first, as its own event, before any token of the LLM.
+    assert "evidence" in kinds and kinds.index("evidence") < kinds.index("token"), kinds
     final = events[-1].result
     assert final is not None and final.status == "answered"
     streamed = "".join(str(e.data["text"]) for e in events if e.kind == "token")

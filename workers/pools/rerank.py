@@ -24,6 +24,7 @@ from ragstream.settings import PoolSettings, RerankSettings, Settings
 from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED, TOKENS
 from topics.reranked import RerankedPassages
 from topics.retrieved import Candidate, RetrievedCandidates
+from workers.caches import AnswerCache
 from workers.errors import dead_letter_hook, expired_hook
 from workers.evidence.stage import (
     EvidenceStage,
@@ -55,9 +56,11 @@ def rerank_handler(
     pool: PoolSettings,
     group: str | None = None,
     evidence: EvidenceStage | None = None,
+    cache: AnswerCache | None = None,
 ) -> Handler[RetrievedCandidates]:
     """The rerank pool's handler (``evidence=None``: no evidence stage, every question goes to
-    the LLM tier the retrieval pool's router suggested, with whole passages)."""
+    the LLM tier the retrieval pool's router suggested, with whole passages; ``cache``: where
+    evidence-tier answers go, as the generation pools put theirs)."""
 
     def fn(events: list[RetrievedCandidates]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
@@ -95,7 +98,7 @@ def rerank_handler(
         ]
         if evidence is None:
             return [Emit(RERANKED_BY_TIER[r.tier], r) for r in reranked]
-        return _with_evidence(evidence, reranked)
+        return _with_evidence(evidence, reranked, cache)
 
     return pool_handler(
         "rerank",
@@ -114,7 +117,9 @@ def _llm_tier(tier: str) -> Literal["small", "large"]:
     return "large" if tier == "large" else "small"
 
 
-def _with_evidence(stage: EvidenceStage, reranked: list[RerankedPassages]) -> list[Outcome]:
+def _with_evidence(
+    stage: EvidenceStage, reranked: list[RerankedPassages], cache: AnswerCache | None
+) -> list[Outcome]:
     """Run the evidence stage over the batch; answer evidence-tier questions, pass the rest on."""
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
@@ -140,7 +145,10 @@ def _with_evidence(stage: EvidenceStage, reranked: list[RerankedPassages]) -> li
             spans=len(d.evidence),
         )
         if d.tier == "evidence":
-            out.append(Emit(RESPONSES, evidence_response(traced, d)))
+            response = evidence_response(traced, d)
+            if cache is not None:
+                cache.put(r.request, response, r.index_version)
+            out.append(Emit(RESPONSES, response))
             continue
         tier = traced.model_copy(update={"tier": d.tier})
         if r.request.stream and d.evidence:
@@ -166,6 +174,7 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     if settings.evidence.enabled:
         from ingest.factory import build_embedder
         from workers.evidence.stage import build_evidence_stage
+        from workers.pools.components import build_answer_cache
 
         dense = settings.evidence.dense_top > 0
         embedder = build_embedder(settings, num_threads=1) if dense else None
@@ -176,6 +185,7 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
         pool=settings.pools.rerank,
         group=pool_group(settings, "rerank"),
         evidence=stage,
+        cache=build_answer_cache(settings) if stage is not None else None,
     )
     runner = build_runner(handler, settings, settings.pools.rerank)
     return until_signalled(runner)
