@@ -2,7 +2,9 @@
 
 A delivery is a POST of the JSON payload with Standard Webhooks headers (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature``: HMAC-SHA256 via the ``standardwebhooks``
-library). Timeouts, connection errors, 429 and 5xx are retried with exponential back-off;
+library). Each attempt connects only to the addresses the SSRF guard checked and has a total
+deadline of ``timeout_s`` (:mod:`workers.webhooks.transport`). Timeouts, connection errors,
+429 and 5xx are retried with exponential back-off;
 after ``max_attempts`` the delivery is ``failed``. Redirects are followed by hand (at most 3),
 each target checked by the SSRF guard again. The stable ``webhook_id`` lets receivers
 de-duplicate, and :func:`enqueue` never creates a second delivery for the same id.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from standardwebhooks.webhooks import Webhook
 
 from ragstream.db.models import WebhookAttempt, WebhookDelivery, utcnow
 from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
+from workers.webhooks.transport import pinned_client
 
 MAX_REDIRECTS = 3
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -85,14 +89,24 @@ def sign_headers(secret: str, webhook_id: str, body: str, now: dt.datetime) -> d
 
 
 def attempt(
-    client: httpx.Client, url: str, headers: dict[str, str], body: str, allow: Sequence[Network]
+    url: str,
+    headers: dict[str, str],
+    body: str,
+    allow: Sequence[Network],
+    *,
+    timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AttemptResult:
-    """POST once, following up to 3 redirects, each target SSRF-checked after resolution."""
+    """POST once, following up to 3 redirects, each target SSRF-checked after resolution and
+    connected to at a checked address only (:mod:`workers.webhooks.transport`); the whole
+    attempt (connects, sends, reading every response) takes at most ``timeout_s`` seconds."""
     started = time.perf_counter()
     target = url
+    client, backend = pinned_client(timeout_s, ssl_context)
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            check_url(target, allow)
+            addresses = check_url(target, allow)
+            backend.pin(httpx.URL(target).raw_host.decode("ascii"), addresses)
             response = client.post(target, content=body, headers=headers)
             if response.is_redirect and "location" in response.headers:
                 target = urljoin(target, response.headers["location"])
@@ -113,6 +127,8 @@ def attempt(
     except httpx.HTTPError as exc:
         ms = (time.perf_counter() - started) * 1000
         return AttemptResult(None, f"{type(exc).__name__}: {exc}", True, ms)
+    finally:
+        client.close()
 
 
 def run_attempt(
@@ -123,8 +139,10 @@ def run_attempt(
     allow: Sequence[Network],
     max_attempts: int,
     timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[str, AttemptResult | None]:
-    """Make the next attempt of a delivery and record it.
+    """Make the next attempt of a delivery and record it; the attempt takes at most
+    ``timeout_s`` seconds in all (``ssl_context``: TLS settings, default certifi's CAs).
 
     Returns ``(status, result)``: ``succeeded``, ``failed``, or ``retry`` (attempt again later).
     A delivery already final is left alone (``(status, None)``).
@@ -139,8 +157,7 @@ def run_attempt(
         number = row.attempt_count + 1
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
     headers = sign_headers(secret, webhook_id, body, dt.datetime.now(dt.UTC))
-    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
-        result = attempt(client, url, headers, body, allow)
+    result = attempt(url, headers, body, allow, timeout_s=timeout_s, ssl_context=ssl_context)
     status = "succeeded" if result.ok else ("retry" if result.retryable else "failed")
     if status == "retry" and number >= max_attempts:
         status = "failed"
