@@ -20,7 +20,8 @@ import httpcore
 import httpx
 import pytest
 
-from workers.webhooks.delivery import attempt, sign_headers
+from workers.webhooks.delivery import attempt
+from workers.webhooks.signing import sign_headers
 from workers.webhooks.ssrf import parse_networks
 from workers.webhooks.transport import pinned_client
 
@@ -103,7 +104,7 @@ class _Dribbler:
 
 
 def _headers(body: str) -> dict[str, str]:
-    return sign_headers(SECRET, "msg_t", body, dt.datetime.now(dt.UTC))
+    return sign_headers([SECRET], "msg_t", body, dt.datetime.now(dt.UTC))
 
 
 def test_a_dribbling_receiver_is_cut_off_at_the_total_deadline() -> None:

@@ -2,12 +2,13 @@
 
 A delivery is a POST of the JSON payload with Standard Webhooks headers (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature``: HMAC-SHA256 via the ``standardwebhooks``
-library). Each attempt connects only to the addresses the SSRF guard checked and has a total
-deadline of ``timeout_s`` (:mod:`workers.webhooks.transport`). Timeouts, connection errors,
-429 and 5xx are retried with exponential back-off;
-after ``max_attempts`` the delivery is ``failed``. Redirects are followed by hand (at most 3),
-each target checked by the SSRF guard again. The stable ``webhook_id`` lets receivers
-de-duplicate, and :func:`enqueue` never creates a second delivery for the same id.
+library, with the keys of the delivery's endpoint or tenant, :mod:`workers.webhooks.signing`).
+Each attempt connects only to the addresses the SSRF guard checked and has a total deadline of
+``timeout_s`` (:mod:`workers.webhooks.transport`). Timeouts, connection errors, 429 and 5xx are
+retried with exponential back-off; after ``max_attempts`` the delivery is ``failed``.
+Redirects are followed by hand (at most 3), each target checked by the SSRF guard again. The
+stable ``webhook_id`` lets receivers de-duplicate, and :func:`enqueue` never creates a second
+delivery for the same id.
 :func:`get_delivery` is the read side (status and every attempt) behind the HTTP API.
 """
 
@@ -26,9 +27,9 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
-from standardwebhooks.webhooks import Webhook
 
 from ragstream.db.models import WebhookAttempt, WebhookDelivery, utcnow
+from workers.webhooks.signing import sign_headers, signing_keys
 from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
 from workers.webhooks.transport import pinned_client
 
@@ -59,8 +60,11 @@ def enqueue(
     event_type: str,
     url: str,
     payload: dict[str, Any],
+    endpoint_id: str | None = None,
 ) -> int | None:
-    """Record a pending delivery; return its id, or ``None`` if ``webhook_id`` exists already."""
+    """Record a pending delivery; return its id, or ``None`` if ``webhook_id`` exists already.
+
+    ``endpoint_id``: the registered endpoint it goes to (``None``: a ``callback_url``)."""
     try:
         with sessions.begin() as session:
             row = WebhookDelivery(
@@ -68,6 +72,7 @@ def enqueue(
                 tenant=tenant,
                 event_type=event_type,
                 url=url,
+                endpoint_id=endpoint_id,
                 payload=payload,
             )
             session.add(row)
@@ -75,17 +80,6 @@ def enqueue(
             return row.id
     except IntegrityError:
         return None
-
-
-def sign_headers(secret: str, webhook_id: str, body: str, now: dt.datetime) -> dict[str, str]:
-    """Standard Webhooks headers for ``body`` sent at ``now``."""
-    signature = Webhook(secret).sign(webhook_id, now, body)
-    return {
-        "webhook-id": webhook_id,
-        "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": signature,
-        "content-type": "application/json",
-    }
 
 
 def attempt(
@@ -135,7 +129,6 @@ def run_attempt(
     sessions: sessionmaker[Session],
     delivery_id: int,
     *,
-    secret: str,
     allow: Sequence[Network],
     max_attempts: int,
     timeout_s: float,
@@ -143,6 +136,9 @@ def run_attempt(
 ) -> tuple[str, AttemptResult | None]:
     """Make the next attempt of a delivery and record it; the attempt takes at most
     ``timeout_s`` seconds in all (``ssl_context``: TLS settings, default certifi's CAs).
+
+    It is signed with the keys of its endpoint, or of its tenant for a ``callback_url``
+    (:mod:`workers.webhooks.signing`); a delivery whose endpoint was deleted fails at once.
 
     Returns ``(status, result)``: ``succeeded``, ``failed``, or ``retry`` (attempt again later).
     A delivery already final is left alone (``(status, None)``).
@@ -154,10 +150,15 @@ def run_attempt(
         if row.status in ("succeeded", "failed"):
             return row.status, None
         webhook_id, url, payload = row.webhook_id, row.url, row.payload
+        tenant, endpoint_id = row.tenant, row.endpoint_id
         number = row.attempt_count + 1
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
-    headers = sign_headers(secret, webhook_id, body, dt.datetime.now(dt.UTC))
-    result = attempt(url, headers, body, allow, timeout_s=timeout_s, ssl_context=ssl_context)
+    keys = signing_keys(sessions, tenant, endpoint_id)
+    if keys is None:  # the endpoint was deleted: its receiver is no longer to be called
+        result = AttemptResult(None, "webhook endpoint deleted", False, 0.0)
+    else:
+        body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        headers = sign_headers(keys, webhook_id, body, dt.datetime.now(dt.UTC))
+        result = attempt(url, headers, body, allow, timeout_s=timeout_s, ssl_context=ssl_context)
     status = "succeeded" if result.ok else ("retry" if result.retryable else "failed")
     if status == "retry" and number >= max_attempts:
         status = "failed"
