@@ -38,8 +38,10 @@ up: install
 down: install
 	$(RAGSTREAM) infra down
 
+# The services, then the demo's processes with their restarts (entry/supervisor.py).
 status: install
 	$(RAGSTREAM) infra status
+	$(RAGSTREAM) demo status
 
 # The last step is the import direction of README's Layout (tests/unit/test_layering.py).
 lint: install
@@ -57,7 +59,7 @@ test: install docs
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# Starts every process (Procfile, under honcho), ingests both manuals as a Celery job, asks ten
+# Starts every process (Procfile, under entry/supervisor.py), ingests both manuals as a Celery job, asks ten
 # questions through the API, and leaves everything running. `make stop` stops the processes.
 demo: export PATH := $(CURDIR)/$(BIN):$(PATH)
 demo: docs up

@@ -3,8 +3,9 @@
 ``ragstream demo run``:
 
 1. migrates the SQL store and creates the topics;
-2. starts every process of the ``Procfile`` under honcho, in the background (one process per
-   pool, the API, a Celery worker and Flower), unless they already run;
+2. starts every process of the ``Procfile`` under the supervisor (:mod:`entry.supervisor`), in
+   the background (one process per pool, the API, a Celery worker and Flower), unless they
+   already run; a process that crashes is restarted with back-off, the others keep running;
 3. waits until the API is ready and every pool has reported in;
 4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job with a
    progress bar (unchanged documents are skipped by content hash on a second run);
@@ -12,7 +13,8 @@
    answers, numbered citations and latencies;
 6. leaves everything running and prints the URLs and how to stop.
 
-``ragstream demo stop`` stops the processes (``make down`` stops the services).
+``ragstream demo status`` shows each process, its state and its restarts; ``ragstream demo
+stop`` stops the processes (``make down`` stops the services).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ MANUALS = (
 )
 QUESTIONS = PROJECT_ROOT / "bench" / "evaluation" / "questions.sample.jsonl"
 PROCFILE = PROJECT_ROOT / "Procfile"
+PID_FILE = "supervisor.pid"
 POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
 TENANT = "default"
 
@@ -55,7 +58,7 @@ def _state_dir(settings: Settings) -> Path:
 
 
 def _running_pid(settings: Settings) -> int | None:
-    pid_file = _state_dir(settings) / "honcho.pid"
+    pid_file = _state_dir(settings) / PID_FILE
     if not pid_file.exists():
         return None
     text = pid_file.read_text().strip()
@@ -67,7 +70,7 @@ def _running_pid(settings: Settings) -> int | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    if "honcho" not in cmdline or str(PROCFILE) not in cmdline:
+    if "entry.supervisor" not in cmdline or str(PROCFILE) not in cmdline:
         return None  # the pid was reused by another program
     if "State:\tZ" in status:
         return None  # a zombie left by a non-reaping init
@@ -75,8 +78,8 @@ def _running_pid(settings: Settings) -> int | None:
 
 
 def _children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid`` (honcho starts each Procfile process in its own session,
-    so a signal to honcho's process group does not reach them)."""
+    """Pids whose parent is ``pid`` (the supervisor starts each Procfile process in its own
+    session, so a signal to the supervisor's process group does not reach them)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -89,10 +92,11 @@ def _children(pid: int) -> list[int]:
 
 
 def start_processes(settings: Settings) -> int:
-    """Start the Procfile under honcho (new session, logs in ``.local/demo/processes.log``)."""
+    """Start the Procfile under the supervisor (new session, logs in
+    ``.local/demo/processes.log``, state in ``.local/demo/supervisor.json``)."""
     pid = _running_pid(settings)
     if pid is not None:
-        console.print(f"processes already running (honcho pid {pid})")
+        console.print(f"processes already running (supervisor pid {pid})")
         return pid
     state = _state_dir(settings)
     log = (state / "processes.log").open("ab")
@@ -100,15 +104,25 @@ def start_processes(settings: Settings) -> int:
     env = dict(os.environ)  # passed through to the processes; the Procfile runs `ragstream`
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.Popen(
-        [str(bin_dir / "honcho"), "-f", str(PROCFILE), "-d", str(PROJECT_ROOT), "start"],
+        [
+            sys.executable,
+            "-m",
+            "entry.supervisor",
+            "--procfile",
+            str(PROCFILE),
+            "--state-dir",
+            str(state),
+            "--cwd",
+            str(PROJECT_ROOT),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
         env=env,
     )
-    (state / "honcho.pid").write_text(str(proc.pid))
-    console.print(f"started the Procfile under honcho (pid {proc.pid}); logs: {log.name}")
+    (state / PID_FILE).write_text(str(proc.pid))
+    console.print(f"started the Procfile under the supervisor (pid {proc.pid}); logs: {log.name}")
     return proc.pid
 
 
@@ -295,12 +309,42 @@ def stop() -> None:
         console.print("no demo processes are running")
         return
     children = _children(pid)
-    os.kill(pid, signal.SIGTERM)  # honcho stops every process it started, then exits
+    os.kill(pid, signal.SIGTERM)  # the supervisor stops every process it started, then exits
     deadline = time.monotonic() + 60
     while _running_pid(settings) is not None and time.monotonic() < deadline:
         time.sleep(0.5)
-    for child in [pid, *children]:  # whatever did not stop in time
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)  # whatever did not stop in time
+    for child in children:  # each leads its own process group
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(child, signal.SIGKILL)
-    (_state_dir(settings) / "honcho.pid").unlink(missing_ok=True)
+            os.killpg(child, signal.SIGKILL)
+    (_state_dir(settings) / PID_FILE).unlink(missing_ok=True)
     console.print("stopped")
+
+
+@demo_app.command("status")
+def status() -> None:
+    """Each Procfile process: state, pid, restarts and last exit (from the supervisor)."""
+    from entry.supervisor import read_state
+
+    settings = get_settings()
+    pid = _running_pid(settings)
+    data = read_state(_state_dir(settings))
+    if pid is None or data is None:
+        console.print("no demo processes are running")
+        return
+    table = Table(title=f"demo processes (supervisor pid {pid})")
+    for column in ("process", "state", "pid", "restarts", "last exit", "exited at"):
+        table.add_column(column)
+    processes = data.get("processes")
+    for name, proc in (processes if isinstance(processes, dict) else {}).items():
+        exited = proc.get("last_exit_at")
+        table.add_row(
+            name,
+            str(proc.get("state")),
+            str(proc.get("pid") or "-"),
+            str(proc.get("restarts", 0)),
+            "-" if proc.get("last_exit_code") is None else str(proc["last_exit_code"]),
+            time.strftime("%H:%M:%S", time.localtime(exited)) if exited else "-",
+        )
+    console.print(table)

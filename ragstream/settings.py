@@ -207,21 +207,23 @@ class CacheSettings(BaseModel):
 class WebhookSettings(BaseModel):
     """Signed webhook delivery (Standard Webhooks) and its SSRF guard.
 
-    ``signing_secret`` is a ``whsec_``-prefixed base64 key; the default is a development key
-    and must be replaced in production. ``allow_networks`` lists CIDRs that webhooks may reach
-    although they are not globally routable (tests allow ``127.0.0.1/32``).
+    Each endpoint, and each tenant for its ``callback_url`` deliveries, has its own signing key
+    in SQL (``workers/webhooks/signing.py``): there is no deployment-wide secret. After a
+    rotation the previous key still signs for ``secret_overlap_s`` seconds (24 h).
+    ``allow_networks`` lists CIDRs that webhooks may reach although they are not globally
+    routable (tests allow ``127.0.0.1/32``).
     A pending delivery that never got a Celery task (broker down when it was created) is
     scheduled by the sweeper of every Celery worker: every ``sweep_interval_s`` (0 disables
     it), once it is ``sweep_after_s`` old, unless it was queued less than
     ``schedule_marker_ttl_s`` ago (a long queue is not a lost task).
     """
 
-    signing_secret: str = "whsec_cmFnc3RyZWFtLWRldmVsb3BtZW50LWtleS0wMDAwMDA="  # noqa: S105 - dev key
     allow_networks: list[str] = []
     max_attempts: int = 6
     backoff_base_s: float = 2.0
     backoff_cap_s: float = 300.0
     timeout_s: float = 10.0
+    secret_overlap_s: float = Field(default=86_400.0, ge=0)
     max_endpoints_per_tenant: int = Field(default=20, ge=1)
     sweep_interval_s: float = Field(default=15.0, ge=0)
     sweep_after_s: float = Field(default=60.0, ge=0)

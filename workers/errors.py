@@ -7,10 +7,16 @@ from typing import Any
 
 from ragstream.errors import PermanentError, TransientError
 from topics.base import Event
+from topics.producer import RecordTooLargeError
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES
 from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
+from topics.serde import encode
 from workers.runtime.handler import Emit, derive_event_id
+
+# An error response must always fit the broker (its max_request_size is 1 MiB by default):
+# above this many encoded bytes its citations and evidence are left out.
+MAX_ERROR_RESPONSE_BYTES = 64 * 1024
 
 
 class BackendUnavailableError(TransientError):
@@ -38,10 +44,14 @@ def request_of(event: Event) -> QueryRequest:
 def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> QueryResponse:
     """A ``status="error"`` response for the request of ``event`` (id derived, replay-stable),
     with the passages the event carries (reranked passages or retrieved candidates) as its
-    citations and their evidence spans, when it has any."""
+    citations and their evidence spans, when it has any.
+
+    The response stays under :data:`MAX_ERROR_RESPONSE_BYTES` encoded, so it can always be
+    published (even for an event dead-lettered because its own outputs were too large):
+    citations and evidence that would exceed it are left out."""
     request = request_of(event)
     passages = getattr(event, "passages", None) or getattr(event, "candidates", None) or ()
-    return QueryResponse(
+    response = QueryResponse(
         event_id=derive_event_id(request.request_id, f"error:{stage}"),
         tenant=request.tenant,
         request_id=request.request_id,
@@ -56,10 +66,18 @@ def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> Q
         trace=event.trace,
         callback_url=request.callback_url,
     )
+    if len(encode(response)) <= MAX_ERROR_RESPONSE_BYTES:
+        return response
+    return response.model_copy(update={"citations": (), "evidence": ()})
 
 
 def code_of(error: BaseException) -> ErrorCode:
-    """The :class:`ErrorCode` for an exception (by its ``code`` attribute, else INTERNAL)."""
+    """The :class:`ErrorCode` for an exception (by its ``code`` attribute, else INTERNAL).
+
+    An output over the broker's size limit is INTERNAL: the limit is the deployment's, and
+    the request itself was valid."""
+    if isinstance(error, RecordTooLargeError):
+        return ErrorCode.INTERNAL
     try:
         return ErrorCode(getattr(error, "code", "INTERNAL"))
     except ValueError:

@@ -2,6 +2,12 @@
 
 - ``POST /v1/webhooks`` (201): register ``{url, event_types, description}``; the URL is
   SSRF-checked now (after DNS resolution) and again at every delivery; 422 when refused.
+  The response carries the endpoint's signing key (``secret``), shown this once.
+- ``POST /v1/webhooks/{id}/rotate-secret``: a new key for the endpoint; the old one keeps
+  signing (two signatures per delivery) for ``webhooks.secret_overlap_s`` (24 h).
+- ``POST /v1/webhooks/callback-secret`` (201, 409 once it exists) and
+  ``POST /v1/webhooks/callback-secret/rotate``: the tenant's key for deliveries to a query's
+  or job's ``callback_url`` (see :mod:`workers.webhooks.signing` for why one per tenant).
 - ``GET /v1/webhooks``, ``GET /v1/webhooks/{id}``, ``DELETE /v1/webhooks/{id}`` (204).
 - ``GET /v1/webhooks/deliveries/{webhook_id}``: status and every attempt of one delivery.
 
@@ -18,8 +24,15 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
-from api.webhooks.protocol import DeliveryOut, EndpointBody, EndpointList, EndpointOut
-from workers.webhooks import endpoints
+from api.webhooks.protocol import (
+    DeliveryOut,
+    EndpointBody,
+    EndpointCreated,
+    EndpointList,
+    EndpointOut,
+    SecretOut,
+)
+from workers.webhooks import endpoints, signing
 from workers.webhooks.delivery import get_delivery
 from workers.webhooks.ssrf import parse_networks
 
@@ -35,16 +48,17 @@ WebhookId = Annotated[str, Path(min_length=1, max_length=64)]
 @router.post(
     "/v1/webhooks",
     status_code=201,
-    response_model=EndpointOut,
+    response_model=EndpointCreated,
     responses={**ERRORS, 409: {"model": ErrorEnvelope}},
 )
 async def create_webhook(
     body: EndpointBody, request: Request, p: Principal = Depends(principal)
-) -> EndpointOut:
+) -> EndpointCreated:
     """Register an endpoint for the caller's tenant (at most ``webhooks.max_endpoints_per_tenant``).
 
     Deliveries are signed with Standard Webhooks headers (``webhook-id``,
-    ``webhook-timestamp``, ``webhook-signature``); de-duplicate on ``webhook-id``.
+    ``webhook-timestamp``, ``webhook-signature``) with this endpoint's own key, returned
+    here once as ``secret``; de-duplicate on ``webhook-id``.
     """
     svc = services(request)
     cfg = svc.settings.webhooks
@@ -63,7 +77,64 @@ async def create_webhook(
         raise ApiError(409, "CONFLICT", str(exc)) from exc
     except endpoints.EndpointError as exc:
         raise ApiError(422, "INVALID_REQUEST", str(exc)) from exc
-    return EndpointOut.of(created)
+    return EndpointCreated.created(created)
+
+
+@router.post(
+    "/v1/webhooks/callback-secret",
+    status_code=201,
+    response_model=SecretOut,
+    responses={**ERRORS, 409: {"model": ErrorEnvelope}},
+)
+async def create_callback_secret(request: Request, p: Principal = Depends(principal)) -> SecretOut:
+    """Create the key that signs the tenant's ``callback_url`` deliveries and show it once.
+
+    409 if it exists already (created earlier, or by a first callback delivery): rotate it.
+    """
+    key = await asyncio.to_thread(
+        signing.create_tenant_secret, services(request).sessions, p.tenant
+    )
+    if key is None:
+        raise ApiError(
+            409,
+            "CONFLICT",
+            "the callback secret exists and was shown once; "
+            "POST /v1/webhooks/callback-secret/rotate for a new one",
+        )
+    return SecretOut(secret=key)
+
+
+@router.post("/v1/webhooks/callback-secret/rotate", response_model=SecretOut, responses=ERRORS)
+async def rotate_callback_secret(request: Request, p: Principal = Depends(principal)) -> SecretOut:
+    """A new key for the tenant's ``callback_url`` deliveries (shown once); the previous one
+    keeps signing until ``previous_valid_until``."""
+    svc = services(request)
+    rotated = await asyncio.to_thread(
+        signing.rotate_tenant_secret,
+        svc.sessions,
+        p.tenant,
+        svc.settings.webhooks.secret_overlap_s,
+    )
+    return SecretOut.of(rotated)
+
+
+@router.post("/v1/webhooks/{endpoint_id}/rotate-secret", response_model=SecretOut, responses=ERRORS)
+async def rotate_webhook_secret(
+    endpoint_id: EndpointId, request: Request, p: Principal = Depends(principal)
+) -> SecretOut:
+    """A new key for one of the caller's endpoints (shown once); the previous one keeps
+    signing until ``previous_valid_until``, so deliveries carry both signatures meanwhile."""
+    svc = services(request)
+    rotated = await asyncio.to_thread(
+        signing.rotate_endpoint_secret,
+        svc.sessions,
+        p.tenant,
+        endpoint_id,
+        svc.settings.webhooks.secret_overlap_s,
+    )
+    if rotated is None:
+        raise ApiError(404, "NOT_FOUND", f"no webhook endpoint {endpoint_id!r} for this tenant")
+    return SecretOut.of(rotated)
 
 
 @router.get("/v1/webhooks", response_model=EndpointList, responses=ERRORS)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workers.webhooks.delivery import DeliveryView
 from workers.webhooks.endpoints import MAX_DESCRIPTION_CHARS, MAX_URL_CHARS, Endpoint
+from workers.webhooks.signing import Rotated
 
 EventType = Literal["query.completed", "ingest.job.completed", "*"]
 #: No control characters (they cannot be part of a URL, and PostgreSQL text refuses NUL).
@@ -50,6 +51,34 @@ class EndpointOut(BaseModel):
             description=e.description,
             created_at=e.created_at,
         )
+
+
+class EndpointCreated(EndpointOut):
+    """A registered endpoint and its signing key, shown only here."""
+
+    secret: str = Field(
+        description="Standard Webhooks key (whsec_...) that signs this endpoint's deliveries; "
+        "shown once: store it now (POST /v1/webhooks/{id}/rotate-secret makes a new one)."
+    )
+
+    @classmethod
+    def created(cls, e: Endpoint) -> EndpointCreated:
+        """From :func:`workers.webhooks.endpoints.register`'s result (which carries the key)."""
+        assert e.secret is not None
+        return cls(**EndpointOut.of(e).model_dump(), secret=e.secret)
+
+
+class SecretOut(BaseModel):
+    """A new signing key, shown once; the previous key (if any) still signs until
+    ``previous_valid_until`` (UTC), so receivers can switch without losing deliveries."""
+
+    secret: str
+    previous_valid_until: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, r: Rotated) -> SecretOut:
+        """From a rotation's result."""
+        return cls(secret=r.secret, previous_valid_until=r.previous_valid_until)
 
 
 class EndpointList(BaseModel):

@@ -144,6 +144,9 @@ class WebhookDelivery(Base):
     tenant: Mapped[str] = mapped_column(String(128), index=True)
     event_type: Mapped[str] = mapped_column(String(64))
     url: Mapped[str] = mapped_column(Text)
+    #: The registered endpoint it goes to (signed with its key); ``None``: a ``callback_url``
+    #: (signed with the tenant's key).
+    endpoint_id: Mapped[str | None] = mapped_column(String(36))
     payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
     status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -194,7 +197,11 @@ class ApiKey(Base):
 
 
 class WebhookEndpoint(Base):
-    """A tenant's registered webhook endpoint for some event types (``["*"]`` for all)."""
+    """A tenant's registered webhook endpoint for some event types (``["*"]`` for all).
+
+    ``secret`` is the endpoint's Standard Webhooks key (``whsec_`` + base64); after a rotation
+    ``previous_secret`` signs as well until ``previous_secret_until``.
+    """
 
     __tablename__ = "webhook_endpoints"
 
@@ -205,3 +212,19 @@ class WebhookEndpoint(Base):
     description: Mapped[str] = mapped_column(String(256), default="")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     disabled_at: Mapped[dt.datetime | None] = mapped_column()
+    secret: Mapped[str] = mapped_column(String(128))
+    previous_secret: Mapped[str | None] = mapped_column(String(128))
+    previous_secret_until: Mapped[dt.datetime | None] = mapped_column()
+
+
+class WebhookTenantSecret(Base):
+    """A tenant's key for deliveries to per-query ``callback_url`` targets (no registered
+    endpoint); rotated like an endpoint's (see :class:`WebhookEndpoint`)."""
+
+    __tablename__ = "webhook_tenant_secrets"
+
+    tenant: Mapped[str] = mapped_column(String(128), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(128))
+    previous_secret: Mapped[str | None] = mapped_column(String(128))
+    previous_secret_until: Mapped[dt.datetime | None] = mapped_column()
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

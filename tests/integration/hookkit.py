@@ -23,29 +23,36 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from ragstream.celery_app import configure_celery
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.db.models import WebhookAttempt, WebhookDelivery
-from ragstream.settings import Settings, WebhookSettings
+from ragstream.settings import Settings
 from tests.integration.kafkakit import wait_for
-
-SECRET = WebhookSettings().signing_secret
 
 
 @dataclass
 class Received:
-    """One POST the receiver accepted: its ``webhook-id`` header and verified JSON body."""
+    """One POST the receiver accepted: its ``webhook-id`` header, verified JSON body and its
+    ``webhook-signature`` header (``v1,...`` signatures, space-separated)."""
 
     webhook_id: str
     payload: Any
+    signature: str = ""
 
 
 class Receiver:
     """A local HTTP server that answers each POST with the next of ``statuses`` (then 200).
 
-    Every body is verified with ``standardwebhooks.Webhook(secret).verify(body, headers)``;
-    a request that fails verification is answered 401 and counted in ``rejected``.
+    Every body is verified with ``standardwebhooks.Webhook(key).verify(body, headers)`` for
+    each of ``keys`` (settable later: the key a receiver holds); a request that no key verifies
+    is answered 401 and counted in ``rejected``.
     """
 
-    def __init__(self, statuses: list[int] | None = None, redirect_to: str | None = None) -> None:
+    def __init__(
+        self,
+        statuses: list[int] | None = None,
+        redirect_to: str | None = None,
+        keys: list[str] | None = None,
+    ) -> None:
         self.statuses = list(statuses or [])
+        self.keys = list(keys or [])
         self.received: list[Received] = []
         self.rejected = 0
         self.lock = threading.Lock()
@@ -55,15 +62,16 @@ class Receiver:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                try:
-                    payload = Webhook(SECRET).verify(body, headers)
-                except WebhookVerificationError:
+                payload = outer.verify(body, headers)
+                if payload is None:
                     with outer.lock:
                         outer.rejected += 1
                     self.send_response(401)
                 else:
                     with outer.lock:
-                        outer.received.append(Received(headers["webhook-id"], payload))
+                        outer.received.append(
+                            Received(headers["webhook-id"], payload, headers["webhook-signature"])
+                        )
                         status = outer.statuses.pop(0) if outer.statuses else 200
                     if redirect_to:
                         self.send_response(307)
@@ -80,6 +88,15 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def verify(self, body: bytes, headers: dict[str, str]) -> Any:
+        """The verified payload, or ``None`` if no key of the receiver verifies it."""
+        for key in self.keys:
+            try:
+                return Webhook(key).verify(body, headers)
+            except WebhookVerificationError:
+                continue
+        return None
+
     @property
     def verified(self) -> int:
         """POSTs whose signature verified."""
@@ -93,11 +110,12 @@ class Receiver:
 
 @pytest.fixture
 def receivers() -> Iterator[Callable[..., Receiver]]:
-    """``make(statuses=None)`` -> a started :class:`Receiver`; all closed after the test."""
+    """``make(statuses=None, keys=None)`` -> a started :class:`Receiver`; all closed after the
+    test."""
     made: list[Receiver] = []
 
-    def make(statuses: list[int] | None = None) -> Receiver:
-        r = Receiver(statuses)
+    def make(statuses: list[int] | None = None, keys: list[str] | None = None) -> Receiver:
+        r = Receiver(statuses, keys=keys)
         made.append(r)
         return r
 

@@ -24,6 +24,7 @@ TABLES = {
     "webhook_attempts",
     "api_keys",
     "webhook_endpoints",
+    "webhook_tenant_secrets",
     "alembic_version",
 }
 
@@ -92,3 +93,31 @@ def test_alembic_cli_upgrade_head(tmp_path: Path, unique_name: Callable[[str], s
     engine = make_engine(f"sqlite:///{db}")
     assert "query_log" in inspect(engine).get_table_names()
     engine.dispose()
+
+
+def test_endpoints_registered_before_per_endpoint_keys_get_one_each(tmp_path: Path) -> None:
+    """Revision 0004 gives every existing webhook endpoint its own fresh signing key."""
+    from alembic import command
+
+    from ragstream.db.engine import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    command.upgrade(alembic_config(url), "0003")
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            for i in range(2):
+                conn.execute(
+                    text(
+                        "INSERT INTO webhook_endpoints (id, tenant, url, event_types, description,"
+                        " created_at) VALUES (:id, 't', 'http://x/', '[\"*\"]', '', :now)"
+                    ),
+                    {"id": f"e{i}", "now": "2026-11-30 00:00:00"},
+                )
+        upgrade_head(url)
+        with engine.connect() as conn:
+            keys = [r[0] for r in conn.execute(text("SELECT secret FROM webhook_endpoints"))]
+        assert len(keys) == 2 and len(set(keys)) == 2
+        assert all(k.startswith("whsec_") for k in keys)
+    finally:
+        engine.dispose()

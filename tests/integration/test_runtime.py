@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 import signal
 import threading
@@ -9,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -221,6 +224,50 @@ def test_poison_event_goes_to_dlq_with_context_and_next_events_flow(
     values = [r.value for r in src]
     assert all(values.count(r.value) == 2 for r in dlq)  # the original and its replay
     assert all(not any(k.startswith("dlq.") for k, _ in r.headers) for r in src)
+
+
+def test_event_whose_output_is_too_large_is_dead_lettered_with_its_notice(
+    settings: Settings, pipe: Pipe
+) -> None:
+    """Issue 15, item 2: an output over the broker's limit dead-letters its input, and the
+    handler's ``on_dead_letter`` outputs (a query's typed error response) are published, so a
+    waiting caller is told; the batch-mates' outputs go out and every offset is committed."""
+    dst = echo_topic(pipe.dst)
+
+    def inflate(events: list[EchoEvent]) -> Sequence[Outcome]:
+        big = os.urandom(3000).hex()  # 6 kB that lz4 cannot shrink, over the 4 kB limit
+        return [
+            Emit(dst, e.model_copy(update={"payload": big if e.payload == "huge" else e.payload}))
+            for e in events
+        ]
+
+    def notice(event: EchoEvent, error: BaseException) -> Sequence[Emit]:
+        payload = f"dead:{event.seq}:{type(error).__name__}"
+        return [
+            Emit(
+                dst, event.model_copy(update={"event_id": "n" + event.event_id, "payload": payload})
+            )
+        ]
+
+    handler = dataclasses.replace(
+        _handler(pipe, BatchPolicy(10, 200), fn=inflate), on_dead_letter=notice
+    )
+    produce_echo(settings, pipe.src, ["ok0", "huge", "ok2"])
+    producer = EventProducer(make_producer(settings.kafka, max_request_size=4096))
+    runner, thread = _start(settings, handler, producer)
+    expected = {"dead:1:RecordTooLargeError", "ok0", "ok2"}
+
+    def payloads(records: list[Any]) -> set[str]:
+        return {decode(EchoEvent, r.value).payload for r in records}
+
+    # At-least-once: ok0, sent before the refusal, may be published twice (same event_id).
+    out = consume_all(settings, pipe.dst, lambda r: payloads(r) >= expected, timeout_s=30)
+    dlq = consume_all(settings, pipe.src + ".dlq", lambda r: len(r) >= 1, timeout_s=10)
+    assert wait_for(lambda: committed_total(settings, pipe.group, pipe.src) == 3, 30)
+    _stop(runner, thread)
+    assert payloads(out) == expected
+    assert [decode(EchoEvent, r.value).payload for r in dlq] == ["huge"]
+    assert dead_letter_context(list(dlq[0].headers))["error.class"].endswith("RecordTooLargeError")
 
 
 def test_sigkill_mid_batch_loses_nothing(settings: Settings, pipe: Pipe, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from topics.responses import Citation, QueryResponse
 from topics.serde import encode
 from workers.pools.delivery import delivery_handler
 from workers.runtime.runner import PoolRunner
-from workers.webhooks import endpoints
+from workers.webhooks import endpoints, signing
 from workers.webhooks.outbox import CeleryScheduler
 from workers.webhooks.ssrf import parse_networks
 
@@ -88,6 +88,18 @@ def pool(hook_env: HookEnv, unique_name: Callable[[str], str]) -> Iterator[Pool]
     client.close()
 
 
+def _callback_key(env: HookEnv, tenant: str) -> list[str]:
+    """The tenant's callback key, created as ``POST /v1/webhooks/callback-secret`` does."""
+    key = signing.create_tenant_secret(env.sessions, tenant)
+    assert key is not None
+    return [key]
+
+
+def _endpoint_key(endpoint: endpoints.Endpoint) -> list[str]:
+    assert endpoint.secret is not None
+    return [endpoint.secret]
+
+
 def _answer(
     request_id: str, tenant: str = "acme", callback_url: str | None = None
 ) -> QueryResponse:
@@ -106,7 +118,7 @@ def test_answer_webhook_is_signed_retried_and_sent_once_despite_replays(
     hook_env: HookEnv, pool: Pool, receivers: Callable[..., Receiver]
 ) -> None:
     hook_env.start_worker()
-    receiver = receivers([500, 200])
+    receiver = receivers([500, 200], keys=_callback_key(hook_env, "acme"))
     first = _answer("r1", callback_url=receiver.url)
     pool.send(first)
     assert wait_for(
@@ -135,11 +147,16 @@ def test_registered_endpoints_receive_their_own_tenants_answers_only(
 ) -> None:
     acme_hook, globex_hook, callback = receivers(), receivers(), receivers()
     sessions = hook_env.sessions
-    endpoints.register(sessions, "acme", acme_hook.url, ["query.completed"], allow=LOOPBACK)
-    endpoints.register(sessions, "globex", globex_hook.url, ["*"], allow=LOOPBACK)
+    acme_hook.keys = _endpoint_key(
+        endpoints.register(sessions, "acme", acme_hook.url, ["query.completed"], allow=LOOPBACK)
+    )
+    globex_hook.keys = _endpoint_key(
+        endpoints.register(sessions, "globex", globex_hook.url, ["*"], allow=LOOPBACK)
+    )
     endpoints.register(  # a type acme did not ask for on another URL: not a target
         sessions, "acme", callback.url + "/jobs", ["ingest.job.completed"], allow=LOOPBACK
     )
+    callback.keys = _callback_key(hook_env, "acme")
     hook_env.start_worker()
     # A callback URL that is also a registered endpoint is posted to once.
     pool.send(_answer("a1", "acme"), _answer("a2", "acme", callback_url=acme_hook.url))
@@ -164,9 +181,11 @@ def test_ingest_job_completion_is_announced_to_callback_and_endpoints(
 ) -> None:
     from ingest.tasks import run_job
 
-    callback, endpoint = receivers(), receivers()
+    callback, endpoint = receivers(keys=_callback_key(hook_env, "acme")), receivers()
     sessions = hook_env.sessions
-    endpoints.register(sessions, "acme", endpoint.url, ["ingest.job.completed"], allow=LOOPBACK)
+    endpoint.keys = _endpoint_key(
+        endpoints.register(sessions, "acme", endpoint.url, ["ingest.job.completed"], allow=LOOPBACK)
+    )
     hook_env.start_worker()
     outside = ["/etc/hostname", "/etc/os-release"]  # outside ingest.allowed_roots: both fail
     job_id = jobs.create_job(
@@ -195,7 +214,7 @@ def test_ingest_job_completion_is_announced_to_callback_and_endpoints(
 def test_a_delivery_left_pending_by_a_dead_broker_is_sent_by_the_sweeper(
     hook_env: HookEnv, receivers: Callable[..., Receiver]
 ) -> None:
-    receiver = receivers()
+    receiver = receivers(keys=_callback_key(hook_env, "acme"))
     dead = Celery("dead-broker")
     dead.conf.broker_url = "redis://127.0.0.1:1/0"
     dead.conf.broker_transport_options = {"max_retries": 0}

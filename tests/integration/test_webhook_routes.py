@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,7 @@ from api.errors import install_error_handlers
 from api.routes import webhooks
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import DatabaseSettings, Settings, WebhookSettings
-from tests.integration.hookkit import SECRET, Receiver
+from tests.integration.hookkit import Receiver
 from workers.webhooks.delivery import enqueue, run_attempt
 from workers.webhooks.ssrf import parse_networks
 
@@ -128,7 +130,14 @@ def test_endpoints_are_scoped_to_their_tenant(make_api: Callable[..., Api]) -> N
     _error(api.client.get(f"/v1/webhooks/{ep}", headers=api.as_("globex")), 404, "NOT_FOUND")
     _error(api.client.delete(f"/v1/webhooks/{ep}", headers=api.as_("globex")), 404, "NOT_FOUND")
     mine = api.client.get(f"/v1/webhooks/{ep}", headers=api.as_("acme")).json()
-    assert mine == created and mine["description"] == "acme's hook"
+    assert created["secret"].startswith("whsec_") and "secret" not in mine  # shown once
+    assert mine == {k: v for k, v in created.items() if k != "secret"}
+    assert mine["description"] == "acme's hook"
+    _error(
+        api.client.post(f"/v1/webhooks/{ep}/rotate-secret", headers=api.as_("globex")),
+        404,
+        "NOT_FOUND",
+    )
     assert [
         e["id"] for e in api.client.get("/v1/webhooks", headers=api.as_("acme")).json()["data"]
     ] == [ep]
@@ -190,7 +199,9 @@ def test_delivery_status_lists_every_attempt_for_its_tenant_only(
     make_api: Callable[..., Api],
 ) -> None:
     api = make_api()
-    receiver = Receiver([503, 200])
+    made = api.client.post("/v1/webhooks/callback-secret", headers=api.as_("acme"))
+    assert made.status_code == 201, made.text
+    receiver = Receiver([503, 200], keys=[made.json()["secret"]])
     try:
         delivery = enqueue(
             api.sessions,
@@ -205,7 +216,6 @@ def test_delivery_status_lists_every_attempt_for_its_tenant_only(
             run_attempt(
                 api.sessions,
                 delivery,
-                secret=SECRET,
                 allow=parse_networks(["127.0.0.1/32"]),
                 max_attempts=5,
                 timeout_s=5,
@@ -232,3 +242,46 @@ def test_delivery_status_lists_every_attempt_for_its_tenant_only(
         )
     finally:
         receiver.close()
+
+
+def test_registration_shows_a_fresh_key_once_and_rotation_returns_a_new_one(
+    make_api: Callable[..., Api],
+) -> None:
+    api = make_api(allow_networks=["127.0.0.1/32"])
+    body = {"url": "http://127.0.0.1:9000/hook", "event_types": ["*"]}
+    first = api.client.post("/v1/webhooks", json=body, headers=api.as_("acme")).json()
+    second = api.client.post("/v1/webhooks", json=body, headers=api.as_("acme")).json()
+    assert first["secret"] != second["secret"]
+    assert len(base64.b64decode(first["secret"].removeprefix("whsec_"))) == 32
+    listed = api.client.get("/v1/webhooks", headers=api.as_("acme")).json()["data"]
+    assert all("secret" not in e for e in listed)
+    resp = api.client.post(f"/v1/webhooks/{first['id']}/rotate-secret", headers=api.as_("acme"))
+    assert resp.status_code == 200, resp.text
+    rotated = resp.json()
+    assert rotated["secret"].startswith("whsec_") and rotated["secret"] != first["secret"]
+    until = dt.datetime.fromisoformat(rotated["previous_valid_until"])
+    left = until - dt.datetime.now(dt.UTC)
+    assert dt.timedelta(hours=23) < left <= dt.timedelta(hours=24)  # the 24 h default overlap
+    _error(
+        api.client.post("/v1/webhooks/nope/rotate-secret", headers=api.as_("acme")),
+        404,
+        "NOT_FOUND",
+    )
+
+
+def test_the_tenants_callback_key_is_shown_once_then_only_rotated(
+    make_api: Callable[..., Api],
+) -> None:
+    api = make_api()
+    made = api.client.post("/v1/webhooks/callback-secret", headers=api.as_("acme"))
+    assert made.status_code == 201 and made.json()["secret"].startswith("whsec_")
+    again = api.client.post("/v1/webhooks/callback-secret", headers=api.as_("acme"))
+    assert "rotate" in _error(again, 409, "CONFLICT")
+    rotated = api.client.post("/v1/webhooks/callback-secret/rotate", headers=api.as_("acme"))
+    assert rotated.status_code == 200
+    assert rotated.json()["secret"] != made.json()["secret"]
+    assert rotated.json()["previous_valid_until"] is not None
+    other = api.client.post("/v1/webhooks/callback-secret", headers=api.as_("globex"))
+    assert other.status_code == 201  # each tenant its own key
+    assert other.json()["secret"] not in (made.json()["secret"], rotated.json()["secret"])
+    _error(api.client.post("/v1/webhooks/callback-secret"), 401, "UNAUTHENTICATED")

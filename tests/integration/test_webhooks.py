@@ -1,7 +1,9 @@
-"""Webhooks to a local receiver that verifies Standard Webhooks signatures; retries; SSRF."""
+"""Webhooks to a local receiver that verifies Standard Webhooks signatures; retries; SSRF;
+a signing key per endpoint and per tenant, rotated with an overlap (issue 15, item 10)."""
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 from collections.abc import Iterator
@@ -13,7 +15,8 @@ from sqlalchemy import select
 
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.db.models import WebhookAttempt, WebhookDelivery
-from tests.integration.hookkit import SECRET, Receiver
+from tests.integration.hookkit import Receiver
+from workers.webhooks import endpoints, signing
 from workers.webhooks.delivery import enqueue, run_attempt
 from workers.webhooks.ssrf import SsrfBlockedError, address_allowed, check_url, parse_networks
 
@@ -29,15 +32,30 @@ def sessions(tmp_path: Path) -> Iterator[Any]:
     engine.dispose()
 
 
-def _enqueue(sessions: Any, webhook_id: str, url: str, payload: dict[str, Any]) -> int | None:
+def _enqueue(
+    sessions: Any,
+    webhook_id: str,
+    url: str,
+    payload: dict[str, Any],
+    endpoint_id: str | None = None,
+    tenant: str = "acme",
+) -> int | None:
     return enqueue(
         sessions,
         webhook_id=webhook_id,
-        tenant="acme",
+        tenant=tenant,
         event_type="query.answered",
         url=url,
         payload=payload,
+        endpoint_id=endpoint_id,
     )
+
+
+def _acme_key(sessions: Any) -> list[str]:
+    """acme's callback key, created as ``POST /v1/webhooks/callback-secret`` does."""
+    key = signing.create_tenant_secret(sessions, "acme")
+    assert key is not None
+    return [key]
 
 
 def _deliver_until_final(sessions: Any, delivery_id: int, max_attempts: int = 5) -> str:
@@ -46,7 +64,6 @@ def _deliver_until_final(sessions: Any, delivery_id: int, max_attempts: int = 5)
         status, _ = run_attempt(
             sessions,
             delivery_id,
-            secret=SECRET,
             allow=LOOPBACK,
             max_attempts=max_attempts,
             timeout_s=5,
@@ -55,7 +72,7 @@ def _deliver_until_final(sessions: Any, delivery_id: int, max_attempts: int = 5)
 
 
 def test_500_then_200_is_one_delivery_succeeded_on_attempt_2(sessions: Any) -> None:
-    receiver = Receiver([500, 200])
+    receiver = Receiver([500, 200], keys=_acme_key(sessions))
     try:
         payload = {"request_id": "r1", "answer": "5432"}
         first = _enqueue(sessions, "msg_r1", receiver.url, payload)
@@ -71,18 +88,13 @@ def test_500_then_200_is_one_delivery_succeeded_on_attempt_2(sessions: Any) -> N
             assert row.status == "succeeded" and row.attempt_count == 2
             assert [(a.attempt, a.status_code) for a in attempts] == [(1, 500), (2, 200)]
         # Delivering a finished delivery again changes nothing.
-        assert (
-            run_attempt(
-                sessions, first, secret=SECRET, allow=LOOPBACK, max_attempts=5, timeout_s=5
-            )[1]
-            is None
-        )
+        assert run_attempt(sessions, first, allow=LOOPBACK, max_attempts=5, timeout_s=5)[1] is None
     finally:
         receiver.close()
 
 
 def test_delivery_fails_for_good_after_max_attempts(sessions: Any) -> None:
-    receiver = Receiver([503] * 10)
+    receiver = Receiver([503] * 10, keys=_acme_key(sessions))
     try:
         delivery = _enqueue(sessions, "msg_r2", receiver.url, {})
         assert delivery is not None
@@ -122,7 +134,9 @@ def test_allowlist_and_ipv4_mapped_addresses() -> None:
 
 
 def test_redirect_to_a_refused_address_is_not_followed(sessions: Any) -> None:
-    receiver = Receiver([], redirect_to="http://169.254.169.254/latest/meta-data/")
+    receiver = Receiver(
+        [], redirect_to="http://169.254.169.254/latest/meta-data/", keys=_acme_key(sessions)
+    )
     try:
         delivery = _enqueue(sessions, "msg_r3", receiver.url, {"x": 1})
         assert delivery is not None
@@ -131,5 +145,102 @@ def test_redirect_to_a_refused_address_is_not_followed(sessions: Any) -> None:
             (attempt,) = s.scalars(select(WebhookAttempt)).all()
             assert "refused address 169.254.169.254" in (attempt.error or "")
         assert json.dumps(receiver.received[0].payload) == '{"x": 1}'
+    finally:
+        receiver.close()
+
+
+def _deliver_once(sessions: Any, delivery_id: int | None) -> tuple[str, Any]:
+    assert delivery_id is not None
+    return run_attempt(sessions, delivery_id, allow=LOOPBACK, max_attempts=1, timeout_s=5)
+
+
+def test_each_endpoint_signs_with_its_own_key(sessions: Any) -> None:
+    """Another tenant's receiver cannot verify (so cannot forge) acme's deliveries."""
+    acme_hook, globex_hook = Receiver(), Receiver()
+    try:
+        acme = endpoints.register(sessions, "acme", acme_hook.url, ["*"], allow=LOOPBACK)
+        globex = endpoints.register(sessions, "globex", globex_hook.url, ["*"], allow=LOOPBACK)
+        assert acme.secret and globex.secret and acme.secret != globex.secret
+        assert acme.secret.startswith("whsec_")
+        assert 24 <= len(base64.b64decode(acme.secret.removeprefix("whsec_"))) <= 64
+        assert endpoints.get_endpoint(sessions, "acme", acme.id).secret is None  # shown once
+        acme_hook.keys, globex_hook.keys = [globex.secret], [globex.secret]
+        d1 = _enqueue(sessions, "msg_k1", acme_hook.url, {"n": 1}, acme.id)
+        assert _deliver_once(sessions, d1)[0] == "failed"  # 401: globex's key does not verify
+        assert acme_hook.rejected == 1 and acme_hook.verified == 0
+        acme_hook.keys = [acme.secret]
+        d2 = _enqueue(sessions, "msg_k2", acme_hook.url, {"n": 2}, acme.id)
+        assert _deliver_once(sessions, d2)[0] == "succeeded"
+        d3 = _enqueue(sessions, "msg_k3", globex_hook.url, {"n": 3}, globex.id, "globex")
+        assert _deliver_once(sessions, d3)[0] == "succeeded"
+        assert acme_hook.verified == globex_hook.verified == 1
+    finally:
+        acme_hook.close()
+        globex_hook.close()
+
+
+def test_rotation_signs_with_both_keys_during_the_overlap_only(sessions: Any) -> None:
+    old_only, new_only = Receiver(), Receiver()
+    try:
+        hooks = [old_only, new_only]
+        created = [
+            endpoints.register(sessions, "acme", r.url, ["*"], allow=LOOPBACK) for r in hooks
+        ]
+        for receiver, endpoint in zip(hooks, created, strict=True):
+            assert endpoint.secret is not None
+            receiver.keys = [endpoint.secret]
+        rotated = [
+            signing.rotate_endpoint_secret(sessions, "acme", e.id, overlap_s=3600) for e in created
+        ]
+        assert rotated[0] is not None and rotated[1] is not None
+        assert rotated[0].secret != created[0].secret
+        assert rotated[0].previous_valid_until is not None
+        new_only.keys = [rotated[1].secret]
+        for i, (receiver, endpoint) in enumerate(zip(hooks, created, strict=True)):
+            d = _enqueue(sessions, f"msg_rot{i}", receiver.url, {"i": i}, endpoint.id)
+            assert _deliver_once(sessions, d)[0] == "succeeded"
+        # Both receivers verified: every delivery carried the old and the new signature.
+        assert [len(r.received[0].signature.split(" ")) for r in hooks] == [2, 2]
+        assert all(sig.startswith("v1,") for sig in old_only.received[0].signature.split(" "))
+        # After the window (overlap 0 s) only the newest key signs: the old one is refused.
+        again = signing.rotate_endpoint_secret(sessions, "acme", created[0].id, overlap_s=0)
+        assert again is not None
+        old_only.keys = [rotated[0].secret]  # the key now replaced, its window already over
+        d = _enqueue(sessions, "msg_rot_late", old_only.url, {}, created[0].id)
+        assert _deliver_once(sessions, d)[0] == "failed" and old_only.rejected == 1
+        assert signing.rotate_endpoint_secret(sessions, "globex", created[0].id, 60) is None
+    finally:
+        old_only.close()
+        new_only.close()
+
+
+def test_callback_deliveries_use_the_tenants_key_created_on_first_use(sessions: Any) -> None:
+    receiver = Receiver()
+    try:
+        d = _enqueue(sessions, "msg_cb", receiver.url, {"cb": 1})
+        assert _deliver_once(sessions, d)[0] == "failed"  # the key was made now; nobody holds it
+        assert signing.create_tenant_secret(sessions, "acme") is None  # exists: shown once
+        rotated = signing.rotate_tenant_secret(sessions, "acme", overlap_s=3600)
+        receiver.keys = [rotated.secret]
+        d = _enqueue(sessions, "msg_cb2", receiver.url, {"cb": 2})
+        assert _deliver_once(sessions, d)[0] == "succeeded"
+        assert len(receiver.received[0].signature.split(" ")) == 2  # old key within its window
+        globex = signing.rotate_tenant_secret(sessions, "globex", overlap_s=3600)
+        assert globex.previous_valid_until is None and globex.secret != rotated.secret
+    finally:
+        receiver.close()
+
+
+def test_a_pending_delivery_of_a_deleted_endpoint_fails_unsent(sessions: Any) -> None:
+    receiver = Receiver()
+    try:
+        endpoint = endpoints.register(sessions, "acme", receiver.url, ["*"], allow=LOOPBACK)
+        assert endpoint.secret is not None
+        receiver.keys = [endpoint.secret]
+        d = _enqueue(sessions, "msg_gone", receiver.url, {}, endpoint.id)
+        assert endpoints.delete_endpoint(sessions, "acme", endpoint.id)
+        status, result = _deliver_once(sessions, d)
+        assert status == "failed" and result.error == "webhook endpoint deleted"
+        assert receiver.received == [] and receiver.rejected == 0
     finally:
         receiver.close()

@@ -238,9 +238,17 @@ class BatchProcessor(Generic[E]):
         self, result: BatchResult, item: Item, error: BaseException, attempts: int
     ) -> None:
         result.dead_letters.append(DeadLetter(item, error, attempts))
+        result.emits.extend(self.dead_letter_emits(item, error))
+
+    def dead_letter_emits(self, item: Item, error: BaseException) -> list[Emit]:
+        """The handler's ``on_dead_letter`` outputs for ``item`` dead-lettered with ``error``
+        (e.g. a typed error response); empty without a hook or a decoded event. The runner
+        calls it too, for an event dead-lettered because its outputs could not be published.
+        """
         hook = self.handler.on_dead_letter
-        if hook is not None and item.event is not None:
-            result.emits.extend(hook(item.event, error))  # type: ignore[arg-type]
+        if hook is None or item.event is None:
+            return []
+        return list(hook(item.event, error))  # type: ignore[arg-type]
 
 
 def _expired(event: Event) -> bool:

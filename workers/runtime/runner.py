@@ -295,7 +295,8 @@ class PoolRunner(Generic[E]):
 
     def _publish_isolated(self, items: list[Item]) -> _Done:
         """An output was refused for good (e.g. too large): publish event by event and
-        dead-letter the event whose own outputs are refused."""
+        dead-letter the event whose own outputs are refused, with its handler's
+        ``on_dead_letter`` outputs (a query's typed error response)."""
         published = 0
         for item in items:
             result = self._processor.run([item])
@@ -305,9 +306,39 @@ class PoolRunner(Generic[E]):
                 published += self._publish(result)
             except PermanentError as exc:
                 self._producer.discard_pending()
-                self._send_dead_letter(DeadLetter(item, exc, 1))
-                published += self._producer.flush()
+                published += self._dead_letter_refused(item, exc)
         return _Done(ok=True, published=published)
+
+    def _dead_letter_refused(self, item: Item, error: PermanentError) -> int:
+        """Dead-letter ``item`` whose outputs the broker refused, then publish the handler's
+        ``on_dead_letter`` outputs for it, so a caller waiting on a response is told.
+
+        The dead letter is flushed first: should the notice be refused as well (it is built
+        small, so it should not), the event is still dead-lettered once and the refusal logged.
+        Returns the number of records acknowledged.
+
+        Raises:
+            ProduceError: a record was not acknowledged (the batch is retried).
+        """
+        self._send_dead_letter(DeadLetter(item, error, 1))
+        published = self._producer.flush()
+        notices = self._processor.dead_letter_emits(item, error)
+        try:
+            for emit in notices:
+                self._producer.send(self._registry.name(emit.topic), emit.event)
+            published += self._producer.flush()
+        except PermanentError as exc:
+            self._producer.discard_pending()
+            log.error(
+                "pool.dead_letter_notice_refused",
+                pool=self.handler.name,
+                offset=item.source.offset,
+                error=str(exc),
+            )
+            return published
+        for emit in notices:
+            metrics.EVENTS_OUT.labels(self.handler.name, self._registry.name(emit.topic)).inc()
+        return published
 
     def _send_dead_letter(self, letter: DeadLetter) -> None:
         src: SourceRecord = letter.item.source

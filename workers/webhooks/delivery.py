@@ -2,10 +2,13 @@
 
 A delivery is a POST of the JSON payload with Standard Webhooks headers (``webhook-id``,
 ``webhook-timestamp``, ``webhook-signature``: HMAC-SHA256 via the ``standardwebhooks``
-library). Timeouts, connection errors, 429 and 5xx are retried with exponential back-off;
-after ``max_attempts`` the delivery is ``failed``. Redirects are followed by hand (at most 3),
-each target checked by the SSRF guard again. The stable ``webhook_id`` lets receivers
-de-duplicate, and :func:`enqueue` never creates a second delivery for the same id.
+library, with the keys of the delivery's endpoint or tenant, :mod:`workers.webhooks.signing`).
+Each attempt connects only to the addresses the SSRF guard checked and has a total deadline of
+``timeout_s`` (:mod:`workers.webhooks.transport`). Timeouts, connection errors, 429 and 5xx are
+retried with exponential back-off; after ``max_attempts`` the delivery is ``failed``.
+Redirects are followed by hand (at most 3), each target checked by the SSRF guard again. The
+stable ``webhook_id`` lets receivers de-duplicate, and :func:`enqueue` never creates a second
+delivery for the same id.
 :func:`get_delivery` is the read side (status and every attempt) behind the HTTP API.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,10 +27,11 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
-from standardwebhooks.webhooks import Webhook
 
 from ragstream.db.models import WebhookAttempt, WebhookDelivery, utcnow
+from workers.webhooks.signing import sign_headers, signing_keys
 from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
+from workers.webhooks.transport import pinned_client
 
 MAX_REDIRECTS = 3
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -55,8 +60,11 @@ def enqueue(
     event_type: str,
     url: str,
     payload: dict[str, Any],
+    endpoint_id: str | None = None,
 ) -> int | None:
-    """Record a pending delivery; return its id, or ``None`` if ``webhook_id`` exists already."""
+    """Record a pending delivery; return its id, or ``None`` if ``webhook_id`` exists already.
+
+    ``endpoint_id``: the registered endpoint it goes to (``None``: a ``callback_url``)."""
     try:
         with sessions.begin() as session:
             row = WebhookDelivery(
@@ -64,6 +72,7 @@ def enqueue(
                 tenant=tenant,
                 event_type=event_type,
                 url=url,
+                endpoint_id=endpoint_id,
                 payload=payload,
             )
             session.add(row)
@@ -73,26 +82,25 @@ def enqueue(
         return None
 
 
-def sign_headers(secret: str, webhook_id: str, body: str, now: dt.datetime) -> dict[str, str]:
-    """Standard Webhooks headers for ``body`` sent at ``now``."""
-    signature = Webhook(secret).sign(webhook_id, now, body)
-    return {
-        "webhook-id": webhook_id,
-        "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": signature,
-        "content-type": "application/json",
-    }
-
-
 def attempt(
-    client: httpx.Client, url: str, headers: dict[str, str], body: str, allow: Sequence[Network]
+    url: str,
+    headers: dict[str, str],
+    body: str,
+    allow: Sequence[Network],
+    *,
+    timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AttemptResult:
-    """POST once, following up to 3 redirects, each target SSRF-checked after resolution."""
+    """POST once, following up to 3 redirects, each target SSRF-checked after resolution and
+    connected to at a checked address only (:mod:`workers.webhooks.transport`); the whole
+    attempt (connects, sends, reading every response) takes at most ``timeout_s`` seconds."""
     started = time.perf_counter()
     target = url
+    client, backend = pinned_client(timeout_s, ssl_context)
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            check_url(target, allow)
+            addresses = check_url(target, allow)
+            backend.pin(httpx.URL(target).raw_host.decode("ascii"), addresses)
             response = client.post(target, content=body, headers=headers)
             if response.is_redirect and "location" in response.headers:
                 target = urljoin(target, response.headers["location"])
@@ -113,18 +121,24 @@ def attempt(
     except httpx.HTTPError as exc:
         ms = (time.perf_counter() - started) * 1000
         return AttemptResult(None, f"{type(exc).__name__}: {exc}", True, ms)
+    finally:
+        client.close()
 
 
 def run_attempt(
     sessions: sessionmaker[Session],
     delivery_id: int,
     *,
-    secret: str,
     allow: Sequence[Network],
     max_attempts: int,
     timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[str, AttemptResult | None]:
-    """Make the next attempt of a delivery and record it.
+    """Make the next attempt of a delivery and record it; the attempt takes at most
+    ``timeout_s`` seconds in all (``ssl_context``: TLS settings, default certifi's CAs).
+
+    It is signed with the keys of its endpoint, or of its tenant for a ``callback_url``
+    (:mod:`workers.webhooks.signing`); a delivery whose endpoint was deleted fails at once.
 
     Returns ``(status, result)``: ``succeeded``, ``failed``, or ``retry`` (attempt again later).
     A delivery already final is left alone (``(status, None)``).
@@ -136,11 +150,15 @@ def run_attempt(
         if row.status in ("succeeded", "failed"):
             return row.status, None
         webhook_id, url, payload = row.webhook_id, row.url, row.payload
+        tenant, endpoint_id = row.tenant, row.endpoint_id
         number = row.attempt_count + 1
-    body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
-    headers = sign_headers(secret, webhook_id, body, dt.datetime.now(dt.UTC))
-    with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
-        result = attempt(client, url, headers, body, allow)
+    keys = signing_keys(sessions, tenant, endpoint_id)
+    if keys is None:  # the endpoint was deleted: its receiver is no longer to be called
+        result = AttemptResult(None, "webhook endpoint deleted", False, 0.0)
+    else:
+        body = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+        headers = sign_headers(keys, webhook_id, body, dt.datetime.now(dt.UTC))
+        result = attempt(url, headers, body, allow, timeout_s=timeout_s, ssl_context=ssl_context)
     status = "succeeded" if result.ok else ("retry" if result.retryable else "failed")
     if status == "retry" and number >= max_attempts:
         status = "failed"

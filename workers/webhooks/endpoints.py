@@ -8,6 +8,7 @@ deployment's allowlist) and again at every delivery attempt, since DNS answers c
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Iterable, Sequence
@@ -19,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragstream.db.models import WebhookEndpoint
 from ragstream.errors import PermanentError
 from workers.webhooks.events import EVENT_TYPES, WILDCARD
+from workers.webhooks.signing import new_secret
 from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
 
 MAX_URL_CHARS = 2048
@@ -47,6 +49,8 @@ class Endpoint:
     event_types: tuple[str, ...]
     description: str
     created_at: dt.datetime
+    #: The signing key, set only on the result of :func:`register` (it is shown once).
+    secret: str | None = None
 
     def wants(self, event_type: str) -> bool:
         """True if this endpoint subscribes to ``event_type``."""
@@ -92,7 +96,8 @@ def register(
     description: str = "",
     max_per_tenant: int = 20,
 ) -> Endpoint:
-    """Register ``url`` for ``event_types`` of ``tenant``; return the new endpoint.
+    """Register ``url`` for ``event_types`` of ``tenant``; return the new endpoint with its
+    signing key (``secret``: a fresh ``whsec_`` key, :mod:`workers.webhooks.signing`).
 
     The URL's host is resolved now and every address checked (see :mod:`workers.webhooks.ssrf`).
 
@@ -125,10 +130,11 @@ def register(
             url=url,
             event_types=list(kinds),
             description=description,
+            secret=new_secret(),
         )
         session.add(row)
         session.flush()
-        return _view(row)
+        return dataclasses.replace(_view(row), secret=row.secret)
 
 
 def list_endpoints(sessions: sessionmaker[Session], tenant: str) -> list[Endpoint]:
@@ -149,7 +155,8 @@ def get_endpoint(sessions: sessionmaker[Session], tenant: str, endpoint_id: str)
 def delete_endpoint(sessions: sessionmaker[Session], tenant: str, endpoint_id: str) -> bool:
     """Delete the tenant's endpoint; False if there is none (or it is another tenant's).
 
-    Deliveries already recorded for it keep their URL and finish; no new ones are created.
+    No new deliveries are created for it, and those still pending fail at their next attempt
+    (its signing key is gone with it).
     """
     with sessions.begin() as session:
         row = session.get(WebhookEndpoint, endpoint_id)

@@ -43,13 +43,15 @@ FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
 
 @dataclass(frozen=True, slots=True)
 class NewDelivery:
-    """A delivery to create: stable ``webhook_id``, where to, and the JSON payload."""
+    """A delivery to create: stable ``webhook_id``, where to, and the JSON payload;
+    ``endpoint_id`` is the registered endpoint (``None``: a ``callback_url``)."""
 
     webhook_id: str
     tenant: str
     event_type: str
     url: str
     payload: dict[str, Any]
+    endpoint_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +62,17 @@ class Scheduled:
     webhook_id: str
 
 
-def _target_urls(session: Session, tenant: str, event_type: str, callback: str | None) -> list[str]:
-    """The callback URL (if any) first, then the tenant's endpoints for ``event_type``; each URL
-    once, so a callback that is also a registered endpoint is posted to once."""
-    urls = [callback] if callback else []
-    urls += [e.url for e in targets_in(session, tenant, event_type)]
-    return list(dict.fromkeys(urls))
+def _targets(
+    session: Session, tenant: str, event_type: str, callback: str | None
+) -> dict[str, str | None]:
+    """``{url: endpoint id or None}``: the callback URL (if any) first, then the tenant's
+    endpoints for ``event_type``; each URL once, so a callback that is also a registered
+    endpoint is posted to once, signed with that endpoint's key."""
+    found: dict[str, str | None] = {callback: None} if callback else {}
+    for endpoint in targets_in(session, tenant, event_type):
+        if found.get(endpoint.url) is None:
+            found[endpoint.url] = endpoint.id
+    return found
 
 
 def plan(
@@ -80,9 +87,14 @@ def plan(
     """One :class:`NewDelivery` per target URL of an event (callback and endpoints)."""
     return [
         NewDelivery(
-            events.webhook_id(event_type, tenant, subject, url), tenant, event_type, url, payload
+            events.webhook_id(event_type, tenant, subject, url),
+            tenant,
+            event_type,
+            url,
+            payload,
+            endpoint_id,
         )
-        for url in _target_urls(session, tenant, event_type, callback_url)
+        for url, endpoint_id in _targets(session, tenant, event_type, callback_url).items()
     ]
 
 
@@ -106,6 +118,7 @@ def add_deliveries(session: Session, planned: Sequence[NewDelivery]) -> list[Sch
             tenant=d.tenant,
             event_type=d.event_type,
             url=d.url,
+            endpoint_id=d.endpoint_id,
             payload=d.payload,
         )
         for d in wanted.values()

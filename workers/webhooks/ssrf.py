@@ -8,8 +8,9 @@ address by that address: IPv4-mapped (``::ffff:a.b.c.d``), IPv4-compatible (``::
 NAT64 (``64:ff9b::/96``, RFC 6052, and ``64:ff9b:1::/48``, RFC 8215), 6to4 (``2002::/16``,
 RFC 3056) and Teredo (``2001::/32``, RFC 4380). Only ``http`` and ``https`` URLs are accepted.
 
-Residual risk: the HTTP client resolves the name again when it connects; a DNS answer that
-changes between the check and the connection (rebinding) is not prevented here.
+:func:`check_url` returns the checked addresses; delivery connects to those only, never
+resolving the name again (:mod:`workers.webhooks.transport`), so a DNS answer that changes
+between the check and the connection (rebinding) is never connected to.
 """
 
 from __future__ import annotations

@@ -98,7 +98,6 @@ def deliver(self: Any, delivery_id: int, attempts: int | None = None) -> str:
     status, _ = run_attempt(
         sessions,
         delivery_id,
-        secret=cfg.signing_secret,
         allow=parse_networks(cfg.allow_networks),
         max_attempts=cfg.max_attempts,
         timeout_s=cfg.timeout_s,
