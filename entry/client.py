@@ -53,8 +53,9 @@ class ApiRequestError(RagstreamError):
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One Server-Sent Event of a streamed query: ``kind`` is ``accepted``, ``token``,
-    ``answer``, ``error`` or ``timeout``; ``data`` its JSON."""
+    """One Server-Sent Event of a streamed query: ``kind`` is ``accepted``, ``queued``,
+    ``evidence``, ``token``, ``answer``, ``error`` or ``timeout``; ``data`` its JSON
+    (keep-alive comments are skipped)."""
 
     kind: str
     data: dict[str, Any]

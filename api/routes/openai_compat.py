@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import Principal
@@ -47,7 +47,13 @@ from api.deps import principal
 from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody
 from api.querying import QueryService, replies_until
-from api.routes.query import FAILED_STATUS, build_request, query_service, wait_seconds
+from api.routes.query import (
+    FAILED_STATUS,
+    build_request,
+    event_stream,
+    query_service,
+    wait_seconds,
+)
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
@@ -263,11 +269,8 @@ async def chat_completions(
     wait_s = client_wait_s(svc.settings, request)
     hit, queue = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
     if body.stream:
-        return StreamingResponse(
-            chunks(svc, event, body.model, hit, queue, started + wait_s),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Request-Id": event.request_id},
-        )
+        stream = chunks(svc, event, body.model, hit, queue, started + wait_s)
+        return event_stream(svc.settings, stream, event.request_id)
     response = hit
     if response is None:
         assert queue is not None
