@@ -48,7 +48,9 @@ from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody
 from api.querying import QueryService, replies_until
 from api.routes.query import (
+    ERRORS,
     FAILED_STATUS,
+    SSE_CONTENT,
     build_request,
     event_stream,
     query_service,
@@ -252,7 +254,14 @@ async def list_models() -> ModelList:
 
 @router.post(
     "/v1/chat/completions",
-    responses={s: {"model": ErrorEnvelope} for s in (401, 413, 422, 429, 503, 504)},
+    responses={
+        200: {
+            "description": "A `chat.completion` (JSON); with `stream: true`, Server-Sent Events "
+            "of `chat.completion.chunk` objects ending in `data: [DONE]`.",
+            "content": SSE_CONTENT,
+        },
+        **ERRORS,
+    },
 )
 async def chat_completions(
     body: ChatBody, request: Request, who: Principal = Depends(principal)

@@ -55,8 +55,10 @@ FAILED_STATUS = {
     ErrorCode.INTERNAL: 500,
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorEnvelope} for s in (401, 413, 422, 429, 503, 504)
+    s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
 }
+#: The OpenAPI content of a Server-Sent Events answer (``stream: true``).
+SSE_CONTENT = {"text/event-stream": {"schema": {"type": "string", "format": "event-stream"}}}
 
 
 def query_service(request: Request) -> QueryService:
@@ -151,6 +153,12 @@ def logged_result(
     "/v1/query",
     response_model=QueryResult,
     responses={
+        200: {
+            "description": "The answer (JSON); with `stream: true`, Server-Sent Events: "
+            "`accepted`, `queued`, `evidence`, `token`..., then `answer`, `error` or `timeout`, "
+            "with `: ping` keep-alive comments.",
+            "content": SSE_CONTENT,
+        },
         202: {"model": QueryResult, "description": "Accepted; poll links.self."},
         **ERRORS,
     },
