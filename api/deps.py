@@ -117,6 +117,14 @@ async def principal(
     """
     svc = services(request)
     key = _presented_key(request)
+    if not key and request.headers.get("authorization", "").strip():
+        raise ApiError(
+            401,
+            "UNAUTHENTICATED",
+            "the Authorization header needs the Bearer scheme: "
+            "use 'Authorization: Bearer <key>' (or 'X-API-Key: <key>')",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     if not key:
         raise ApiError(
             401,
