@@ -63,3 +63,43 @@ def test_the_license_is_an_spdx_string_for_setuptools_77() -> None:
     pyproject = tomllib.loads(Path(__file__).parents[2].joinpath("pyproject.toml").read_text())
     assert pyproject["project"]["license"] == "Apache-2.0"  # no table: no deprecation warning
     assert "setuptools>=77" in pyproject["build-system"]["requires"]
+
+
+def test_topics_list_prints_whole_topic_names_at_80_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rich.console import Console
+
+    import topics.cli
+    from topics.registry import TOPICS, TopicRegistry
+
+    monkeypatch.setattr(topics.cli, "console", Console(width=80, force_terminal=False))
+    with topics.cli.console.capture() as captured:
+        topics.cli.list_topics()
+    out = captured.get()
+    reg = TopicRegistry(Settings().kafka.topic_prefix)
+    for spec in TOPICS:
+        assert reg.name(spec) in out, out
+        if spec.consumed:
+            assert reg.dlq(spec) in out, out
+
+
+def test_jobs_show_prints_the_whole_job_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    import datetime as dt
+
+    from rich.console import Console
+
+    import ingest.cli
+    from ingest import jobs
+
+    job_id = "0b3c8f52-6a4e-4d1e-9c37-2f0d9a1b7e55"
+    state = jobs.JobProgress(
+        job_id=job_id, tenant="acme", status="running", total=10, done=3, failed=0,
+        chunks=40, error=None, created_at=dt.datetime.now(dt.UTC), started_at=None,
+        finished_at=None,
+    )  # fmt: skip
+    monkeypatch.setattr(jobs, "failures", lambda *_: [])
+    monkeypatch.setattr(ingest.cli, "console", Console(width=60, force_terminal=False))
+    with ingest.cli.console.capture() as captured:
+        ingest.cli.print_summary(None, state, 12.0)  # type: ignore[arg-type]
+    assert job_id in captured.get()
