@@ -8,7 +8,9 @@ Routes:
   (:mod:`api.routes.documents`);
 - ``/v1/webhooks...`` (:mod:`api.routes.webhooks`);
 - ``GET /healthz`` (the process is up), ``GET /readyz`` (Kafka, Elasticsearch, Redis and SQL
-  reachable; 503 with the failing probes otherwise), ``GET /metrics`` (Prometheus).
+  reachable; 503 with the failing probes otherwise), ``GET /metrics`` (Prometheus);
+- ``GET /docs``: Swagger UI served from the app (assets of the ``swagger-ui-bundle-v2``
+  package under ``/docs/assets``, no CDN), ``GET /openapi.json``: the spec.
 
 Every ``/v1`` route needs an API key. Bodies over ``api.max_body_bytes`` get 413 before they
 are read; every error is the typed JSON body of :mod:`api.errors`.
@@ -24,8 +26,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import redis
-from fastapi import FastAPI, Response
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -126,12 +130,15 @@ def create_app(settings: Settings) -> FastAPI:
         title="ragstream",
         version=__version__,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
         description="Event-driven retrieval-augmented generation. Authenticate with "
         "`Authorization: Bearer <key>` (create one with `ragstream keys create`).",
     )
     app.state.services = build_services(settings)
     install_error_handlers(app)
     _mount_routes(app)
+    _mount_docs(app)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
 
     @app.middleware("http")
@@ -160,10 +167,21 @@ def create_app(settings: Settings) -> FastAPI:
         }
         return JSONResponse(body, status_code=200 if body["status"] == "ready" else 503)
 
-    @app.get("/metrics", tags=["ops"])
-    async def metrics() -> Response:
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=PlainTextResponse,
+        responses={
+            200: {
+                "description": "Prometheus text exposition format 0.0.4.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    )
+    async def metrics() -> PlainTextResponse:
+        """Every metric of this process, as Prometheus scrapes it."""
         payload, content_type = render_latest()
-        return Response(content=payload, media_type=content_type)
+        return PlainTextResponse(content=payload, media_type=content_type)
 
     return app
 
@@ -175,6 +193,23 @@ def _mount_routes(app: FastAPI) -> None:
     app.include_router(openai_compat.router)
     app.include_router(documents.router)
     app.include_router(webhooks.router)
+
+
+def _mount_docs(app: FastAPI) -> None:
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+            swagger_ui_parameters={"persistAuthorization": True},
+        )
 
 
 def app_from_environment() -> FastAPI:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
-from fastapi import Request
+from fastapi import Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from api.auth import Principal, lookup
 from api.errors import ApiError
@@ -26,6 +27,14 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+#: The two ways to present a key, as OpenAPI security schemes (Swagger UI's "Authorize").
+#: They only document: :func:`principal` reads the headers itself.
+BEARER = HTTPBearer(
+    auto_error=False, scheme_name="bearer", description="`Authorization: Bearer <key>`"
+)
+API_KEY_HEADER = APIKeyHeader(
+    name="X-API-Key", auto_error=False, scheme_name="apiKey", description="`X-API-Key: <key>`"
+)
 RATE_PREFIX = "ragstream:rate:"
 KEY_CACHE_S = 30.0
 KEY_CACHE_MAX = 10_000
@@ -96,7 +105,11 @@ def check_rate(client: redis.Redis, principal: Principal, default_per_minute: in
         )
 
 
-async def principal(request: Request) -> Principal:
+async def principal(
+    request: Request,
+    _bearer: HTTPAuthorizationCredentials | None = Security(BEARER),
+    _header: str | None = Security(API_KEY_HEADER),
+) -> Principal:
     """The authenticated caller, after its rate limit.
 
     Raises:
@@ -104,6 +117,14 @@ async def principal(request: Request) -> Principal:
     """
     svc = services(request)
     key = _presented_key(request)
+    if not key and request.headers.get("authorization", "").strip():
+        raise ApiError(
+            401,
+            "UNAUTHENTICATED",
+            "the Authorization header needs the Bearer scheme: "
+            "use 'Authorization: Bearer <key>' (or 'X-API-Key: <key>')",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     if not key:
         raise ApiError(
             401,

@@ -102,6 +102,21 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return out
 
 
+def _unsupported_media_type(request: Request, exc: RequestValidationError) -> JSONResponse | None:
+    """415 when a body failed validation because it was not sent as JSON (FastAPI then sees
+    no JSON object and would say 422 "Input should be a valid dictionary")."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if not media or media == "application/json" or media.endswith("+json"):
+        return None
+    if not any(err.get("loc", ())[:1] == ("body",) for err in exc.errors()):
+        return None
+    return error_json(
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+        f"Content-Type {media!r} is not supported here: send 'Content-Type: application/json'",
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Route validation, HTTP and :class:`ApiError` exceptions to the typed body."""
 
@@ -112,7 +127,10 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        unsupported = _unsupported_media_type(request, exc)
+        if unsupported is not None:
+            return unsupported
         details = _field_errors(exc)
         first = details[0] if details else {"field": "", "message": "invalid request"}
         message = f"{first['field']}: {first['message']}" if first["field"] else first["message"]

@@ -147,6 +147,11 @@ class QueryService:
         self._pressure = (now, *worst)
         return worst
 
+    async def backlog(self) -> tuple[int, str]:
+        """``(lag, pool)``: the most lagging query pool's summed consumer lag (events queued
+        ahead of a new query there), from the pools' pressure reports (cached 0.5 s)."""
+        return await asyncio.to_thread(self._lagging)
+
     async def admit(self) -> None:
         """Refuse new work while a query pool lags.
 

@@ -117,30 +117,40 @@ def celery_worker(
         "all",
         help="Comma-separated queues: 'jobs' (bulk ingest), 'webhooks', 'all', or queue names.",
     ),
+    name: str | None = typer.Option(
+        None, "--name", "-n", help="Node name; default '<queues>@%h' (e.g. jobs@%h)."
+    ),
 ) -> None:
     """Run a Celery worker for bulk ingestion jobs and webhook deliveries."""
-    import os
-
     from ragstream.celery_app import configure_celery
 
     settings = _settings()
     celery = configure_celery(settings)
+    celery.worker_main(worker_argv(settings, queues, concurrency, name))
+
+
+def worker_argv(
+    settings: Settings, queues: str, concurrency: int | None, name: str | None
+) -> list[str]:
+    """``celery worker`` arguments: the queues behind ``queues`` (aliases ``jobs``,
+    ``webhooks``, ``all``), and a node name that says what the worker serves (``jobs@%h``,
+    ``webhooks@%h``), so Flower tells the workers apart."""
     aliases = {
         "jobs": [settings.celery.queue],
         "webhooks": [settings.celery.webhook_queue],
         "all": [settings.celery.queue, settings.celery.webhook_queue],
     }
-    names = [q for part in queues.split(",") for q in aliases.get(part.strip(), [part.strip()])]
-    celery.worker_main(
-        [
-            "worker",
-            f"--concurrency={concurrency or settings.celery.concurrency}",
-            f"--queues={','.join(dict.fromkeys(n for n in names if n))}",
-            "--loglevel=INFO",
-            "--events",
-            f"--hostname=ragstream-{os.getpid()}@%h",
-        ]
-    )
+    parts = [p.strip() for p in queues.split(",") if p.strip()]
+    names = [q for part in parts for q in aliases.get(part, [part])]
+    label = "+".join(parts) or "all"
+    return [
+        "worker",
+        f"--concurrency={concurrency or settings.celery.concurrency}",
+        f"--queues={','.join(dict.fromkeys(n for n in names if n))}",
+        "--loglevel=INFO",
+        "--events",
+        f"--hostname={name or label + '@%h'}",
+    ]
 
 
 @app.command("flower")

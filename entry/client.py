@@ -53,8 +53,9 @@ class ApiRequestError(RagstreamError):
 
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
-    """One Server-Sent Event of a streamed query: ``kind`` is ``accepted``, ``token``,
-    ``answer``, ``error`` or ``timeout``; ``data`` its JSON."""
+    """One Server-Sent Event of a streamed query: ``kind`` is ``accepted``, ``queued``,
+    ``evidence``, ``token``, ``answer``, ``error`` or ``timeout``; ``data`` its JSON
+    (keep-alive comments are skipped)."""
 
     kind: str
     data: dict[str, Any]
@@ -143,9 +144,17 @@ class HttpClient:
                 return result
             time.sleep(poll_s)
 
-    def stream(self, query: str, *, route: Route = "auto") -> Iterator[StreamEvent]:
-        """Ask with ``stream=true`` and yield the Server-Sent Events as they arrive."""
-        body = self._body(query, route=route, stream=True)
+    def stream(
+        self,
+        query: str,
+        *,
+        route: Route = "auto",
+        top_k: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Ask with ``stream=true`` and yield the Server-Sent Events as they arrive
+        (``timeout_s``: how long the server waits for the answer)."""
+        body = self._body(query, route=route, stream=True, top_k=top_k, timeout_s=timeout_s)
         with self._http.stream("POST", "/v1/query", json=body) as response:
             if response.status_code >= 300:
                 response.read()

@@ -22,7 +22,7 @@ def query_command(  # noqa: PLR0917 - typer options
     tenant: str = typer.Option("default", help="Tenant (Kafka path; over HTTP the key's)."),
     stream: bool = typer.Option(False, "--stream", help="Print the answer as it is generated."),
     top_k: int | None = typer.Option(None, help="Passages kept after rerank."),
-    route: str = typer.Option("auto", help="Generation tier: auto, small or large."),
+    route: str = typer.Option("auto", help="Answer tier: auto, evidence, small or large."),
     timeout: float = typer.Option(120.0, help="Seconds to wait for the answer."),
     api_url: str | None = typer.Option(None, "--api", help="Ask over HTTP at this base URL."),
     api_key: str | None = typer.Option(None, help="API key for --api."),
@@ -32,8 +32,8 @@ def query_command(  # noqa: PLR0917 - typer options
     By default the question goes straight to Kafka (like a service would); with ``--api`` it
     goes through the HTTP gateway with an API key.
     """
-    if route not in ("auto", "small", "large"):
-        console.print("[red]error[/red]: --route must be auto, small or large")
+    if route not in ("auto", "evidence", "small", "large"):
+        console.print("[red]error[/red]: --route must be auto, evidence, small or large")
         raise typer.Exit(2)
     if not TENANT.fullmatch(tenant):
         console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
@@ -44,7 +44,7 @@ def query_command(  # noqa: PLR0917 - typer options
         sys.stdout.flush()
 
     if api_url:
-        result = _ask_http(api_url, api_key, question, stream, route, on_token)
+        result = _ask_http(api_url, api_key, question, stream, route, on_token, top_k, timeout)
     else:
         from entry.client import KafkaClient
 
@@ -67,19 +67,24 @@ def _ask_http(  # noqa: PLR0917 - one call site
     stream: bool,
     route: str,
     on_token: Callable[[str], None],
+    top_k: int | None = None,
+    timeout: float = 120.0,
 ) -> QueryResult:
+    """Over HTTP: ``top_k`` and ``timeout`` (the server's wait, and the HTTP client's read
+    timeout a little longer) apply as over Kafka."""
     from entry.client import ApiRequestError, HttpClient
 
     if not key:
         console.print("[red]error[/red]: --api needs --api-key (ragstream keys create)")
         raise typer.Exit(2)
-    with HttpClient(url, key) as client:
+    with HttpClient(url, key, timeout_s=timeout + 10) as client:
         try:
             if not stream:
-                return client.query(question, route=route)  # type: ignore[arg-type]
+                return client.query(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]
             final: QueryResult | None = None
             rid = ""
-            for ev in client.stream(question, route=route):  # type: ignore[arg-type]
+            events = client.stream(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]
+            for ev in events:
                 if ev.kind == "accepted":
                     rid = str(ev.data.get("request_id", ""))
                 elif ev.kind == "token":

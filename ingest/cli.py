@@ -16,7 +16,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
+from rich.table import Column, Table
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest import jobs
@@ -134,7 +134,8 @@ def print_summary(
     sessions: sessionmaker[Session], state: jobs.JobProgress, seconds: float | None
 ) -> None:
     """A table of the job's outcome and its first failures."""
-    table = Table("job", "status", "documents", "done", "failed", "chunks", "seconds")
+    job = Column("job", no_wrap=True, min_width=len(state.job_id))  # ids are copied: never cut
+    table = Table(job, "status", "documents", "done", "failed", "chunks", "seconds")
     colour = {"succeeded": "green", "failed": "red"}.get(state.status, "yellow")
     table.add_row(
         state.job_id,

@@ -95,6 +95,8 @@ class ApiSettings(BaseModel):
     unavailable_retry_after_s: int = Field(default=5, ge=1)
     #: Public base URL printed in links (``/v1/queries/{id}``); empty: relative links.
     public_url: str = ""
+    #: Seconds between keep-alive comments of an SSE stream (proxies drop silent streams).
+    sse_keepalive_s: float = Field(default=15.0, gt=0)
 
 
 class CelerySettings(BaseModel):

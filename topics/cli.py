@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from ragstream.settings import get_settings
 
@@ -41,9 +41,20 @@ def list_topics() -> None:
 
     settings = get_settings()
     reg = TopicRegistry(settings.kafka.topic_prefix)
-    table = Table("topic", "partitions", "retention h", "key", "model", "dlq")
     from topics.registry import TOPICS
 
+    names = [reg.name(s) for s in TOPICS] + [reg.dlq(s) for s in TOPICS if s.consumed]
+    width = max(map(len, names))
+    # Topic names are identifiers people copy: never cut (at 80 columns the model column
+    # wraps instead).
+    table = Table(
+        Column("topic", no_wrap=True, min_width=width),
+        "partitions",
+        "retention h",
+        "key",
+        "model",
+        Column("dlq", no_wrap=True, min_width=width),
+    )
     for spec in TOPICS:
         table.add_row(
             reg.name(spec),

@@ -1,22 +1,45 @@
-"""OpenAI-compatible ``POST /v1/chat/completions`` answering from the knowledge base.
+"""OpenAI-compatible ``GET /v1/models`` and ``POST /v1/chat/completions`` over the knowledge base.
 
-The last ``user`` message is the question; earlier messages are ignored (retrieval is per
-question). ``model`` picks the generation tier: ``ragstream-small`` / ``ragstream-large``, any
-other name lets the router decide. The answer is ``choices[0].message.content``; the cited
-passages ride along as an extra top-level ``citations`` list (clients ignore unknown fields).
+Models: the answer tiers. ``evidence`` (the quoted evidence, no LLM), ``small`` and ``large``
+(an LLM over the evidence) force that tier; ``auto`` (listed first, the default) and any other
+name let the router pick. ``ragstream-small`` / ``ragstream-large`` are accepted as aliases.
+
+The question: the last ``user`` message. Earlier ``user``/``assistant`` messages are passed as
+context by rewriting the question (retrieval and the prompt are per question, so this is the
+only way they reach the pipeline): the last :data:`HISTORY_TURNS` of them, each cut to
+:data:`HISTORY_TURN_CHARS` characters (keeping its end), are prefixed as::
+
+    Conversation so far:
+    User: <earlier question>
+    Assistant: <earlier answer>
+
+    Question: <last user message>
+
+The prefix is dropped (never the question) when the whole would exceed ``api.max_query_chars``.
+``system``, ``developer`` and ``tool`` messages are ignored.
+
+The answer is ``choices[0].message.content``; the cited passages and the quoted evidence ride
+along as extra top-level ``citations`` and ``evidence`` lists (clients ignore unknown fields).
 With ``stream: true`` the body is ``chat.completion.chunk`` events ending in ``data: [DONE]``,
-as the OpenAI API streams (https://platform.openai.com/docs/api-reference/chat-streaming).
+as the OpenAI API streams (https://platform.openai.com/docs/api-reference/chat-streaming); the
+chunk with ``finish_reason: "stop"`` also carries ``usage``, ``citations`` and ``evidence``.
+
+How long the route waits: the client's own timeout when it sends one (``X-Request-Timeout``,
+or ``X-Stainless-Read-Timeout``, which the official ``openai`` clients send with their read
+timeout), less :data:`CLIENT_MARGIN_S` so the 504 reaches the client before it gives up;
+otherwise ``api.wait_timeout_s``; capped by ``api.max_wait_s``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import Principal
@@ -24,12 +47,31 @@ from api.deps import principal
 from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody
 from api.querying import QueryService, replies_until
-from api.routes.query import FAILED_STATUS, build_request, query_service, wait_seconds
+from api.routes.query import (
+    ERRORS,
+    FAILED_STATUS,
+    SSE_CONTENT,
+    build_request,
+    event_stream,
+    query_service,
+    wait_seconds,
+)
+from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
 from topics.tokens import AnswerToken
 
 router = APIRouter(tags=["openai"])
+#: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.
+MODELS = ("auto", "evidence", "small", "large")
+ALIASES = {"ragstream-small": "small", "ragstream-large": "large"}
+#: Earlier user/assistant messages passed as context, and the characters kept of each.
+HISTORY_TURNS = 2
+HISTORY_TURN_CHARS = 500
+#: Seconds the route answers before the client's own timeout would fire.
+CLIENT_MARGIN_S = 1.0
+#: Request headers that carry the client's timeout in seconds, first match wins.
+TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-read-timeout")
 #: The official OpenAI clients retry 5xx twice unless told not to: a timed-out or failed
 #: question would be asked three times.
 NO_RETRY = {"x-should-retry": "false"}
@@ -62,30 +104,85 @@ class ChatBody(BaseModel):
     user: str | None = Field(default=None, max_length=256)
 
 
-def question_of(body: ChatBody) -> str:
-    """The text of the last user message.
+def _text(message: ChatMessage) -> str:
+    if message.content is None:
+        return ""
+    if isinstance(message.content, str):
+        return message.content
+    return "\n".join(p.text for p in message.content if p.type == "text" and p.text)
+
+
+def _last_question(body: ChatBody) -> int:
+    for i in range(len(body.messages) - 1, -1, -1):
+        message = body.messages[i]
+        if message.role == "user" and _text(message).strip():
+            return i
+    raise ApiError(422, "INVALID_REQUEST", "messages: no user message with text content")
+
+
+def question_of(body: ChatBody, max_chars: int = 4000) -> str:
+    """The question sent down the pipeline: the last user message, with the last
+    :data:`HISTORY_TURNS` earlier user/assistant messages prefixed as context (see the module
+    docstring), at most ``max_chars`` characters (the context goes first, then the question's
+    start).
 
     Raises:
         ApiError: 422 when there is no user message with text.
     """
-    for message in reversed(body.messages):
-        if message.role != "user" or message.content is None:
+    last = _last_question(body)
+    question = _text(body.messages[last]).strip()
+    earlier = [
+        (m.role, " ".join(_text(m).split()))
+        for m in body.messages[:last]
+        if m.role in {"user", "assistant"} and _text(m).strip()
+    ][-HISTORY_TURNS:]
+    if earlier:
+        lines = [
+            f"{'User' if role == 'user' else 'Assistant'}: {text[-HISTORY_TURN_CHARS:]}"
+            for role, text in earlier
+        ]
+        rewritten = "Conversation so far:\n" + "\n".join(lines) + f"\n\nQuestion: {question}"
+        if len(rewritten) <= max_chars:
+            return rewritten
+    return question[-max_chars:]
+
+
+def route_of(model: str) -> Literal["auto", "evidence", "small", "large"]:
+    """The answer tier a ``model`` name forces (``auto``: the router picks)."""
+    name = ALIASES.get(model, model)
+    return name if name in {"evidence", "small", "large"} else "auto"  # type: ignore[return-value]
+
+
+def client_wait_s(settings: Settings, request: Request) -> float:
+    """Seconds to wait for the answer: the client's timeout header less
+    :data:`CLIENT_MARGIN_S` (at least 1 s), else ``api.wait_timeout_s``; at most
+    ``api.max_wait_s``."""
+    for name in TIMEOUT_HEADERS:
+        raw = request.headers.get(name)
+        if raw is None:
             continue
-        if isinstance(message.content, str):
-            text = message.content
-        else:
-            text = "\n".join(p.text for p in message.content if p.type == "text" and p.text)
-        if text.strip():
-            return text
-    raise ApiError(422, "INVALID_REQUEST", "messages: no user message with text content")
+        try:
+            value = float(raw)
+        except ValueError:
+            continue
+        if math.isfinite(value) and value > 0:
+            return min(max(1.0, value - CLIENT_MARGIN_S), settings.api.max_wait_s)
+    return wait_seconds(settings, None)
 
 
-def _route(model: str) -> Literal["auto", "small", "large"]:
-    return {"ragstream-small": "small", "ragstream-large": "large"}.get(model, "auto")  # type: ignore[return-value]
+def _usage(r: QueryResponse) -> dict[str, int]:
+    return {
+        "prompt_tokens": r.usage.prompt_tokens,
+        "completion_tokens": r.usage.completion_tokens,
+        "total_tokens": r.usage.prompt_tokens + r.usage.completion_tokens,
+    }
 
 
-def _citations(r: QueryResponse) -> list[dict[str, Any]]:
-    return [c.model_dump(mode="json") for c in r.citations]
+def _sources(r: QueryResponse) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "citations": [c.model_dump(mode="json") for c in r.citations],
+        "evidence": [e.model_dump(mode="json") for e in r.evidence],
+    }
 
 
 def completion(r: QueryResponse, model: str) -> dict[str, Any]:
@@ -102,12 +199,8 @@ def completion(r: QueryResponse, model: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": r.usage.prompt_tokens,
-            "completion_tokens": r.usage.completion_tokens,
-            "total_tokens": r.usage.prompt_tokens + r.usage.completion_tokens,
-        },
-        "citations": _citations(r),
+        "usage": _usage(r),
+        **_sources(r),
     }
 
 
@@ -132,9 +225,43 @@ def _timeout(request_id: str) -> ApiError:
     )
 
 
+class ModelOut(BaseModel):
+    """One model of ``GET /v1/models`` (OpenAI shape)."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "ragstream"
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models`` (OpenAI's list shape)."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelOut]
+
+
+@router.get(
+    "/v1/models",
+    response_model=ModelList,
+    responses={401: {"model": ErrorEnvelope}},
+    dependencies=[Depends(principal)],
+)
+async def list_models() -> ModelList:
+    """The answer tiers as models: ``auto`` (default), ``evidence``, ``small``, ``large``."""
+    return ModelList(data=[ModelOut(id=m) for m in MODELS])
+
+
 @router.post(
     "/v1/chat/completions",
-    responses={s: {"model": ErrorEnvelope} for s in (401, 413, 422, 429, 503, 504)},
+    responses={
+        200: {
+            "description": "A `chat.completion` (JSON); with `stream: true`, Server-Sent Events "
+            "of `chat.completion.chunk` objects ending in `data: [DONE]`.",
+            "content": SSE_CONTENT,
+        },
+        **ERRORS,
+    },
 )
 async def chat_completions(
     body: ChatBody, request: Request, who: Principal = Depends(principal)
@@ -142,22 +269,17 @@ async def chat_completions(
     """Answer the last user message from the caller's knowledge base (OpenAI shape)."""
     started = time.monotonic()
     svc = query_service(request)
-    question = question_of(body)
-    if len(question) > svc.settings.api.max_query_chars:
-        question = question[-svc.settings.api.max_query_chars :]
+    question = question_of(body, svc.settings.api.max_query_chars)
     try:
-        query = QueryBody(query=question, route=_route(body.model), stream=body.stream)
+        query = QueryBody(query=question, route=route_of(body.model), stream=body.stream)
     except ValidationError as exc:
         raise ApiError(422, "INVALID_REQUEST", f"messages: {exc.errors()[0]['msg']}") from exc
     event = build_request(svc.settings, who, query)
-    wait_s = wait_seconds(svc.settings, None)
+    wait_s = client_wait_s(svc.settings, request)
     hit, queue = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
     if body.stream:
-        return StreamingResponse(
-            chunks(svc, event, body.model, hit, queue, started + wait_s),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Request-Id": event.request_id},
-        )
+        stream = chunks(svc, event, body.model, hit, queue, started + wait_s)
+        return event_stream(svc.settings, stream, event.request_id)
     response = hit
     if response is None:
         assert queue is not None
@@ -174,14 +296,22 @@ async def chat_completions(
     return JSONResponse(completion(response, body.model))
 
 
-def _chunk(request_id: str, model: str, delta: dict[str, Any], finish: str | None) -> bytes:
-    data = {
+def _chunk(
+    request_id: str,
+    model: str,
+    delta: dict[str, Any],
+    finish: str | None,
+    final: QueryResponse | None = None,
+) -> bytes:
+    data: dict[str, Any] = {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+    if final is not None:
+        data |= {"usage": _usage(final), **_sources(final)}
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
@@ -193,7 +323,8 @@ async def chunks(  # noqa: PLR0917 - one call site
     queue: Any,
     until: float,
 ) -> AsyncIterator[bytes]:
-    """The streamed completion: a role chunk, content chunks, a final chunk, ``[DONE]``.
+    """The streamed completion: a role chunk, content chunks, a final chunk (with ``usage``,
+    ``citations`` and ``evidence``), ``[DONE]``.
 
     Tokens are streamed as they come; when the final answer arrives, any part of it the token
     stream has not shown yet is sent, so the concatenated deltas equal the recorded answer.
@@ -224,7 +355,7 @@ async def chunks(  # noqa: PLR0917 - one call site
             rest = final.answer[len(shown) :] if final.answer.startswith(shown) else ""
             if rest:
                 yield _chunk(rid, model, {"content": rest}, None)
-            yield _chunk(rid, model, {}, "stop")
+            yield _chunk(rid, model, {}, "stop", final)
         yield b"data: [DONE]\n\n"
     finally:
         svc.unsubscribe(rid)

@@ -3,12 +3,19 @@
 Server-Sent Events of a streamed query (``"stream": true``), in order:
 
 - ``event: accepted`` ``{"request_id": ...}`` once the query event is durable;
+- ``event: queued`` ``{"request_id", "backlog", "pool"}`` right after: the query waits in the
+  pools' queues (``backlog``: events ahead of it in the most lagging query ``pool``);
 - ``event: evidence`` ``{"seq": 0, "evidence": [span, ...]}`` the quoted evidence, as soon as
   the evidence stage has chosen it and before any LLM token (LLM tiers);
 - ``event: token`` ``{"seq": n, "text": "..."}`` as the generation pool produces tokens;
 - ``event: answer`` with the full :class:`~api.models.QueryResult` (authoritative: tokens are a
   preview, the answer is the recorded result), or ``event: error`` with the result of a failed
   query, or ``event: timeout`` ``{"request_id", "links"}`` when the wait ran out (poll then).
+
+Every ``api.sse_keepalive_s`` (15 s) a comment line (``: ping ...``) keeps proxies from dropping
+the stream while the query is queued or generating. The stream is an ``EventSourceResponse``
+(sse-starlette): when the client disconnects, the body generator is cancelled and the request's
+waiter is unregistered at once (the query itself still completes and lands in the query log).
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
+from sse_starlette import EventSourceResponse
 
 from api.auth import Principal
 from api.deps import principal, services
@@ -47,8 +55,10 @@ FAILED_STATUS = {
     ErrorCode.INTERNAL: 500,
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorEnvelope} for s in (401, 413, 422, 429, 503, 504)
+    s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
 }
+#: The OpenAPI content of a Server-Sent Events answer (``stream: true``).
+SSE_CONTENT = {"text/event-stream": {"schema": {"type": "string", "format": "event-stream"}}}
 
 
 def query_service(request: Request) -> QueryService:
@@ -143,6 +153,12 @@ def logged_result(
     "/v1/query",
     response_model=QueryResult,
     responses={
+        200: {
+            "description": "The answer (JSON); with `stream: true`, Server-Sent Events: "
+            "`accepted`, `queued`, `evidence`, `token`..., then `answer`, `error` or `timeout`, "
+            "with `: ping` keep-alive comments.",
+            "content": SSE_CONTENT,
+        },
         202: {"model": QueryResult, "description": "Accepted; poll links.self."},
         **ERRORS,
     },
@@ -161,11 +177,7 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
     hit, queue = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
     if body.stream:
         stream = sse_stream(svc, event, hit, queue, started, wait_s or 0.0)
-        return StreamingResponse(
-            stream,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Request-Id": event.request_id},
-        )
+        return event_stream(settings, stream, event.request_id)
     if hit is not None:
         ms = (time.monotonic() - started) * 1000
         return result_response(QueryResult.from_response(hit, latency_ms=ms, links=links))
@@ -187,6 +199,19 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
     return result_response(result.model_copy(update={"latency_ms": ms, "links": links}))
 
 
+def event_stream(
+    settings: Settings, body: AsyncIterator[bytes], request_id: str
+) -> EventSourceResponse:
+    """``text/event-stream`` of ``body`` with keep-alive comments every
+    ``api.sse_keepalive_s``; the body is cancelled when the client disconnects."""
+    return EventSourceResponse(
+        body,
+        ping=settings.api.sse_keepalive_s,
+        sep="\n",
+        headers={"Cache-Control": "no-cache", "X-Request-Id": request_id},
+    )
+
+
 def sse(event: str, data: Any) -> bytes:
     """One Server-Sent Event."""
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
@@ -204,6 +229,9 @@ async def sse_stream(  # noqa: PLR0917 - one call site
     links = poll_link(svc.settings, event.request_id)
     yield sse("accepted", {"request_id": event.request_id, "links": links})
     try:
+        if hit is None:
+            lag, pool = await svc.backlog()
+            yield sse("queued", {"request_id": event.request_id, "backlog": lag, "pool": pool})
         if hit is not None:
             ms = (time.monotonic() - started) * 1000
             yield sse("token", {"seq": 0, "text": hit.answer})

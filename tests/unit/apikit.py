@@ -1,0 +1,124 @@
+"""An API app whose pools are faked: the query service answers on the reply path itself.
+
+``make_app(tmp_path, answer=...)`` builds the real FastAPI app (routes, error handlers, auth
+dependency) with the caller authenticated as tenant ``acme`` and a :class:`FakeQueries` in
+place of the :class:`~api.querying.QueryService`: each asked query is recorded, and the replies
+``answer(event)`` returns are put on the waiter's queue (``delay_s`` apart), as the reply
+router would deliver them from ``rag.tokens`` and ``rag.responses``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.app import create_app
+from api.auth import Principal
+from api.deps import principal
+from api.replies import Reply
+from ragstream.settings import DatabaseSettings, Settings
+from topics.queries import QueryRequest
+from topics.responses import Citation, EvidenceSpan, QueryResponse, TokenUsage
+from topics.tokens import AnswerToken
+
+Answer = Callable[[QueryRequest], Sequence[Reply]]
+
+
+class FakeQueries:
+    """Stands in for :class:`~api.querying.QueryService` (the methods the routes call)."""
+
+    def __init__(self, settings: Settings, answer: Answer, delay_s: float = 0.0) -> None:
+        self.settings = settings
+        self.sessions: Any = None
+        self.answer = answer
+        self.delay_s = delay_s
+        self.asked: list[QueryRequest] = []
+        self.waits: list[float | None] = []
+        self.unsubscribed: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def ask(
+        self, request: QueryRequest, *, wait_s: float | None, tokens: bool = False
+    ) -> tuple[QueryResponse | None, asyncio.Queue[Reply] | None]:
+        self.asked.append(request)
+        self.waits.append(wait_s)
+        if wait_s is None:
+            return None, None
+        queue: asyncio.Queue[Reply] = asyncio.Queue()
+        replies = [r for r in self.answer(request) if tokens or isinstance(r, QueryResponse)]
+        task = asyncio.create_task(self._deliver(queue, replies))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return None, queue
+
+    async def _deliver(self, queue: asyncio.Queue[Reply], replies: list[Reply]) -> None:
+        for reply in replies:
+            await asyncio.sleep(self.delay_s)
+            queue.put_nowait(reply)
+
+    async def backlog(self) -> tuple[int, str]:
+        return 3, "generation-small"
+
+    def unsubscribe(self, request_id: str) -> None:
+        self.unsubscribed.append(request_id)
+
+    def close(self) -> None:
+        pass
+
+
+def settings_for(tmp_path: Path, **api: Any) -> Settings:
+    """Settings with a throw-away SQLite file and ``api`` fields overridden."""
+    s = Settings()
+    return s.model_copy(
+        update={
+            "database": DatabaseSettings(url=f"sqlite:///{tmp_path / 'api.db'}"),
+            "api": s.api.model_copy(update=api),
+        }
+    )
+
+
+def make_app(
+    tmp_path: Path, answer: Answer, delay_s: float = 0.0, **api: Any
+) -> tuple[FastAPI, FakeQueries]:
+    """The real app with the fake query service and the caller authenticated as ``acme``."""
+    settings = settings_for(tmp_path, **api)
+    app = create_app(settings)
+    fake = FakeQueries(settings, answer, delay_s)
+    app.state.services.extras["queries"] = fake
+    app.dependency_overrides[principal] = lambda: Principal(1, "acme")
+    return app, fake
+
+
+def answered(
+    request: QueryRequest, answer: str = "VACUUM reclaims storage [1].", tokens: bool = True
+) -> list[Reply]:
+    """Evidence, the answer's tokens (two pieces) and the answered response of ``request``."""
+    span = EvidenceSpan(
+        n=1, chunk_id="vacuum#0", doc_id="vacuum", start=0, end=20, text="VACUUM reclaims"
+    )
+    rid, tenant = request.request_id, request.tenant
+    replies: list[Reply] = []
+    if tokens:
+        half = len(answer) // 2
+        replies += [
+            AnswerToken(request_id=rid, tenant=tenant, seq=0, kind="evidence", evidence=(span,)),
+            AnswerToken(request_id=rid, tenant=tenant, seq=1, text=answer[:half]),
+            AnswerToken(request_id=rid, tenant=tenant, seq=2, text=answer[half:], final=True),
+        ]
+    replies.append(
+        QueryResponse(
+            request_id=rid,
+            tenant=tenant,
+            status="answered",
+            answer=answer,
+            citations=(Citation(n=1, doc_id="vacuum", chunk_id="vacuum#0"),),
+            evidence=(span,),
+            usage=TokenUsage(prompt_tokens=40, completion_tokens=7),
+            tier="small",
+        )
+    )
+    return replies

@@ -1,0 +1,27 @@
+"""The HTTP edge's messages for a key without ``Bearer`` and for a body that is not JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from tests.unit.apikit import answered, make_app, settings_for
+
+
+def test_a_key_without_bearer_is_told_the_right_header(tmp_path: Path) -> None:
+    with TestClient(create_app(settings_for(tmp_path))) as client:
+        r = client.post("/v1/query", json={"query": "q"}, headers={"Authorization": "rsk_abc"})
+    assert r.status_code == 401
+    assert "use 'Authorization: Bearer <key>'" in r.json()["error"]["message"]
+
+
+def test_a_body_that_is_not_json_is_415_and_bad_json_fields_stay_422(tmp_path: Path) -> None:
+    app, _ = make_app(tmp_path, answered)
+    with TestClient(app) as client:
+        r = client.post("/v1/query", content=b"query=hi", headers={"Content-Type": "text/plain"})
+        assert r.status_code == 415, r.text
+        assert r.json()["error"]["code"] == "UNSUPPORTED_MEDIA_TYPE"
+        r = client.post("/v1/query", json={"query": "hi", "top_k": 0})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "INVALID_REQUEST"
