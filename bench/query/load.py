@@ -339,7 +339,12 @@ def request_factory(
     questions: Sequence[str], tenant: str, deadline_s: float, stream: bool, seed: int
 ) -> Callable[[], QueryRequest]:
     """A factory of requests: questions drawn at random (seeded), each made unique
-    (:func:`bench.query.questions.unique_query`), with a deadline ``deadline_s`` ahead."""
+    (:func:`bench.query.questions.unique_query`), with a deadline ``deadline_s`` ahead.
+
+    Every request is routed to the ``small`` LLM tier: both modes measure the LLM path as they
+    did before the evidence tier existed (``retrieval`` finishes on ``rag.reranked.small``,
+    ``full`` on the generated answer); the evidence stage still runs in the rerank pool, so its
+    cost is in the rerank stage's numbers."""
     from bench.query.questions import unique_query
 
     pool = list(questions)
@@ -355,6 +360,7 @@ def request_factory(
             deadline=now + dt.timedelta(seconds=deadline_s),
             created_at=now,
             stream=stream,
+            route="small",
         )
 
     return make

@@ -245,3 +245,11 @@ def test_rest_weighs_what_the_question_asks_about_its_identifier() -> None:
 
     assert top(0.0).startswith("Note")
     assert top(0.6).startswith("IYYY")
+
+
+def test_a_product_name_is_no_missing_identifier_but_a_code_name_is() -> None:
+    selector = EvidenceSelector(None)
+    [ev] = selector.select([("How long does PostgreSQL wait on a lock?", [P(LOCKS)])])
+    assert ev.missing == () and not compose(ev, AnswerPolicy()).refused
+    [ev] = selector.select([("What does the uuidv7() function return?", [P(LOCKS)])])
+    assert ev.missing == ("uuidv7",)

@@ -83,6 +83,27 @@ def terms(text: str) -> list[str]:
     return out
 
 
+def is_strong_identifier(token: str) -> bool:
+    """Whether ``token`` is unmistakably code: ``_``, an inner ``.``, ``()`` or a leading
+    ``-``. A capital inside a word alone is not enough: "PostgreSQL" and "JavaScript" are
+    names of products, not of functions."""
+    return (
+        is_identifier(token)
+        and not token[:1].isdigit()
+        and bool(
+            "_" in token or "." in token.strip(".") or token.endswith("()") or token.startswith("-")
+        )
+    )
+
+
+def strong_identifiers(text: str) -> list[str]:
+    """:func:`identifiers` that :func:`is_strong_identifier` accepts (lower-case, ``()`` and
+    leading dashes removed)."""
+    found = [raw for raw in _TOKEN.findall(text) if is_strong_identifier(raw)]
+    names = [raw.lower().removesuffix("()").lstrip("-") for raw in found]
+    return [name for name in names if len(name) >= 3 and name not in ABBREVIATIONS]
+
+
 def identifiers(text: str) -> list[str]:
     """The code-like tokens of ``text`` (lower-case, ``()`` and leading dashes removed), of three
     characters or more (``-X`` is an option, but ``x`` matches everything)."""

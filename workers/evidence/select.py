@@ -29,7 +29,15 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from workers.evidence.lexical import answer_type, coverage, identifiers, idf, terms, type_match
+from workers.evidence.lexical import (
+    answer_type,
+    coverage,
+    identifiers,
+    idf,
+    strong_identifiers,
+    terms,
+    type_match,
+)
 from workers.evidence.segment import Unit, segment
 
 Vectors = npt.NDArray[np.float32]
@@ -214,7 +222,9 @@ class EvidenceSelector:
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
         haystack = "\n".join(f"{p.title}\n{p.text}" for p in passages).lower()
-        missing = tuple(sorted(i for i in q_ids if i not in haystack))
+        # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
+        strong = set(strong_identifiers(question))
+        missing = tuple(sorted(i for i in strong if i not in haystack))
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             title_terms = terms(passage.title)
