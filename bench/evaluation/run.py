@@ -105,6 +105,8 @@ class _Run:
     """Ranked lists and stage timings gathered for every question."""
 
     lists: dict[str, list[list[Candidate]]] = field(default_factory=dict)
+    #: The fused candidates (top N) of every question, as the rerank pool receives them.
+    candidates: list[list[Candidate]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -183,7 +185,7 @@ def run_evaluation(
         jobs = [
             AnswerJob(
                 r,
-                promote_identifiers(r.query, run.lists[default][i][:top_k], run.lists[default][i]),
+                promote_identifiers(r.query, run.lists[default][i][:top_k], run.candidates[i]),
                 router.route(r, vectors[i]).tier,
             )
             for i, r in enumerate(requests)
@@ -285,6 +287,7 @@ def _retrieve(
         t = time.perf_counter()
         fused = runner.fused(batch, bvec)
         fused_s = time.perf_counter() - t
+        run.candidates.extend(fused)
         if "hybrid" in modes:
             run.add("hybrid", fused, fused_s)
         for mode in [m for m in reranked if m not in run.skipped]:
