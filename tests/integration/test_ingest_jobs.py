@@ -167,7 +167,8 @@ def test_bulk_job_with_a_corrupt_file_retry_and_flower(
 
         # Flower lists the worker and the job's tasks under their names.
         workers = _get(f"http://127.0.0.1:{port}/api/workers?refresh=1")
-        assert any(name.startswith("ragstream-") for name in workers)
+        # Named by what it serves (`<queues>@host`), so Flower tells the workers apart.
+        assert any(name.startswith("all@") for name in workers), workers
         tasks = _get(f"http://127.0.0.1:{port}/api/tasks")
         names = {t["name"] for t in tasks.values()}
         assert {"ragstream.ingest.run_job", "ragstream.ingest.ingest_batch"} <= names
