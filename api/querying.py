@@ -40,7 +40,7 @@ from topics.registry import QUERIES, RESPONSES, TopicRegistry
 from topics.responses import QueryResponse
 from topics.serde import encode
 from workers import query_log
-from workers.caches import AnswerCache, CacheHit
+from workers.caches import AnswerCache, CacheHit, answer_config
 from workers.runtime.pressure import read_pressure
 
 log = structlog.get_logger(__name__)
@@ -71,6 +71,7 @@ class QueryService:
             ttl_s=settings.cache.ttl_s,
             threshold=settings.cache.semantic_threshold,
             max_entries=settings.cache.semantic_max_entries,
+            config=answer_config(settings),
         )
         self.versions = IndexVersions(client)
         self._redis = client

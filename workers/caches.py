@@ -27,6 +27,7 @@ import redis
 import structlog
 from prometheus_client import Counter
 
+from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
 
@@ -46,9 +47,24 @@ def normalise_query(text: str) -> str:
     return re.sub(r"\s+", " ", folded).strip().rstrip("?!. ")
 
 
-def exact_key(request: QueryRequest, index_version: int) -> str:
-    """Cache key of ``request``: tenant, index version, normalised query and parameters."""
+def answer_config(settings: Settings) -> str:
+    """A short digest of what shapes an answer beyond the index: the rerank, evidence and
+    generation settings and the served model. It is part of every cache key, so that answers
+    of another configuration (an upgrade, a new default tier or model) are never served."""
+    shaping = {
+        "rerank": settings.rerank.model_dump(mode="json"),
+        "evidence": settings.evidence.model_dump(mode="json"),
+        "generation": settings.generation.model_dump(mode="json"),
+        "llm": [settings.llm.model, str(settings.llm.model_path), settings.llm.prompt_style],
+    }
+    return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def exact_key(request: QueryRequest, index_version: int, config: str = "") -> str:
+    """Cache key of ``request``: tenant, index version, normalised query, parameters and the
+    answer configuration (:func:`answer_config`)."""
     params = {
+        "config": config,
         "q": normalise_query(request.query),
         "top_n": request.top_n,
         "top_k": request.top_k,
@@ -77,6 +93,7 @@ class AnswerCache:
         threshold: minimum cosine similarity of a semantic hit (0.95 by default: paraphrases
             with the same meaning, not merely the same topic).
         max_entries: semantic entries kept per ``(tenant, index_version)``.
+        config: the answer configuration (:func:`answer_config`), part of every key.
     """
 
     def __init__(
@@ -86,7 +103,9 @@ class AnswerCache:
         ttl_s: int = 24 * 3600,
         threshold: float = 0.95,
         max_entries: int = 2000,
+        config: str = "",
     ) -> None:
+        self.config = config
         self._r = client
         self.ttl_s = ttl_s
         self.threshold = threshold
@@ -95,7 +114,7 @@ class AnswerCache:
     def get_exact(self, request: QueryRequest, index_version: int) -> CacheHit | None:
         """The cached response of an identical (normalised) query, or ``None``."""
         try:
-            raw = self._r.get(exact_key(request, index_version))
+            raw = self._r.get(exact_key(request, index_version, self.config))
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
             raw = None
@@ -109,7 +128,7 @@ class AnswerCache:
     ) -> CacheHit | None:
         """The best cached response whose query embedding is within ``threshold``."""
         try:
-            raw: dict[Any, Any] = self._r.hgetall(_sem_key(request, index_version))
+            raw: dict[Any, Any] = self._r.hgetall(_sem_key(request, index_version, self.config))
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
             raw = {}
@@ -141,23 +160,29 @@ class AnswerCache:
         body = response.model_dump_json()
         try:
             pipe = self._r.pipeline()
-            pipe.set(exact_key(request, index_version), body, ex=self.ttl_s)
+            pipe.set(exact_key(request, index_version, self.config), body, ex=self.ttl_s)
             vector = self._r.get(PENDING_PREFIX + request.request_id)
             if vector:
-                key = _sem_key(request, index_version)
+                key = _sem_key(request, index_version, self.config)
                 entry = json.dumps({"v": vector.decode(), "r": json.loads(body)})  # type: ignore[union-attr]
                 pipe.hset(key, request.request_id, entry)
                 pipe.expire(key, self.ttl_s)
                 pipe.delete(PENDING_PREFIX + request.request_id)
             pipe.execute()
-            if vector and self._r.hlen(_sem_key(request, index_version)) > self.max_entries:
-                self._r.delete(_sem_key(request, index_version))  # crude bound: start over
+            if (
+                vector
+                and self._r.hlen(_sem_key(request, index_version, self.config)) > self.max_entries
+            ):
+                self._r.delete(
+                    _sem_key(request, index_version, self.config)
+                )  # crude bound: start over
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
 
 
-def _sem_key(request: QueryRequest, index_version: int) -> str:
+def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
     params = {
+        "config": config,
         "top_k": request.top_k,
         "filters": [f.model_dump(mode="json") for f in request.filters],
         # A forced answer tier is never served another tier's answer.

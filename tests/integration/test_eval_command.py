@@ -117,9 +117,9 @@ def test_eval_command_measures_modes_and_answers(
     assert all(q["answer"] is not None and q["error"] is None for q in report["questions"])
     assert all(q["completion_tokens"] <= 8 for q in report["questions"])
     # The LLM saw every answerable question (weak evidence would be refused without it).
-    assert all(
-        q["prompt_tokens"] > 0 for q in report["questions"] if q["expected_pages"]
-    ), [(q["id"], q["prompt_tokens"], q["answer"], q["refused"]) for q in report["questions"]]
+    assert all(q["prompt_tokens"] > 0 for q in report["questions"] if q["expected_pages"]), [
+        (q["id"], q["prompt_tokens"], q["answer"], q["refused"]) for q in report["questions"]
+    ]
     assert set(answers["tiers"]) == {"small", "evidence"}
     assert "### Answer configurations" in (out / "eval.md").read_text()
     md = (out / "eval.md").read_text()

@@ -253,3 +253,18 @@ def test_a_product_name_is_no_missing_identifier_but_a_code_name_is() -> None:
     assert ev.missing == () and not compose(ev, AnswerPolicy()).refused
     [ev] = selector.select([("What does the uuidv7() function return?", [P(LOCKS)])])
     assert ev.missing == ("uuidv7",)
+
+
+def test_cache_keys_change_with_the_answer_configuration() -> None:
+    import datetime as dt
+
+    from ragstream.settings import EvidenceSettings, Settings
+    from topics.queries import QueryRequest
+    from workers.caches import answer_config, exact_key
+
+    base = Settings()
+    other = base.model_copy(update={"evidence": EvidenceSettings(tier_mode="llm")})
+    assert answer_config(base) != answer_config(other)
+    assert answer_config(base) == answer_config(Settings())
+    request = QueryRequest(tenant="t", query="q?", deadline=dt.datetime.now(dt.UTC))
+    assert exact_key(request, 1, answer_config(base)) != exact_key(request, 1, answer_config(other))

@@ -11,7 +11,7 @@ from ingest.embedding import CachedEmbedder
 from ingest.factory import build_embedder
 from ingest.versions import IndexVersions
 from ragstream.settings import Settings
-from workers.caches import AnswerCache
+from workers.caches import AnswerCache, answer_config
 from workers.generation.generator import Generator, TokenSink
 from workers.retrieval.hybrid import HybridRetriever
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
@@ -32,6 +32,7 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
         ttl_s=settings.cache.ttl_s,
         threshold=settings.cache.semantic_threshold,
         max_entries=settings.cache.semantic_max_entries,
+        config=answer_config(settings),
     )
 
 
