@@ -330,32 +330,26 @@ async def send_acked(
         future = await asyncio.wait_for(
             asyncio.to_thread(producer.send, topic, key=key, value=value), timeout=timeout_s
         )
-    except TimeoutError as exc:
-        raise unavailable(
-            f"Kafka did not take the record for {topic} within {timeout_s}s", settings
-        ) from exc
-    except kafka_errors.MessageSizeTooLargeError as exc:
-        raise ApiError(
-            413, "PAYLOAD_TOO_LARGE", f"the event is too large for {topic}: {exc}"
-        ) from exc
     except Exception as exc:
-        raise unavailable(
-            f"could not produce to {topic}: {type(exc).__name__}: {exc}", settings
+        raise _produce_error(
+            exc, topic, f"Kafka did not take the record for {topic}", settings
         ) from exc
     future.add_callback(lambda _: loop.call_soon_threadsafe(_settle, done, None))
     future.add_errback(lambda exc: loop.call_soon_threadsafe(_settle, done, exc))
     try:
         await asyncio.wait_for(done, timeout=timeout_s)
-    except TimeoutError as exc:
-        raise unavailable(f"Kafka did not acknowledge within {timeout_s}s", settings) from exc
-    except kafka_errors.MessageSizeTooLargeError as exc:
-        raise ApiError(
-            413, "PAYLOAD_TOO_LARGE", f"the event is too large for {topic}: {exc}"
-        ) from exc
     except Exception as exc:
-        raise unavailable(
-            f"Kafka did not acknowledge: {type(exc).__name__}: {exc}", settings
-        ) from exc
+        raise _produce_error(exc, topic, "Kafka did not acknowledge", settings) from exc
+
+
+def _produce_error(exc: Exception, topic: str, what: str, settings: Settings) -> ApiError:
+    """The API error for a failed produce step: 413 when the broker refused the size, 503 with
+    ``Retry-After`` otherwise (``what`` says which step failed)."""
+    if isinstance(exc, kafka_errors.MessageSizeTooLargeError):
+        return ApiError(413, "PAYLOAD_TOO_LARGE", f"the event is too large for {topic}: {exc}")
+    if isinstance(exc, TimeoutError):
+        return unavailable(f"{what} within {settings.api.produce_timeout_s}s", settings)
+    return unavailable(f"{what}: {type(exc).__name__}: {exc}", settings)
 
 
 def _settle(future: asyncio.Future[None], exc: BaseException | None) -> None:
