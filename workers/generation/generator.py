@@ -49,8 +49,16 @@ from workers.generation.backend import (
 )
 from workers.generation.compress import Judged, compress, judge
 from workers.generation.prompt import EVIDENCE_INSTRUCTION, Prompt, PromptBuilder
+from workers.metrics import (
+    LLM_LATENCY,
+    LLM_REQUESTS,
+    LLM_TOKENS,
+    LLM_TTFT,
+    init_llm_labels,
+    llm_outcome,
+)
 from workers.runtime.handler import Emit, Outcome, derive_event_id
-from workers.runtime.metrics import MODEL_CALLS
+from workers.runtime.metrics import ERRORS, MODEL_CALLS
 
 log = structlog.get_logger(__name__)
 
@@ -141,6 +149,7 @@ class Generator:
         self.tier = tier
         self.backoff = backoff
         self._loop = asyncio.new_event_loop()
+        init_llm_labels(tier)
 
     def run(self, events: list[RerankedPassages]) -> list[Outcome]:
         """Answers (or typed errors) for ``events``, in order."""
@@ -237,6 +246,7 @@ class Generator:
             delay_s = self.backoff.delay_ms(attempt) / 1000
             for i, outcome in zip(pending, outcomes, strict=True):
                 results[i] = outcome
+                self._observe(outcome)
                 deadline = events[i].request.deadline.timestamp()
                 if isinstance(outcome, BackendUnavailableError) and self.backoff.allows(
                     attempt, delay_s, deadline=deadline
@@ -247,6 +257,22 @@ class Generator:
                 await asyncio.sleep(delay_s)
             pending = retry
         return results
+
+    def _observe(self, outcome: GenerationResult | BaseException) -> None:
+        """Count one LLM request attempt in the ``ragstream_llm_*`` metrics; a failed one also
+        in the pool's ``ragstream_errors_total`` (by exception class, as the runtime counts
+        the errors a handler raises)."""
+        tier = self.tier
+        if isinstance(outcome, BaseException):
+            LLM_REQUESTS.labels(tier, llm_outcome(outcome)).inc()
+            ERRORS.labels(f"generation-{tier}", type(outcome).__name__).inc()
+            return
+        LLM_REQUESTS.labels(tier, "ok").inc()
+        if outcome.ttft_ms is not None:
+            LLM_TTFT.labels(tier).observe(outcome.ttft_ms / 1000)
+        LLM_LATENCY.labels(tier).observe(outcome.total_ms / 1000)
+        LLM_TOKENS.labels(tier, "prompt").inc(outcome.prompt_tokens)
+        LLM_TOKENS.labels(tier, "completion").inc(outcome.completion_tokens)
 
     def _answer(
         self,

@@ -109,6 +109,7 @@ class PoolRunner(Generic[E]):
         self._failures = 0
         self._streamed: dict[str, int] = {}
         self.batches = 0
+        metrics.init_pool(handler.name)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -186,6 +187,7 @@ class PoolRunner(Generic[E]):
         metrics.BATCH_SIZE.labels(name).observe(len(records))
         metrics.IN_FLIGHT.labels(name).set(len(records))
         items = decode_items(self.handler.input.model, [source_record(r) for r in records])
+        metrics.observe_pickup(name, (i.event for i in items if i.event is not None))
         self._current_records = records
         self._committed_early = False
         done = self._run_in_worker(self._process_and_publish, items)
