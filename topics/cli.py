@@ -9,7 +9,8 @@ from rich.table import Column, Table
 from ragstream.settings import get_settings
 
 topics_app = typer.Typer(
-    help="Topic registry: create topics, write JSON schemas.", no_args_is_help=True
+    help="Topic registry: create topics, write JSON schemas and the AsyncAPI document.",
+    no_args_is_help=True,
 )
 dlq_app = typer.Typer(help="Dead-letter queues: inspect and replay.", no_args_is_help=True)
 console = Console()
@@ -69,10 +70,12 @@ def list_topics() -> None:
 
 @topics_app.command("schemas")
 def schemas() -> None:
-    """Rewrite ``topics/schemas/*.schema.json`` from the event models."""
+    """Rewrite ``topics/schemas/*.schema.json`` and the AsyncAPI document
+    ``topics/schemas/asyncapi.json`` from the registry and its event models."""
+    from topics.asyncapi import write_asyncapi
     from topics.schemas import write_schemas
 
-    for path in write_schemas():
+    for path in [*write_schemas(), write_asyncapi()]:
         console.print(f"wrote {path}")
 
 
