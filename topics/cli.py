@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 from rich.console import Console
 from rich.table import Column, Table
@@ -79,17 +81,10 @@ def schemas() -> None:
         console.print(f"wrote {path}")
 
 
-@dlq_app.command("replay")
-def replay(
-    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
-    limit: int | None = typer.Option(None, help="Replay at most this many dead letters."),
-    group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
-) -> None:
-    """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+def _dlq_name(topic: str) -> str:
+    """The physical DLQ topic of ``topic`` (a source topic or its ``.dlq``, with or without
+    the deployment's prefix); exit 2 when the broker has no such topic."""
     from topics.admin import make_admin
-    from topics.consumer import make_consumer
-    from topics.dlq import replay as replay_letters
-    from topics.producer import EventProducer, make_producer
 
     settings = get_settings()
     prefix = settings.kafka.topic_prefix
@@ -103,6 +98,71 @@ def replay(
     if not exists:
         console.print(f"[red]error[/red]: no dead-letter topic {dlq!r}")
         raise typer.Exit(2)
+    return dlq
+
+
+@dlq_app.command("inspect")
+def inspect_command(
+    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
+    limit: int = typer.Option(20, min=1, help="Show the newest N dead letters."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per dead letter."),
+) -> None:
+    """List dead letters with their reason, without consuming them (no consumer group, no
+    commit: a later replay still sees all of them)."""
+    from topics.consumer import make_consumer
+    from topics.dlq import inspect
+
+    dlq = _dlq_name(topic)
+    consumer = make_consumer(get_settings().kafka, group=None)
+    try:
+        listing = inspect(consumer, dlq, limit=limit)
+    finally:
+        consumer.close(autocommit=False)
+    if as_json:
+        for v in listing.letters:
+            print(json.dumps({"partition": v.partition, "offset": v.offset, "key": v.key,
+                              "bytes": v.size, **v.context}))  # fmt: skip
+        return
+    console.print(f"{listing.total} dead letter(s) in {dlq}; the newest {len(listing.letters)}:")
+    table = Table(
+        Column("offset", no_wrap=True),
+        Column("failed at (UTC)", no_wrap=True),
+        "pool",
+        "error",
+        "message",
+        Column("source", no_wrap=True),
+        Column("key", no_wrap=True),
+    )
+    for v in listing.letters:
+        c = v.context
+        table.add_row(
+            f"{v.partition}:{v.offset}",
+            c.get("failed_at", "")[:19],
+            c.get("pool", ""),
+            c.get("error.class", "").rsplit(".", 1)[-1],
+            c.get("error.message", "")[:200],
+            f"{c.get('source.topic', '?')}:{c.get('source.partition', '?')}@"
+            f"{c.get('source.offset', '?')}",
+            v.key or "-",
+        )
+    console.print(table)
+    if listing.letters:
+        console.print(f"replay them with `ragstream dlq replay {topic}`")
+
+
+@dlq_app.command("replay")
+def replay(
+    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
+    limit: int | None = typer.Option(None, help="Replay at most this many dead letters."),
+    group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
+) -> None:
+    """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+    from topics.consumer import make_consumer
+    from topics.dlq import replay as replay_letters
+    from topics.producer import EventProducer, make_producer
+
+    settings = get_settings()
+    dlq = _dlq_name(topic)
     consumer = make_consumer(settings.kafka, dlq, group=group, auto_offset_reset="earliest")
     producer = EventProducer(make_producer(settings.kafka))
     try:
