@@ -123,31 +123,20 @@ def inspect_command(
             print(json.dumps({"partition": v.partition, "offset": v.offset, "key": v.key,
                               "bytes": v.size, **v.context}))  # fmt: skip
         return
-    console.print(f"{listing.total} dead letter(s) in {dlq}; the newest {len(listing.letters)}:")
-    table = Table(
-        Column("offset", no_wrap=True),
-        Column("failed at (UTC)", no_wrap=True),
-        "pool",
-        "error",
-        "message",
-        Column("source", no_wrap=True),
-        Column("key", no_wrap=True),
-    )
+    print(f"{listing.total} dead letter(s) in {dlq}; the newest {len(listing.letters)}:")
+    # One block per letter, not a table: messages and topic names are long, and never cut.
     for v in listing.letters:
         c = v.context
-        table.add_row(
-            f"{v.partition}:{v.offset}",
-            c.get("failed_at", "")[:19],
-            c.get("pool", ""),
-            c.get("error.class", "").rsplit(".", 1)[-1],
-            c.get("error.message", "")[:200],
-            f"{c.get('source.topic', '?')}:{c.get('source.partition', '?')}@"
-            f"{c.get('source.offset', '?')}",
-            v.key or "-",
+        error = c.get("error.class", "?").rsplit(".", 1)[-1]
+        print(
+            f"\n{v.partition}:{v.offset}  {c.get('failed_at', '?')}  pool {c.get('pool', '?')}"
+            f"  {error} after {c.get('attempts', '?')} attempt(s)\n"
+            f"  {c.get('error.message', '')}\n"
+            f"  from {c.get('source.topic', '?')}:{c.get('source.partition', '?')}"
+            f"@{c.get('source.offset', '?')}  key {v.key or '-'}  {v.size} bytes"
         )
-    console.print(table)
     if listing.letters:
-        console.print(f"replay them with `ragstream dlq replay {topic}`")
+        print(f"\nreplay them with `ragstream dlq replay {topic}`")
 
 
 @dlq_app.command("replay")
