@@ -78,7 +78,7 @@ def _event(age_s: float = 0.0) -> RerankedPassages:
         created_at=now - dt.timedelta(seconds=age_s),
     )
     passage = Candidate(chunk_id="c1", doc_id="d1", text="VACUUM reclaims storage.", score=1.0)
-    return RerankedPassages(tenant="t", request=request, passages=(passage,))
+    return RerankedPassages(tenant="t", request=request, passages=(passage,), created_at=now)
 
 
 def _run(generator: Generator, event: RerankedPassages) -> QueryResponse:
@@ -153,6 +153,8 @@ def test_label_sets_exist_at_zero_before_the_first_error() -> None:
         )
         == 0.0
     )
+    errors = {"pool": "generation-zero", "error_class": "BackendUnavailableError"}
+    assert REGISTRY.get_sample_value("ragstream_errors_total", errors) == 0.0
     init_answer_labels()
     for labels in (
         {"tier": "evidence", "status": "answered", "code": "none"},
@@ -223,7 +225,7 @@ def test_queue_wait_and_query_age_per_pool() -> None:
     observe_pickup("generation-test", [event], now)
 
     assert abs(value("ragstream_queue_wait_seconds_sum", **pool) - wait_sum - 2.0) < 1e-6
-    assert abs(value("ragstream_query_age_seconds_sum", **pool) - age_sum - 12.0) < 1e-3
+    assert abs(value("ragstream_query_age_seconds_sum", **pool) - age_sum - 12.0) < 1e-6
     # A producer's clock ahead of ours counts 0 s, never a negative wait.
     observe_pickup("generation-test", [event], event.created_at - dt.timedelta(seconds=5))
     assert abs(value("ragstream_queue_wait_seconds_sum", **pool) - wait_sum - 2.0) < 1e-6

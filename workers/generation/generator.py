@@ -150,6 +150,7 @@ class Generator:
         self.backoff = backoff
         self._loop = asyncio.new_event_loop()
         init_llm_labels(tier)
+        ERRORS.labels(f"generation-{tier}", BackendUnavailableError.__name__)  # at 0 from start
 
     def run(self, events: list[RerankedPassages]) -> list[Outcome]:
         """Answers (or typed errors) for ``events``, in order."""
