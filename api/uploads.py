@@ -16,7 +16,6 @@ from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from fastapi import Request
-from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.datastructures import UploadFile
 
@@ -86,7 +85,7 @@ async def json_body(request: Request, model: type[M], *, upload_field: str) -> M
 
     Raises:
         ApiError: 415 when the body is neither JSON nor multipart (naming both).
-        RequestValidationError: invalid JSON or fields (the typed 422 of :mod:`api.errors`).
+        ApiError: 422 for invalid JSON or fields, each field in ``details``.
     """
     media = media_type(request)
     if media and media != JSON and not media.endswith("+json"):
@@ -99,9 +98,7 @@ async def json_body(request: Request, model: type[M], *, upload_field: str) -> M
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as exc:
-        raise RequestValidationError(
-            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        ) from exc
+        raise invalid_body(exc) from exc
 
 
 async def read_form(
@@ -110,8 +107,8 @@ async def read_form(
     """The form's fields validated as ``model``, its file part ``file_field`` and its bytes.
 
     Raises:
-        ApiError: 422 when the file part is missing, not a file, or empty.
-        RequestValidationError: invalid or unknown fields.
+        ApiError: 422 when the file part is missing, not a file, or empty, or for invalid or
+            unknown fields (each in ``details``).
     """
     async with request.form(max_files=1, max_fields=MAX_FIELDS) as form:  # closes its files
         upload = form.get(file_field)
@@ -121,9 +118,7 @@ async def read_form(
         try:
             values = model.model_validate(fields)
         except ValidationError as exc:
-            raise RequestValidationError(
-                [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-            ) from exc
+            raise invalid_body(exc) from exc
         data = await upload.read()
     if not data:
         raise ApiError(422, "INVALID_REQUEST", f"{file_field}: the file is empty")
@@ -152,6 +147,23 @@ async def check_document(settings: Settings, data: bytes, upload: UploadFile) ->
     except ParseError as exc:
         raise ApiError(422, "INVALID_REQUEST", f"file {name!r}: {exc}") from exc
     return kind
+
+
+def invalid_body(exc: ValidationError) -> ApiError:
+    """The typed 422 of a body that failed validation: ``"body.<field>: <message>"`` and every
+    field error in ``details`` (the shape :mod:`api.errors` gives FastAPI's own)."""
+    details = [
+        {
+            "field": ".".join(str(p) for p in ("body", *e["loc"])),
+            "message": e["msg"],
+            "type": e["type"],
+        }
+        for e in exc.errors(include_url=False)
+    ]
+    first = details[0]
+    return ApiError(
+        422, "INVALID_REQUEST", f"{first['field']}: {first['message']}", details=details
+    )
 
 
 def file_name(upload: UploadFile) -> str | None:

@@ -96,7 +96,8 @@ class Discovery:
                 continue
             if cause == "unknown type":
                 exts = Counter(Path(s.path).suffix.lower() or "(none)" for s in hits)
-                listed = ", ".join(f"{ext} x{n}" for ext, n in exts.most_common(5))
+                top = sorted(exts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+                listed = ", ".join(f"{ext} x{n}" for ext, n in top)
                 parts.append(f"{len(hits)} file(s) of unknown type ({listed})")
             else:
                 parts.append(f"{len(hits)} file(s) {cause} (e.g. {hits[0].detail})")
