@@ -85,8 +85,9 @@ class Discovery:
     skipped: list[Skipped] = field(default_factory=list)
 
     def nothing_reason(self) -> str:
-        """Why there is nothing to ingest, cause by cause with counts and an example each,
-        e.g. ``"2 files outside the allowed roots (a.md: ...); 1 of unknown type (.docx)"``."""
+        """Why there is nothing to ingest, cause by cause with counts and an example each, e.g.
+        ``"2 file(s) outside the allowed roots (e.g. a.md: ...); 1 file(s) of unknown type
+        (.png x1)"``; ``"no file found"`` when nothing was left out either."""
         if not self.skipped:
             return "no file found"
         parts = []
@@ -196,7 +197,7 @@ def _walk(
 ) -> list[SourceFile]:
     out = []
     for f in sorted(path.rglob("*")):
-        if skip.intersection(f.relative_to(path).parts[:-1]) or not f.is_file():
+        if skip.intersection(f.relative_to(path).parts[:-1]) or f.is_dir():
             continue
         if f.suffix.lower() not in exts:
             name = _printable(f)
@@ -213,18 +214,21 @@ def _walk(
 
 def _take(f: Path, roots: Sequence[Path]) -> Path | Skipped:
     """``f`` resolved, or why it cannot be ingested."""
+    name = _printable(f)
     try:
-        resolved = resolve_allowed(f, roots)  # e.g. a symlink leaving the roots
+        resolved = under_roots(f, roots)  # e.g. a symlink leaving the roots
     except SourceRejectedError as exc:
-        return Skipped(_printable(f), "outside the allowed roots", _printable(exc))
+        return Skipped(name, "outside the allowed roots", _printable(exc))
+    if not resolved.is_file():  # a dangling link, a FIFO or a socket
+        return Skipped(name, "unreadable", f"{name}: not a regular file (a dangling link?)")
     try:
         str(resolved).encode("utf-8")  # the SQL store needs text paths
         with resolved.open("rb"):
             pass
     except UnicodeEncodeError:
-        return Skipped(_printable(f), "unreadable", f"{_printable(f)}: file name is not UTF-8")
+        return Skipped(name, "unreadable", f"{name}: file name is not UTF-8")
     except OSError as exc:
-        return Skipped(str(f), "unreadable", f"{f}: cannot read: {exc.strerror or exc}")
+        return Skipped(name, "unreadable", f"{name}: cannot read: {exc.strerror or exc}")
     return resolved
 
 

@@ -118,7 +118,12 @@ def test_unreadable_files_are_named(tmp_path: Path) -> None:
     (tmp_path / "dangling.md").symlink_to(tmp_path / "gone.md")
     (tmp_path / "dir.md").mkdir()
     found = scan([tmp_path], [tmp_path], [".md"])
-    assert found.files == [] and found.nothing_reason() == "no file found"
+    assert found.files == []
+    assert found.nothing_reason() == (
+        f"1 file(s) unreadable (e.g. {tmp_path}/dangling.md: not a regular file (a dangling link?))"
+    )
+    (tmp_path / "dangling.md").unlink()
+    assert scan([tmp_path], [tmp_path], [".md"]).nothing_reason() == "no file found"
 
 
 # --- the API -------------------------------------------------------------------------------
