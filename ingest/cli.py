@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -46,7 +47,7 @@ def ingest_command(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow progress until done."),
 ) -> None:
     """Submit a Celery bulk job over PATHS and (by default) show its progress."""
-    from ingest.sources import SourceRejectedError, discover
+    from ingest.sources import SourceRejectedError, scan
     from ingest.tasks import run_job
 
     settings = get_settings()
@@ -54,7 +55,7 @@ def ingest_command(
         console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
         raise typer.Exit(2)
     try:
-        files = discover(
+        found = scan(
             paths,
             settings.ingest.allowed_roots,
             settings.ingest.extensions,
@@ -63,8 +64,9 @@ def ingest_command(
     except SourceRejectedError as exc:
         console.print(f"[red]error[/red]: {exc}")
         raise typer.Exit(2) from exc
+    files = found.files
     if not files:
-        console.print("[yellow]nothing to ingest[/yellow]: no file with a known extension")
+        console.print(f"[yellow]nothing to ingest[/yellow]: {escape(found.nothing_reason())}")
         raise typer.Exit(1)
     sessions = _sessions(settings)
     job_id = jobs.create_job(sessions, tenant, files)

@@ -55,9 +55,11 @@ def create_job(
     tenant: str,
     files: Sequence[SourceFile],
     callback_url: str | None = None,
+    job_id: str | None = None,
 ) -> str:
-    """Insert a pending job with one item per file; return the job id (UUID4 string)."""
-    job_id = str(uuid.uuid4())
+    """Insert a pending job with one item per file; return the job id (``job_id``, else a new
+    UUID4 string)."""
+    job_id = job_id or str(uuid.uuid4())
     with sessions.begin() as session:
         session.add(
             IngestJob(
