@@ -1,0 +1,119 @@
+"""``python -m bench.idle_cpu``: how much CPU an idle pool process burns.
+
+Starts ``ragstream worker POOL`` (``python -m entry.cli worker POOL``, from ``--repo``, so the
+same script measures another checkout's code) on its own topic prefix, consumer group and
+pressure key (``RAGSTREAM_KAFKA__TOPIC_PREFIX``, topics created first), with its metrics
+endpoint off; waits until the process has joined its group (the log line
+``pool.partitions_assigned``, at most ``--warmup`` seconds), then reads its CPU time
+(``utime + stime`` of ``/proc/PID/stat``, every thread of the process, in clock ticks of
+``SC_CLK_TCK``) at the start and end of ``--seconds`` of idling and prints the share of one
+core: ``ticks / CLK_TCK / seconds``. Nothing is produced to the topics, so the pool sees no
+event. Needs the services (Kafka, Redis, Elasticsearch for the pools that open it).
+
+Prints one line per pool: ``pool=rerank seconds=60 cpu_s=1.38 cores=0.023``. A benchmark,
+not a test: the numbers are for the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from ragstream.settings import PROJECT_ROOT
+
+#: Log line of the consumer runtime once the member owns its partitions.
+READY_MARK = "pool.partitions_assigned"
+
+
+def cpu_ticks(pid: int) -> int:
+    """``utime + stime`` of process ``pid`` in clock ticks (fields 14 and 15 of
+    ``/proc/PID/stat``, proc(5)), summed over all its threads.
+
+    Raises:
+        OSError: The process does not exist.
+    """
+    text = Path(f"/proc/{pid}/stat").read_text()
+    # Field 2 (comm) may hold spaces; the rest follows its closing parenthesis.
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _wait_ready(log_path: Path, proc: subprocess.Popen[bytes], limit_s: float) -> bool:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"pool exited with {proc.returncode}; see {log_path}")
+        if READY_MARK in log_path.read_text(errors="replace"):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def measure(pool: str, repo: Path, seconds: float, warmup_s: float, log_dir: Path) -> float:
+    """Run pool ``pool`` from checkout ``repo`` idle for ``seconds``; return its CPU seconds.
+
+    Raises:
+        RuntimeError: The pool process or the topic creation failed.
+    """
+    prefix = f"idlecpu-{uuid.uuid4().hex[:8]}."
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(repo),
+        RAGSTREAM_KAFKA__TOPIC_PREFIX=prefix,
+        **{f"RAGSTREAM_POOLS__{pool.upper().replace('-', '_')}__METRICS_PORT": "0"},
+    )
+    cli = [sys.executable, "-m", "entry.cli"]
+    created = subprocess.run(
+        [*cli, "topics", "create"], cwd=repo, env=env, capture_output=True, check=False
+    )
+    if created.returncode != 0:
+        raise RuntimeError(f"topics create failed: {created.stderr.decode()[-2000:]}")
+    log_path = log_dir / f"idle-{pool}-{prefix.rstrip('.')}.log"
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [*cli, "worker", pool], cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+        if not _wait_ready(log_path, proc, warmup_s):
+            print(f"# {pool}: no {READY_MARK} within {warmup_s:.0f}s, measuring anyway")
+        time.sleep(2.0)  # the first poll after the assignment fetches offsets
+        start = cpu_ticks(proc.pid)
+        time.sleep(seconds)
+        used = cpu_ticks(proc.pid) - start
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return used / os.sysconf("SC_CLK_TCK")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the options and print one line per pool."""
+    parser = argparse.ArgumentParser(prog="python -m bench.idle_cpu", description=__doc__)
+    parser.add_argument("--pool", action="append", help="Pool name (repeatable; rerank).")
+    parser.add_argument("--seconds", type=float, default=60.0, help="Idle time measured.")
+    parser.add_argument("--warmup", type=float, default=120.0, help="Longest wait to join.")
+    parser.add_argument("--repo", type=Path, default=PROJECT_ROOT, help="Checkout to run.")
+    parser.add_argument(
+        "--log-dir", type=Path, default=Path(tempfile.gettempdir()), help="Pool logs."
+    )
+    args = parser.parse_args(argv)
+    for pool in args.pool or ["rerank"]:
+        cpu_s = measure(pool, args.repo.resolve(), args.seconds, args.warmup, args.log_dir)
+        print(
+            f"pool={pool} repo={args.repo} seconds={args.seconds:.0f} "
+            f"cpu_s={cpu_s:.2f} cores={cpu_s / args.seconds:.3f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
