@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from entry.demo import (
     CORPUS_ROOTS,
     EarlyQuestion,
@@ -109,3 +111,43 @@ def test_sample_questions_have_an_early_candidate_in_the_first_pages() -> None:
     pages = {str(PG / name) for name in ("app-createdb.html", "app-psql.html", "app-postgres.html")}
     chosen = pick_early_question(questions, pages)
     assert chosen is not None and chosen["corpus"] == "postgresql-15"
+
+
+def test_watch_job_prints_lines_asks_once_and_waits_for_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop of ``watch_job`` over a scripted job (no services): progress lines, the early
+    question after 300 documents while the job runs, its answer before the summary."""
+    import ingest.cli
+    import ingest.jobs
+    import ingest.tasks
+    from entry import demo
+    from ragstream.settings import Settings
+
+    states = iter(
+        [_state(0), _state(100), _state(310), _state(600), _state(1000, status="succeeded")]
+    )
+    events: list[str] = []
+    monkeypatch.setattr(ingest.jobs, "progress", lambda sessions, job_id: next(states))
+    monkeypatch.setattr(ingest.tasks, "reap_stale_jobs", lambda settings, sessions: [])
+    monkeypatch.setattr(
+        ingest.cli, "print_summary", lambda sessions, state, seconds: events.append("summary")
+    )
+    monkeypatch.setattr(demo, "load_questions", lambda: QUESTIONS)
+    monkeypatch.setattr(demo, "indexed_paths", lambda s, j: {str(PG / "app-psql.html")})
+    monkeypatch.setattr(demo, "_ask", lambda settings, key, q: events.append(f"ask {q}") or q)
+    monkeypatch.setattr(
+        demo, "_print_early", lambda q, fut: events.append(f"answer {fut.result()}")
+    )
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+    lines: list[str] = []
+    monkeypatch.setattr(demo.console, "print", lambda text="", **kw: lines.append(str(text)))
+
+    final = demo.watch_job(Settings(), None, "j", "key", early_after=300)  # type: ignore[arg-type]
+    assert final.status == "succeeded"
+    assert events == ["ask port?", "answer port?", "summary"]
+    progress = [line for line in lines if line.startswith("ingest ")]
+    assert (
+        progress[0].startswith("ingest running: 0/1000") and "succeeded: 1000/1000" in progress[-1]
+    )
+    assert any(line.startswith("310 pages indexed: asking pg") for line in lines)

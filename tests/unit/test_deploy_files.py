@@ -383,3 +383,20 @@ def test_k8s_ships_no_secret(variant: str) -> None:
                 if SECRET_NAME.search(var["name"]) and "value" in var:
                     problems.append(f"{name}: {var['name']} has a literal value")
     assert problems == []
+
+
+#: Service keys of the Compose specification these files may use (a typo or a block pasted at
+#: the wrong indentation shows up as another key).
+COMPOSE_SERVICE_KEYS = {
+    "image", "command", "entrypoint", "environment", "depends_on", "ports", "expose", "volumes",
+    "healthcheck", "restart", "profiles", "deploy", "ipc", "shm_size",
+}  # fmt: skip
+
+
+def test_compose_services_use_only_known_keys_and_wait_for_migrations() -> None:
+    doc = _compose_doc()
+    for name, svc in doc["services"].items():
+        unknown = set(svc) - COMPOSE_SERVICE_KEYS
+        assert not unknown, f"compose service {name}: unknown keys {sorted(unknown)}"
+        if svc.get("image") == RAGSTREAM_IMAGE and name not in {"migrate", "llm"}:
+            assert "migrate" in svc.get("depends_on", {}), f"{name} starts before the migration"
