@@ -2,17 +2,22 @@
 
 Starts ``ragstream worker POOL`` (``python -m entry.cli worker POOL``, from ``--repo``, so the
 same script measures another checkout's code) on its own topic prefix, consumer group and
-pressure key (``RAGSTREAM_KAFKA__TOPIC_PREFIX``, topics created first), with its metrics
-endpoint off; waits until the process has joined its group (the log line
-``pool.partitions_assigned``, at most ``--warmup`` seconds), then reads its CPU time
+pressure key (``RAGSTREAM_KAFKA__TOPIC_PREFIX``, topics created first) and its own
+Elasticsearch alias (``idlecpu-<run>-chunks``, empty), with its metrics endpoint off; waits
+until the process has joined its group (the log line ``pool.partitions_assigned``, at most
+``--warmup`` seconds), then reads its CPU time
 (``utime + stime`` of ``/proc/PID/stat``, every thread of the process, in clock ticks of
 ``SC_CLK_TCK``) at the start and end of ``--seconds`` of idling and prints the share of one
 core: ``ticks / CLK_TCK / seconds``. Nothing is produced to the topics, so the pool sees no
 event. Needs the services (Kafka, Redis, Elasticsearch for the pools that open it).
 
+``--first-event N`` measures instead what an idle pool costs in latency: it runs an echo pool
+(``python -m bench.echo``, the same consumer runtime) from ``--repo`` on two fresh topics, and N
+times lets it idle ``--seconds`` and then produces one event and times its echo (produce to
+receipt by a reader that is already polling); it prints each latency and the echo pool's CPU.
+
 Prints one line per pool: ``pool=rerank repo=... seconds=60 cpu_s=0.93 main_thread_s=0.80
-cores=0.0155``. A benchmark,
-not a test: the numbers are for the README.
+cores=0.0155``. A benchmark, not a test: the numbers are for the README ("Idle cost").
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ def measure(
     env.update(
         PYTHONPATH=str(repo),
         RAGSTREAM_KAFKA__TOPIC_PREFIX=prefix,
+        # never the live corpus's alias (a pool may create its index at start)
+        RAGSTREAM_ELASTICSEARCH__INDEX_ALIAS=f"{prefix.rstrip('.')}-chunks",
         **{f"RAGSTREAM_POOLS__{pool.upper().replace('-', '_')}__METRICS_PORT": "0"},
     )
     cli = [sys.executable, "-m", "entry.cli"]
@@ -104,6 +111,80 @@ def measure(
     return used / tick, used_main / tick
 
 
+def first_event_latencies(
+    repo: Path, probes: int, idle_s: float, warmup_s: float, log_dir: Path
+) -> tuple[list[float], float, float]:
+    """Run an echo pool from ``repo``; ``probes`` times idle ``idle_s`` seconds, then time one
+    event through it. Returns the latencies (ms) and the pool's CPU seconds and wall seconds.
+
+    Raises:
+        RuntimeError: The echo pool exited or never joined its group.
+    """
+    from kafka import KafkaProducer
+
+    from bench.echo import EchoEvent, echo_topic
+    from ragstream.settings import get_settings
+    from topics.admin import ensure_topics, make_admin
+    from topics.consumer import make_consumer
+    from topics.registry import PhysicalTopic
+    from topics.serde import decode, encode
+
+    settings = get_settings()
+    run = f"idlecpu-{uuid.uuid4().hex[:8]}"
+    src, dst = echo_topic(f"{run}.in"), echo_topic(f"{run}.out")
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, [PhysicalTopic(t.name, t.partitions, t.configs()) for t in (src, dst)])
+    admin.close()
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    log_path = log_dir / f"{run}-echo.log"
+    argv = [sys.executable, "-m", "bench.echo", "--input", src.name, "--output", dst.name]
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [*argv, "--group", f"{run}-echo"],
+            cwd=repo,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    reader = make_consumer(settings.kafka, dst.name, group=None, auto_offset_reset="latest")
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks=1)
+    latencies: list[float] = []
+    try:
+        if not _wait_ready(log_path, proc, warmup_s):
+            raise RuntimeError(f"echo pool did not join within {warmup_s:.0f}s; see {log_path}")
+        reader.poll(timeout_ms=1000)  # join the partitions at their end before the first probe
+        start, wall0 = cpu_ticks(proc.pid), time.monotonic()
+        for seq in range(probes):
+            time.sleep(idle_s)
+            event = EchoEvent(tenant="bench", seq=seq, sent_at_ns=time.time_ns())
+            producer.send(src.name, key=event.key(), value=encode(event))
+            producer.flush()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                got = [
+                    decode(EchoEvent, r.value)
+                    for records in reader.poll(timeout_ms=100).values()
+                    for r in records
+                ]
+                done = [e for e in got if e.seq == seq]
+                if done:
+                    latencies.append((time.time_ns() - done[0].sent_at_ns) / 1e6)
+                    break
+            else:
+                latencies.append(float("nan"))
+        cpu_s = (cpu_ticks(proc.pid) - start) / os.sysconf("SC_CLK_TCK")
+        wall_s = time.monotonic() - wall0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        reader.close()
+        producer.close()
+    return latencies, cpu_s, wall_s
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the options and print one line per pool."""
     parser = argparse.ArgumentParser(prog="python -m bench.idle_cpu", description=__doc__)
@@ -114,7 +195,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--log-dir", type=Path, default=Path(tempfile.gettempdir()), help="Pool logs."
     )
+    parser.add_argument(
+        "--first-event", type=int, default=0, metavar="N", help="N latency probes (echo pool)."
+    )
     args = parser.parse_args(argv)
+    if args.first_event:
+        latencies, cpu_s, wall_s = first_event_latencies(
+            args.repo.resolve(), args.first_event, args.seconds, args.warmup, args.log_dir
+        )
+        shown = " ".join(f"{ms:.0f}" for ms in latencies)
+        print(
+            f"echo repo={args.repo} idle_s={args.seconds:.0f} first_event_ms=[{shown}] "
+            f"cpu_s={cpu_s:.2f} cores={cpu_s / wall_s:.4f}",
+            flush=True,
+        )
+        return
     for pool in args.pool or ["rerank"]:
         cpu_s, main_s = measure(pool, args.repo.resolve(), args.seconds, args.warmup, args.log_dir)
         print(
