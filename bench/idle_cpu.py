@@ -9,7 +9,8 @@ until the process has joined its group (the log line ``pool.partitions_assigned`
 (``utime + stime`` of ``/proc/PID/stat``, every thread of the process, in clock ticks of
 ``SC_CLK_TCK``) at the start and end of ``--seconds`` of idling and prints the share of one
 core: ``ticks / CLK_TCK / seconds``. Nothing is produced to the topics, so the pool sees no
-event. Needs the services (Kafka, Redis, Elasticsearch for the pools that open it).
+event. Needs the services (Kafka, Redis, Elasticsearch for the pools that open it). Its
+topics and index are deleted afterwards.
 
 ``--first-event N`` measures instead what an idle pool costs in latency: it runs an echo pool
 (``python -m bench.echo``, the same consumer runtime) from ``--repo`` on two fresh topics, and N
@@ -30,6 +31,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ragstream.settings import PROJECT_ROOT
 
@@ -61,6 +63,30 @@ def _wait_ready(log_path: Path, proc: subprocess.Popen[bytes], limit_s: float) -
             return True
         time.sleep(0.5)
     return False
+
+
+def cleanup(prefix: str) -> None:
+    """Delete what a measurement created: the topics named ``<prefix>*`` and the
+    Elasticsearch indices of its alias ``<prefix>-chunks`` (never anything else)."""
+    from elasticsearch import Elasticsearch
+
+    from ragstream.settings import get_settings
+    from topics.admin import make_admin
+
+    settings = get_settings()
+    admin = make_admin(settings.kafka)
+    try:
+        mine = [t for t in admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            admin.delete_topics(mine)
+    finally:
+        admin.close()
+    es = Elasticsearch(settings.elasticsearch.url)
+    pattern = f"{prefix.rstrip('.')}-chunks*"
+    indices = list(es.indices.get(index=pattern, ignore_unavailable=True, allow_no_indices=True))
+    if indices:
+        es.indices.delete(index=",".join(indices))
+    es.close()
 
 
 def measure(
@@ -107,8 +133,28 @@ def measure(
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        cleanup(prefix)
     tick = os.sysconf("SC_CLK_TCK")
     return used / tick, used_main / tick
+
+
+def _probe(producer: Any, reader: Any, topic: str, seq: int) -> float:
+    """Produce echo event ``seq`` to ``topic``; milliseconds until ``reader`` sees its echo
+    (NaN after 30 s)."""
+    from bench.echo import EchoEvent
+    from topics.serde import decode, encode
+
+    event = EchoEvent(tenant="bench", seq=seq, sent_at_ns=time.time_ns())
+    producer.send(topic, key=event.key(), value=encode(event))
+    producer.flush()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for records in reader.poll(timeout_ms=100).values():
+            for record in records:
+                echoed = decode(EchoEvent, record.value)
+                if echoed.seq == seq:
+                    return (time.time_ns() - echoed.sent_at_ns) / 1e6
+    return float("nan")
 
 
 def first_event_latencies(
@@ -122,12 +168,11 @@ def first_event_latencies(
     """
     from kafka import KafkaProducer
 
-    from bench.echo import EchoEvent, echo_topic
+    from bench.echo import echo_topic
     from ragstream.settings import get_settings
     from topics.admin import ensure_topics, make_admin
     from topics.consumer import make_consumer
     from topics.registry import PhysicalTopic
-    from topics.serde import decode, encode
 
     settings = get_settings()
     run = f"idlecpu-{uuid.uuid4().hex[:8]}"
@@ -156,22 +201,7 @@ def first_event_latencies(
         start, wall0 = cpu_ticks(proc.pid), time.monotonic()
         for seq in range(probes):
             time.sleep(idle_s)
-            event = EchoEvent(tenant="bench", seq=seq, sent_at_ns=time.time_ns())
-            producer.send(src.name, key=event.key(), value=encode(event))
-            producer.flush()
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                got = [
-                    decode(EchoEvent, r.value)
-                    for records in reader.poll(timeout_ms=100).values()
-                    for r in records
-                ]
-                done = [e for e in got if e.seq == seq]
-                if done:
-                    latencies.append((time.time_ns() - done[0].sent_at_ns) / 1e6)
-                    break
-            else:
-                latencies.append(float("nan"))
+            latencies.append(_probe(producer, reader, src.name, seq))
         cpu_s = (cpu_ticks(proc.pid) - start) / os.sysconf("SC_CLK_TCK")
         wall_s = time.monotonic() - wall0
     finally:
@@ -182,6 +212,7 @@ def first_event_latencies(
             proc.kill()
         reader.close()
         producer.close()
+        cleanup(f"{run}.")
     return latencies, cpu_s, wall_s
 
 
