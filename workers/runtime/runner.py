@@ -10,7 +10,13 @@ Guarantees (DESIGN.md, "Event semantics"):
 - on partition revocation the in-flight batch is finished and committed before the partitions
   are given up; records fetched but not started for a revoked partition are dropped (the new
   owner reads them from the committed offset);
-- SIGTERM/SIGINT: stop polling, finish and flush the batch, commit, leave the group.
+- SIGTERM/SIGINT: stop polling, finish and flush the batch, commit, leave the group;
+- idle costs little: the wait for a first record backs off from ``IDLE_POLL_MIN_MS`` to
+  ``IDLE_POLL_MAX_MS`` while polls come back empty (:func:`next_idle_wait_ms`) and drops back
+  on the first record. ``poll()`` returns as soon as a fetch brings records (and the broker
+  answers a fetch as soon as one record is there), so a long wait adds no latency to the
+  first event after a quiet spell; it only makes the loop, its lag report and kafka-python's
+  own work per ``poll()`` run less often (README, "Idle cost").
 """
 
 from __future__ import annotations
@@ -47,9 +53,22 @@ log = structlog.get_logger(__name__)
 
 E = TypeVar("E", bound=Event)
 
-IDLE_POLL_MS = 200
+#: Wait for a first record right after a record arrived (ms).
+IDLE_POLL_MIN_MS = 200
+#: Longest wait for a first record when the topic stays quiet (ms); also the longest delay
+#: between SIGTERM and the start of an idle pool's shutdown.
+IDLE_POLL_MAX_MS = 2000
 KEEPALIVE_POLL_MS = 50
 KEEPALIVE_INTERVAL_S = 0.5
+
+
+def next_idle_wait_ms(current_ms: int, got_records: bool) -> int:
+    """The next wait for a first record: ``IDLE_POLL_MIN_MS`` after a poll that brought
+    records, else double ``current_ms`` up to ``IDLE_POLL_MAX_MS`` (200, 400, 800, 1600, 2000
+    ms: two seconds after the last event the loop wakes at most every 2 s)."""
+    if got_records:
+        return IDLE_POLL_MIN_MS
+    return min(IDLE_POLL_MAX_MS, max(IDLE_POLL_MIN_MS, current_ms * 2))
 
 
 @dataclass(slots=True)
@@ -108,6 +127,7 @@ class PoolRunner(Generic[E]):
         self._committed_early = False
         self._failures = 0
         self._streamed: dict[str, int] = {}
+        self._idle_wait_ms = IDLE_POLL_MIN_MS
         self.batches = 0
         metrics.init_pool(handler.name)
 
@@ -161,7 +181,7 @@ class PoolRunner(Generic[E]):
             if first_at is None:
                 if self._stopping.is_set():
                     break
-                timeout_ms = IDLE_POLL_MS
+                timeout_ms = self._idle_wait_ms
             else:
                 timeout_ms = int(policy.max_wait_ms - (time.monotonic() - first_at) * 1000)
                 if timeout_ms <= 0 or self._stopping.is_set():
@@ -172,6 +192,7 @@ class PoolRunner(Generic[E]):
             for records in polled.values():
                 self._fetched.extend(records)
             if first_at is None:
+                self._idle_wait_ms = next_idle_wait_ms(timeout_ms, bool(self._fetched))
                 if not self._fetched:
                     return []
                 first_at = time.monotonic()
