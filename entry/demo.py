@@ -8,7 +8,7 @@
    already run; a process that crashes is restarted with back-off, the others keep running;
 3. waits until the API is ready and every pool has reported in;
 4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job, printing a
-   plain progress line every 5% of the documents or 30 s (:class:`ProgressPacer`; unchanged
+   plain progress line every 5% of the documents or 30 s (:mod:`ingest.progress`; unchanged
    documents are skipped by content hash on a second run); once ``--early-after`` documents
    (300) are in, it asks one sample question whose expected page is already indexed, through
    the API, while the job goes on (:class:`EarlyQuestion`: the index is live while it grows);
@@ -32,7 +32,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,10 +67,6 @@ CORPUS_ROOTS = {"python-3.11": MANUALS[0], "postgresql-15": MANUALS[1]}
 #: Documents indexed before the early question ("a few hundred pages": the PostgreSQL manual
 #: comes first in path order, and its ``app-*`` pages answer pg-s01 and pg-s04 by then).
 EARLY_AFTER_DOCS = 300
-#: A progress line every this share of the documents ...
-PROGRESS_EVERY_FRACTION = 0.05
-#: ... or every this many seconds, whichever comes first.
-PROGRESS_EVERY_S = 30.0
 
 
 def _state_dir(settings: Settings) -> Path:
@@ -205,53 +200,6 @@ def load_questions(path: Path = QUESTIONS) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@dataclass
-class ProgressPacer:
-    """When the demo prints a progress line: the first call, each time another
-    ``every_fraction`` of ``total`` documents is finished, or ``every_s`` seconds after the
-    last line, whichever comes first.
-
-    Attributes:
-        total: Documents of the job.
-        every_fraction: Share of ``total`` between two lines (0.05: every 5%).
-        every_s: Longest time between two lines, seconds.
-    """
-
-    total: int
-    every_fraction: float = PROGRESS_EVERY_FRACTION
-    every_s: float = PROGRESS_EVERY_S
-    _last_at: float | None = field(default=None, repr=False)
-    _last_step: int = field(default=-1, repr=False)
-
-    def due(self, finished: int, now: float) -> bool:
-        """Whether to print a line now; ``finished`` documents, ``now`` monotonic seconds."""
-        step = int(finished / max(1, self.total) / self.every_fraction)
-        if self._last_at is None or step > self._last_step or now - self._last_at >= self.every_s:
-            self._last_at, self._last_step = now, step
-            return True
-        return False
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    return f"{minutes}m{secs:02d}s"
-
-
-def progress_line(state: JobProgress, elapsed_s: float) -> str:
-    """One plain line of a job's progress: documents finished of total, percent, failed,
-    chunks, rate (documents a second since ``elapsed_s`` began) and the ETA at that rate."""
-    finished = state.done + state.failed
-    rate = finished / elapsed_s if elapsed_s > 0 else 0.0
-    left = max(0, state.total - finished)
-    eta = "-" if rate <= 0 else _clock(left / rate)
-    percent = 100.0 * finished / max(1, state.total)
-    return (
-        f"ingest {state.status}: {finished}/{state.total} docs ({percent:.0f}%), "
-        f"{state.failed} failed, {state.chunks} chunks, {rate:.1f} docs/s, "
-        f"elapsed {_clock(elapsed_s)}, ETA {eta}"
-    )
-
-
 def pick_early_question(
     questions: Sequence[dict[str, Any]],
     indexed: set[str],
@@ -337,23 +285,25 @@ def watch_job(
     key: str,
     early_after: int,
 ) -> JobProgress:
-    """Follow a bulk job to its end with plain progress lines (:class:`ProgressPacer`), ask
+    """Follow a bulk job to its end with plain progress lines (:mod:`ingest.progress`), ask
     the early question in a thread when :class:`EarlyQuestion` says so, print its answer as
     soon as it comes, and the job's summary at the end. Returns the final progress."""
     from ingest import jobs
     from ingest.cli import PENDING_CHECK_S, _require_worker, print_summary
+    from ingest.progress import ProgressLines, Snapshot, format_line
     from ingest.tasks import reap_stale_jobs
 
     t0 = last_reap = last_ping = time.monotonic()
     state = jobs.progress(sessions, job_id)
-    pacer = ProgressPacer(state.total)
+    lines = ProgressLines()
     early = EarlyQuestion(load_questions(), early_after)
     pending: Future[QueryResult] | None = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-question") as pool:
         while True:
             now = time.monotonic()
-            if pacer.due(state.done + state.failed, now) or state.finished:
-                console.print(progress_line(state, now - t0), markup=False, highlight=False)
+            snap = Snapshot.of(state, now - t0)
+            if lines.due(snap, final=state.finished):
+                console.print(format_line("ingest", snap), markup=False, highlight=False)
             if state.finished:
                 break
             question = early.choose(state, lambda: indexed_paths(sessions, job_id))

@@ -141,14 +141,7 @@ def _follow_lines(watch: _Watch, t0: float) -> jobs.JobProgress:
     label = f"ingest {watch.job_id}"
     state = watch.poll(None)
     while True:
-        snap = Snapshot(
-            state.done + state.failed,
-            state.total,
-            state.failed,
-            state.chunks,
-            time.monotonic() - t0,
-            state.status,
-        )
+        snap = Snapshot.of(state, time.monotonic() - t0)
         if lines.due(snap, final=state.finished):
             print(format_line(label, snap), flush=True)
         if state.finished:

@@ -12,6 +12,22 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
+from typing import Protocol
+
+
+class JobCounts(Protocol):
+    """What a snapshot reads of a job's progress (:class:`ingest.jobs.JobProgress`)."""
+
+    @property
+    def done(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def chunks(self) -> int: ...
+    @property
+    def status(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +40,11 @@ class Snapshot:
     chunks: int
     elapsed_s: float
     status: str
+
+    @classmethod
+    def of(cls, job: JobCounts, elapsed_s: float) -> Snapshot:
+        """The snapshot of ``job`` after ``elapsed_s`` seconds of following it."""
+        return cls(job.done + job.failed, job.total, job.failed, job.chunks, elapsed_s, job.status)
 
 
 def eta(seconds: float | None) -> str:

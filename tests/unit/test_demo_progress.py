@@ -10,12 +10,11 @@ import pytest
 from entry.demo import (
     CORPUS_ROOTS,
     EarlyQuestion,
-    ProgressPacer,
     load_questions,
     pick_early_question,
-    progress_line,
 )
 from ingest.jobs import JobProgress
+from ingest.progress import Snapshot, format_line
 
 PG = CORPUS_ROOTS["postgresql-15"]
 PY = CORPUS_ROOTS["python-3.11"]
@@ -41,25 +40,12 @@ def _state(done: int, total: int = 1000, status: str = "running", failed: int = 
     return JobProgress("j", "t", status, total, done, failed, done * 15, None, now, now, None)
 
 
-def test_pacer_prints_first_each_five_percent_and_every_30_s() -> None:
-    pacer = ProgressPacer(total=1000)
-    assert pacer.due(0, now=0.0)  # the first line at once
-    assert not pacer.due(10, now=1.0)
-    assert not pacer.due(49, now=2.0)
-    assert pacer.due(50, now=3.0)  # 5%
-    assert not pacer.due(60, now=4.0)
-    assert pacer.due(60, now=33.0)  # 30 s without a line
-    assert not pacer.due(70, now=34.0)
-    assert pacer.due(170, now=35.0)  # 15%, two steps at once: one line
-
-
-def test_progress_line_is_plain_and_gives_rate_and_eta() -> None:
-    line = progress_line(_state(done=290, failed=10), elapsed_s=100.0)
-    assert line == (
-        "ingest running: 300/1000 docs (30%), 10 failed, 4350 chunks, 3.0 docs/s, "
-        "elapsed 1m40s, ETA 3m53s"
+def test_demo_progress_lines_come_from_the_jobs_snapshot() -> None:
+    snap = Snapshot.of(_state(done=290, failed=10), elapsed_s=100.0)
+    assert (snap.finished, snap.total, snap.failed, snap.chunks) == (300, 1000, 10, 4350)
+    assert "300/1000 docs (30%), 10 failed, 4350 chunks, 3.0 docs/s, ETA 3m53s" in format_line(
+        "ingest", snap
     )
-    assert progress_line(_state(done=0), elapsed_s=0.0).endswith("0.0 docs/s, elapsed 0m00s, ETA -")
 
 
 def test_pick_takes_the_first_question_with_an_indexed_page() -> None:
@@ -146,8 +132,7 @@ def test_watch_job_prints_lines_asks_once_and_waits_for_the_answer(
     final = demo.watch_job(Settings(), None, "j", "key", early_after=300)  # type: ignore[arg-type]
     assert final.status == "succeeded"
     assert events == ["ask port?", "answer port?", "summary"]
-    progress = [line for line in lines if line.startswith("ingest ")]
-    assert (
-        progress[0].startswith("ingest running: 0/1000") and "succeeded: 1000/1000" in progress[-1]
-    )
+    progress = [line for line in lines if " ingest: " in line]
+    assert "ingest: running 0/1000" in progress[0]
+    assert "ingest: succeeded 1000/1000" in progress[-1]
     assert any(line.startswith("310 pages indexed: asking pg") for line in lines)
