@@ -41,6 +41,7 @@ from topics.responses import QueryResponse
 from topics.serde import encode
 from workers import query_log
 from workers.caches import AnswerCache, CacheHit, answer_config
+from workers.cancel import Cancellations
 from workers.runtime.pressure import read_pressure
 
 log = structlog.get_logger(__name__)
@@ -74,6 +75,7 @@ class QueryService:
             config=answer_config(settings),
         )
         self.versions = IndexVersions(client)
+        self.cancellations = Cancellations(client)
         self._redis = client
         self._producer: KafkaProducer | None = None
         self.replies: ReplyRouter | None = None
@@ -205,6 +207,21 @@ class QueryService:
 
         self.replies.register(Waiter(request_id, deliver, tokens=tokens))
         return queue
+
+    def cancel(self, request_id: str) -> None:
+        """Ask the pools to stop working on ``request_id`` (its client disconnected): a
+        Redis flag for ``api.query_deadline_s`` (:mod:`workers.cancel`) that the generation
+        pools check before and while generating. Fire-and-forget in a thread of its own, so it can
+        be called from a stream that is being cancelled; a failure is logged."""
+
+        def flag() -> None:
+            try:
+                self.cancellations.cancel(request_id, self.settings.api.query_deadline_s)
+                log.info("api.query_cancelled", request_id=request_id)
+            except redis.RedisError as exc:
+                log.warning("api.cancel_failed", request_id=request_id, error=str(exc))
+
+        threading.Thread(target=flag, name="cancel", daemon=True).start()
 
     def unsubscribe(self, request_id: str) -> None:
         """Drop the waiter of ``request_id`` (idempotent)."""

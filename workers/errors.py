@@ -32,6 +32,12 @@ class PromptTooLongError(PermanentError):
     code = "PROMPT_TOO_LONG"
 
 
+class RequestCancelledError(PermanentError):
+    """The request was cancelled (its client disconnected) and its generation stopped."""
+
+    code = "CANCELLED"
+
+
 def request_of(event: Event) -> QueryRequest:
     """The :class:`QueryRequest` an event answers (the event itself or its ``request``)."""
     if isinstance(event, QueryRequest):

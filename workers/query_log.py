@@ -118,6 +118,7 @@ def read(
                 {
                     "stage": s["stage"],
                     "duration_ms": s["duration_ms"],
+                    "wait_ms": s.get("wait_ms"),
                     "detail": s.get("detail", {}),
                 }
                 for s in stages

@@ -43,7 +43,10 @@ class Backend:
         self.error = error
 
     async def generate_many(
-        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: object = None,
     ) -> list[GenerationResult | Exception]:
         if self.error is not None:
             return [self.error for _ in requests]

@@ -21,6 +21,7 @@ import httpx
 from ragstream.errors import ConfigurationError, PermanentError
 from workers.errors import BackendUnavailableError, PromptTooLongError
 from workers.generation.backend import (
+    CancelFor,
     GenerationRequest,
     GenerationResult,
     OnToken,
@@ -218,10 +219,13 @@ class OpenAICompatibleBackend:
                 await emit(on_token, text)
 
     async def generate_many(
-        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: CancelFor | None = None,
     ) -> list[GenerationResult | Exception]:
         """Submit all requests concurrently so that the server batches them."""
-        return await generate_concurrently(self, requests, on_token_for)
+        return await generate_concurrently(self, requests, on_token_for, cancel_for)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

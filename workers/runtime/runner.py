@@ -21,6 +21,7 @@ Guarantees (DESIGN.md, "Event semantics"):
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import socket
@@ -47,7 +48,14 @@ from topics.registry import TopicRegistry
 from workers.runtime import metrics
 from workers.runtime.handler import Emit, Handler
 from workers.runtime.pressure import PressureReporter
-from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Item, decode_items
+from workers.runtime.process import (
+    BatchProcessor,
+    BatchResult,
+    DeadLetter,
+    Item,
+    decode_items,
+    stamp_waits,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -128,6 +136,7 @@ class PoolRunner(Generic[E]):
         self._failures = 0
         self._streamed: dict[str, int] = {}
         self._idle_wait_ms = IDLE_POLL_MIN_MS
+        self._picked_at = dt.datetime.now(dt.UTC)
         self.batches = 0
         metrics.init_pool(handler.name)
 
@@ -208,7 +217,10 @@ class PoolRunner(Generic[E]):
         metrics.BATCH_SIZE.labels(name).observe(len(records))
         metrics.IN_FLIGHT.labels(name).set(len(records))
         items = decode_items(self.handler.input.model, [source_record(r) for r in records])
-        metrics.observe_pickup(name, (i.event for i in items if i.event is not None))
+        self._picked_at = dt.datetime.now(dt.UTC)
+        metrics.observe_pickup(
+            name, (i.event for i in items if i.event is not None), self._picked_at
+        )
         self._current_records = records
         self._committed_early = False
         done = self._run_in_worker(self._process_and_publish, items)
@@ -290,6 +302,7 @@ class PoolRunner(Generic[E]):
     def _process_and_publish(self, items: list[Item]) -> _Done:
         self._streamed = {}
         result = self._processor.run(items)
+        result.emits = stamp_waits(result.emits, items, self._picked_at)
         if result.outage is not None:
             self._producer.discard_pending()  # what emit_now sent; the batch runs again
             return _Done(ok=False, error=result.outage)
@@ -323,6 +336,7 @@ class PoolRunner(Generic[E]):
         published = 0
         for item in items:
             result = self._processor.run([item])
+            result.emits = stamp_waits(result.emits, [item], self._picked_at)
             if result.outage is not None:
                 return _Done(ok=False, error=result.outage)
             try:
