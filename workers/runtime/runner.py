@@ -36,6 +36,7 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from ragstream import tracing
 from ragstream.errors import PermanentError, RagstreamError
 from ragstream.retry import RetryPolicy
 from ragstream.settings import KafkaSettings
@@ -48,6 +49,7 @@ from workers.runtime import metrics
 from workers.runtime.handler import Emit, Handler
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Item, decode_items
+from workers.runtime.tracing import BatchTrace
 
 log = structlog.get_logger(__name__)
 
@@ -128,6 +130,7 @@ class PoolRunner(Generic[E]):
         self._failures = 0
         self._streamed: dict[str, int] = {}
         self._idle_wait_ms = IDLE_POLL_MIN_MS
+        self._trace: BatchTrace | None = None
         self.batches = 0
         metrics.init_pool(handler.name)
 
@@ -211,7 +214,18 @@ class PoolRunner(Generic[E]):
         metrics.observe_pickup(name, (i.event for i in items if i.event is not None))
         self._current_records = records
         self._committed_early = False
-        done = self._run_in_worker(self._process_and_publish, items)
+        trace = self._trace = (
+            BatchTrace(name, self.handler.group, self.handler.input.name, items)
+            if tracing.enabled()
+            else None
+        )
+        try:
+            with tracing.event_contexts(trace.by_key if trace else {}):
+                done = self._run_in_worker(self._process_and_publish, items)
+        finally:
+            self._trace = None
+        if trace is not None:
+            trace.end(None if done.ok else done.error)
         if done.ok:
             if not self._committed_early:
                 self._commit(records)
@@ -284,10 +298,19 @@ class PoolRunner(Generic[E]):
         """
         self.handler.check_emit(emit)
         topic = self._registry.name(emit.topic)
-        self._producer.send(topic, emit.event)
+        self._producer.send(topic, emit.event, self._headers(emit.event))
         self._streamed[topic] = self._streamed.get(topic, 0) + 1
 
+    def _headers(self, event: Event) -> list[tuple[str, bytes]]:
+        """Record headers of an output: the trace context of its input event (by key)."""
+        trace = self._trace
+        return trace.headers_for(event) if trace is not None else []
+
     def _process_and_publish(self, items: list[Item]) -> _Done:
+        with tracing.activated(self._trace.context if self._trace is not None else None):
+            return self._process_and_publish_traced(items)
+
+    def _process_and_publish_traced(self, items: list[Item]) -> _Done:
         self._streamed = {}
         result = self._processor.run(items)
         if result.outage is not None:
@@ -307,7 +330,7 @@ class PoolRunner(Generic[E]):
         counts, self._streamed = self._streamed, {}
         for emit in result.emits:
             topic = self._registry.name(emit.topic)
-            self._producer.send(topic, emit.event)
+            self._producer.send(topic, emit.event, self._headers(emit.event))
             counts[topic] = counts.get(topic, 0) + 1
         for letter in result.dead_letters:
             self._send_dead_letter(letter)
@@ -348,7 +371,9 @@ class PoolRunner(Generic[E]):
         notices = self._processor.dead_letter_emits(item, error)
         try:
             for emit in notices:
-                self._producer.send(self._registry.name(emit.topic), emit.event)
+                self._producer.send(
+                    self._registry.name(emit.topic), emit.event, self._headers(emit.event)
+                )
             published += self._producer.flush()
         except PermanentError as exc:
             self._producer.discard_pending()
@@ -367,6 +392,8 @@ class PoolRunner(Generic[E]):
         src: SourceRecord = letter.item.source
         headers = dead_letter_headers(src, letter.error, letter.attempts, self.handler.name)
         self._producer.send_raw(self._dlq, src.key, src.value, headers)
+        if self._trace is not None:
+            self._trace.failed(letter.item, letter.error)
         metrics.DEAD_LETTERS.labels(self.handler.name).inc()
         log.warning(
             "pool.dead_letter",
