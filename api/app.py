@@ -30,7 +30,6 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
-from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -103,50 +102,6 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
-class TraceRequests:
-    """Pure ASGI middleware: one OpenTelemetry server span per HTTP request (``POST
-    /v1/query``), continuing a caller's W3C ``traceparent`` header; the route's Kafka records
-    carry its context on. Streams are traced to their last byte. Passes through untouched while
-    tracing is off. Attribute names follow the OpenTelemetry HTTP semantic conventions."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not tracing.enabled():
-            await self.app(scope, receive, send)
-            return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        method = scope.get("method", "GET")
-        attributes: dict[str, str | int | float | bool] = {
-            "http.request.method": method,
-            "url.path": scope.get("path", ""),
-            "url.scheme": scope.get("scheme", "http"),
-        }
-        with tracing.tracer().start_as_current_span(
-            method,
-            context=tracing.extract_dict(headers),
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-        ) as span:
-
-            async def send_traced(message: Message) -> None:
-                if message["type"] == "http.response.start":
-                    status = int(message["status"])
-                    span.set_attribute("http.response.status_code", status)
-                    if status >= 500:
-                        span.set_status(Status(StatusCode.ERROR))
-                await send(message)
-
-            try:
-                await self.app(scope, receive, send_traced)
-            finally:
-                route = getattr(scope.get("route"), "path", None)
-                if route:
-                    span.set_attribute("http.route", route)
-                    span.update_name(f"{method} {route}")
-
-
 def build_services(settings: Settings) -> Services:
     """SQL sessions, Redis client and the query service of one API process."""
     from ragstream.db.engine import make_engine, make_session_factory
@@ -161,7 +116,9 @@ def build_services(settings: Settings) -> Services:
 def create_app(settings: Settings) -> FastAPI:
     """Build the gateway for ``settings``; Kafka connects on the first request that needs it.
 
-    Tracing starts here when ``settings.tracing`` turns it on (service ``ragstream-api``)."""
+    Tracing starts here when ``settings.tracing`` turns it on (service ``ragstream-api``):
+    FastAPI's own OpenTelemetry support then opens a server span per request, continuing a
+    caller's ``traceparent``, and the route's Kafka records carry its context on."""
     tracing.configure_tracing(settings.tracing, "ragstream-api")
 
     @asynccontextmanager
@@ -198,8 +155,6 @@ def create_app(settings: Settings) -> FastAPI:
         REQUESTS.labels(name, str(response.status_code)).inc()
         LATENCY.labels(name).observe(time.perf_counter() - started)
         return response
-
-    app.add_middleware(TraceRequests)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

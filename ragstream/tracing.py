@@ -59,6 +59,50 @@ class _State:
 
 _lock = threading.Lock()
 _state = _State()
+
+
+class _ForwardingTracer(trace.Tracer):
+    """A tracer that starts its spans with this process's current provider (no-op while off),
+    so a library that keeps its tracer (FastAPI, the Elasticsearch client) follows
+    :func:`configure_tracing` and :func:`reset_tracing`."""
+
+    def __init__(self, name: str, version: str | None, schema_url: str | None) -> None:
+        self._args = (name, version, schema_url)
+        self._cached: tuple[Any, Tracer] | None = None
+
+    def _real(self) -> Tracer:
+        provider = _state.provider
+        if provider is None:
+            return _NOOP
+        cached = self._cached
+        if cached is None or cached[0] is not provider:
+            cached = self._cached = (provider, provider.get_tracer(*self._args))
+        return cached[1]
+
+    def start_span(self, *args: Any, **kwargs: Any) -> Span:
+        return self._real().start_span(*args, **kwargs)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self._real().start_as_current_span(*args, **kwargs)
+
+
+class _ForwardingProvider(trace.TracerProvider):
+    """OpenTelemetry's global provider once tracing was first turned on (it can be set only
+    once per process): forwards to this process's current provider."""
+
+    def get_tracer(
+        self,
+        instrumenting_module_name: str,
+        instrumenting_library_version: str | None = None,
+        schema_url: str | None = None,
+        attributes: Any = None,
+    ) -> Tracer:
+        return _ForwardingTracer(
+            instrumenting_module_name, instrumenting_library_version, schema_url
+        )
+
+
+_NOOP = trace.NoOpTracer()
 #: Span contexts of the events of the batch in progress, by record key (see module docstring).
 _event_contexts: dict[str, Context] = {}
 
@@ -103,9 +147,10 @@ def configure_tracing(
 
     On when ``settings.otlp_endpoint`` is set (spans go in batches over OTLP/HTTP protobuf to
     ``<endpoint>/v1/traces``) or when ``exporter`` is given (each span is exported as it ends:
-    tests pass the SDK's ``InMemorySpanExporter``). The first provider installed is also made
-    OpenTelemetry's global one (for libraries that trace through the API); later calls return
-    the state of the first until :func:`reset_tracing`.
+    tests pass the SDK's ``InMemorySpanExporter``). OpenTelemetry's global provider then
+    forwards to it, so the libraries' own spans (FastAPI's server span per request, the
+    Elasticsearch client's span per request) join the same traces. Later calls return the
+    state of the first until :func:`reset_tracing`.
 
     Args:
         settings: ``settings.tracing``.
@@ -138,7 +183,7 @@ def configure_tracing(
             provider.add_span_processor(BatchSpanProcessor(otlp))
         _state.provider = provider
         if not _state.global_set:
-            trace.set_tracer_provider(provider)
+            trace.set_tracer_provider(_ForwardingProvider())
             _state.global_set = True
         return True
 
@@ -176,7 +221,7 @@ def tracer() -> Tracer:
     """The ragstream tracer (the API's no-op tracer while tracing is off)."""
     provider = _state.provider
     if provider is None:
-        return trace.get_tracer(TRACER_NAME)
+        return _NOOP
     return provider.get_tracer(TRACER_NAME)  # type: ignore[no-any-return]
 
 

@@ -242,3 +242,28 @@ def test_a_dead_lettered_records_span_is_marked_failed(spans: InMemorySpanExport
     (process,) = [s for s in spans.get_finished_spans() if s.name == "process rag.queries"]
     assert not process.status.is_ok
     assert any(e.name == "exception" for e in process.events)
+
+
+def test_library_tracers_follow_the_process_provider(spans: InMemorySpanExporter) -> None:
+    """FastAPI and the Elasticsearch client trace through OpenTelemetry's global provider and
+    keep their tracers: they record while tracing is on and stop when it is turned off."""
+    library = trace.get_tracer("some.library")
+    with library.start_as_current_span("library span") as span:
+        assert span.is_recording()
+    assert [s.name for s in spans.get_finished_spans()] == ["library span"]
+    tracing.reset_tracing()
+    with library.start_as_current_span("off") as span:
+        assert not span.is_recording()
+    assert not tracing.enabled()
+
+
+def test_one_setting_turns_the_otlp_exporter_on() -> None:
+    assert tracing.otlp_traces_url("http://collector:4318") == "http://collector:4318/v1/traces"
+    assert tracing.otlp_traces_url("http://c:4318/v1/traces/") == "http://c:4318/v1/traces"
+    settings = Settings(tracing={"otlp_endpoint": "http://127.0.0.1:9"})  # type: ignore[arg-type]
+    try:
+        assert tracing.configure_tracing(settings.tracing, "ragstream-test")
+        assert tracing.enabled()
+        assert tracing.start_span("never ended, never exported").is_recording()
+    finally:
+        tracing.reset_tracing()

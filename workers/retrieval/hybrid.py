@@ -15,9 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError
-from opentelemetry.trace import SpanKind
 
-from ragstream import tracing
 from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
@@ -132,15 +130,8 @@ class HybridRetriever:
 
     def _msearch(self, searches: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
         self.msearch_calls += 1
-        attributes: dict[str, str | int | float | bool] = {
-            "db.system.name": "elasticsearch",
-            "db.operation.name": "msearch",
-            "db.collection.name": self.alias,
-            "db.operation.batch.size": len(searches) // 2,
-        }
-        try:
-            with tracing.span("msearch", kind=SpanKind.CLIENT, attributes=attributes):
-                resp = self.es.msearch(searches=searches)
+        try:  # traced by the Elasticsearch client itself (a span per request, when on)
+            resp = self.es.msearch(searches=searches)
         except ApiError as exc:
             status = exc.meta.status
             if status in TRANSIENT_STATUSES or status >= 500:
