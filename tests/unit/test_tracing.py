@@ -3,12 +3,14 @@ consumer runtime's spans per record, and tracing off by default (no services nee
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -19,6 +21,9 @@ from ragstream.settings import KafkaSettings, Settings
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, TopicRegistry, TopicSpec
 from topics.serde import encode
+from workers.generation.backend import GenerationRequest, generate_concurrently
+from workers.generation.openai_compat import OpenAICompatibleBackend
+from workers.generation.prompt import Prompt
 from workers.runtime.handler import Emit, Handler, Outcome
 from workers.runtime.runner import PoolRunner
 
@@ -267,3 +272,35 @@ def test_one_setting_turns_the_otlp_exporter_on() -> None:
         assert tracing.start_span("never ended, never exported").is_recording()
     finally:
         tracing.reset_tracing()
+
+
+def test_each_llm_call_lands_in_its_requests_trace(spans: InMemorySpanExporter) -> None:
+    """Two requests of one generation batch, generated concurrently on another event loop:
+    each LLM client span is a child of its own request's record span (found by key)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = (
+            b'data: {"choices": [{"text": "ok", "finish_reason": null}]}\n\n'
+            b'data: {"choices": [{"text": "", "finish_reason": "stop"}], '
+            b'"usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\n'
+            b"data: [DONE]\n\n"
+        )
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    backend = OpenAICompatibleBackend("http://llm", "m", "completion", [], 8, client=client)
+    prompt = Prompt(style="completion", passages_used=[], prompt_tokens=3, text="Q")
+    records = {rid: tracing.start_span(f"process {rid}") for rid in ("r1", "r2")}
+    with tracing.event_contexts({k: tracing.context_with(s) for k, s in records.items()}):
+        requests = [GenerationRequest(rid, prompt) for rid in records]
+        results = asyncio.run(generate_concurrently(backend, requests))
+    assert all(not isinstance(r, Exception) for r in results)
+    llm = [s for s in spans.get_finished_spans() if s.name == "text_completion m"]
+    assert len(llm) == 2
+    for span in llm:
+        assert span.kind is SpanKind.CLIENT
+        attributes = span.attributes or {}
+        own = records[str(attributes["ragstream.request_id"])].get_span_context()
+        assert span.parent is not None and span.parent.span_id == own.span_id
+        assert attributes["gen_ai.usage.input_tokens"] == 3
+        assert attributes["gen_ai.usage.output_tokens"] == 1

@@ -167,6 +167,8 @@ class OpenAICompatibleBackend:
                 span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
                 if "prompt_tokens" in counted:
                     span.set_attribute("gen_ai.usage.input_tokens", int(counted["prompt_tokens"]))
+                if state.ttft_ms is not None:
+                    span.set_attribute("ragstream.llm.time_to_first_token_ms", state.ttft_ms)
         except (TimeoutError, httpx.TimeoutException) as exc:
             what = (
                 f"no first token within {self.timeout_s}s"
