@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.errors import ApiError
 from api.replies import Reply, ReplyRouter, Waiter
 from ingest.versions import IndexVersions
+from ragstream import tracing
 from ragstream.settings import Settings
 from topics.base import Event, StageTiming
 from topics.producer import make_producer
@@ -323,6 +324,9 @@ async def send_acked(
 ) -> None:
     """Produce one record and wait for the broker's acknowledgement, failing fast.
 
+    The record carries the current trace context in its headers (``traceparent``, when tracing
+    is on), so the pools continue the request's trace.
+
     Both the hand-over to the producer (which blocks while it has no metadata, e.g. with the
     broker down) and the acknowledgement are bounded by ``api.produce_timeout_s``.
 
@@ -345,7 +349,10 @@ async def send_acked(
     done: asyncio.Future[None] = loop.create_future()
     try:
         future = await asyncio.wait_for(
-            asyncio.to_thread(producer.send, topic, key=key, value=value), timeout=timeout_s
+            asyncio.to_thread(
+                producer.send, topic, key=key, value=value, headers=tracing.inject_headers()
+            ),
+            timeout=timeout_s,
         )
     except Exception as exc:
         raise _produce_error(

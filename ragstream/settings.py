@@ -99,6 +99,21 @@ class ApiSettings(BaseModel):
     sse_keepalive_s: float = Field(default=15.0, gt=0)
 
 
+class TracingSettings(BaseModel):
+    """OpenTelemetry tracing (:mod:`ragstream.tracing`); off unless ``otlp_endpoint`` is set.
+
+    ``RAGSTREAM_TRACING__OTLP_ENDPOINT=http://127.0.0.1:4318`` turns it on in every process
+    started with it: spans go over OTLP/HTTP (protobuf) to ``<endpoint>/v1/traces``.
+    """
+
+    #: Base URL of an OTLP/HTTP collector (Jaeger, Tempo, the OpenTelemetry Collector); empty: off.
+    otlp_endpoint: str = ""
+    #: Fraction of new traces sampled (a trace started upstream keeps its caller's decision).
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    #: Timeout of one export request, in seconds.
+    export_timeout_s: float = Field(default=10.0, gt=0)
+
+
 class CelerySettings(BaseModel):
     """Celery worker tuning. ``visibility_timeout_s`` must exceed the longest task."""
 
@@ -508,6 +523,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = DatabaseSettings()
     api: ApiSettings = ApiSettings()
     celery: CelerySettings = CelerySettings()
+    tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()
     echo: EchoSettings = EchoSettings()
     ingest: IngestSettings = IngestSettings()

@@ -37,6 +37,7 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from ragstream import tracing
 from ragstream.errors import PermanentError, RagstreamError
 from ragstream.retry import RetryPolicy
 from ragstream.settings import KafkaSettings
@@ -56,6 +57,7 @@ from workers.runtime.process import (
     decode_items,
     stamp_waits,
 )
+from workers.runtime.tracing import BatchTrace
 
 log = structlog.get_logger(__name__)
 
@@ -137,6 +139,7 @@ class PoolRunner(Generic[E]):
         self._streamed: dict[str, int] = {}
         self._idle_wait_ms = IDLE_POLL_MIN_MS
         self._picked_at = dt.datetime.now(dt.UTC)
+        self._trace: BatchTrace | None = None
         self.batches = 0
         metrics.init_pool(handler.name)
 
@@ -223,7 +226,18 @@ class PoolRunner(Generic[E]):
         )
         self._current_records = records
         self._committed_early = False
-        done = self._run_in_worker(self._process_and_publish, items)
+        trace = self._trace = (
+            BatchTrace(name, self.handler.group, self.handler.input.name, items)
+            if tracing.enabled()
+            else None
+        )
+        try:
+            with tracing.event_contexts(trace.by_key if trace else {}):
+                done = self._run_in_worker(self._process_and_publish, items)
+        finally:
+            self._trace = None
+        if trace is not None:
+            trace.end(None if done.ok else done.error)
         if done.ok:
             if not self._committed_early:
                 self._commit(records)
@@ -296,10 +310,19 @@ class PoolRunner(Generic[E]):
         """
         self.handler.check_emit(emit)
         topic = self._registry.name(emit.topic)
-        self._producer.send(topic, emit.event)
+        self._producer.send(topic, emit.event, self._headers(emit.event))
         self._streamed[topic] = self._streamed.get(topic, 0) + 1
 
+    def _headers(self, event: Event) -> list[tuple[str, bytes]]:
+        """Record headers of an output: the trace context of its input event (by key)."""
+        trace = self._trace
+        return trace.headers_for(event) if trace is not None else []
+
     def _process_and_publish(self, items: list[Item]) -> _Done:
+        with tracing.activated(self._trace.context if self._trace is not None else None):
+            return self._process_and_publish_traced(items)
+
+    def _process_and_publish_traced(self, items: list[Item]) -> _Done:
         self._streamed = {}
         result = self._processor.run(items)
         result.emits = stamp_waits(result.emits, items, self._picked_at)
@@ -320,7 +343,7 @@ class PoolRunner(Generic[E]):
         counts, self._streamed = self._streamed, {}
         for emit in result.emits:
             topic = self._registry.name(emit.topic)
-            self._producer.send(topic, emit.event)
+            self._producer.send(topic, emit.event, self._headers(emit.event))
             counts[topic] = counts.get(topic, 0) + 1
         for letter in result.dead_letters:
             self._send_dead_letter(letter)
@@ -362,7 +385,9 @@ class PoolRunner(Generic[E]):
         notices = self._processor.dead_letter_emits(item, error)
         try:
             for emit in notices:
-                self._producer.send(self._registry.name(emit.topic), emit.event)
+                self._producer.send(
+                    self._registry.name(emit.topic), emit.event, self._headers(emit.event)
+                )
             published += self._producer.flush()
         except PermanentError as exc:
             self._producer.discard_pending()
@@ -381,6 +406,8 @@ class PoolRunner(Generic[E]):
         src: SourceRecord = letter.item.source
         headers = dead_letter_headers(src, letter.error, letter.attempts, self.handler.name)
         self._producer.send_raw(self._dlq, src.key, src.value, headers)
+        if self._trace is not None:
+            self._trace.failed(letter.item, letter.error)
         metrics.DEAD_LETTERS.labels(self.handler.name).inc()
         log.warning(
             "pool.dead_letter",
