@@ -31,9 +31,11 @@ import contextlib
 import io
 import itertools
 import os
+import random
 import re
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -54,7 +56,7 @@ from infra.service import Service
 from ragstream.retry import RetryPolicy
 from ragstream.settings import Settings
 from tests.integration.hookkit import Receiver
-from tests.integration.stack import RAGSTREAM, Stack, free_port, get_json, make_stack, wait_for
+from tests.integration.stack import RAGSTREAM, Stack, get_json, make_stack, wait_for
 from tests.integration.tcpproxy import Proxy
 from topics.registry import QUERIES, TopicRegistry
 
@@ -137,20 +139,43 @@ SIZES = {
 }
 
 
+def service_port(taken: set[int]) -> int:
+    """A free TCP port below the kernel's ephemeral range, not in ``taken`` (added to it).
+
+    Not an ephemeral port (``stack.free_port``): while the broker is down, its clients' reconnects
+    to an ephemeral port can get that very port as their own source port (TCP self-connect) and
+    hold it, so the broker could not bind it again.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - 12_000), low)
+        if port in taken:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def private_settings(settings: Settings, local_dir: Path) -> Settings:
     """``settings`` with a Kafka broker and an Elasticsearch node of their own: free ports, data
     under ``local_dir``, the binaries the checkout installed, small heaps; the clients' URLs
     point at them."""
     local_dir.mkdir(parents=True, exist_ok=True)
+    taken: set[int] = set()
     infra = settings.infra.model_copy(
         update={
             "local_dir": local_dir,
             "install_dir": settings.infra.install_dir or settings.infra.local_dir,
-            "kafka_port": free_port(),
-            "kafka_controller_port": free_port(),
+            "kafka_port": service_port(taken),
+            "kafka_controller_port": service_port(taken),
             "kafka_heap_mb": 256,
-            "elasticsearch_port": free_port(),
-            "elasticsearch_transport_port": free_port(),
+            "elasticsearch_port": service_port(taken),
+            "elasticsearch_transport_port": service_port(taken),
             "elasticsearch_heap_mb": 512,
         }
     )
