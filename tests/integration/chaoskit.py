@@ -81,6 +81,9 @@ POISON = (b"\xff\xfe not json", b'["a", "list"]', b'{"tenant": "x", "query": 7}'
 POOLS_CI = ("ingest", "retrieval", "rerank", "delivery")
 POOLS_FULL = (*POOLS_CI, "generation-small", "generation-large")
 WEBHOOKS = "webhooks"
+#: After the last request finished, how long deliveries still due are waited for: several
+#: sweeps (5 s) and back-off steps (at most 10 s) of the run's settings.
+WEBHOOK_GRACE_S = 45.0
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,7 @@ class Request:
     callback: bool
     status: str = "pending"
     code: str = ""
+    cached: bool = False
     finished_at: float | None = None
 
 
@@ -305,6 +309,7 @@ class Counts:
             ("submit errors (untyped)", _fmt(self.submit_errors)),
             ("accepted (202, request id)", len(self.requests)),
             ("answered", len(self.by_status("answered"))),
+            ("  of them from an answer cache", sum(r.cached for r in self.requests.values())),
             ("failed with a typed error", _fmt(failed)),
             ("never finished", self.never_finished),
             ("latency accepted->finished p50 / p99 s", f"{p50:.1f} / {p99:.1f}"),
@@ -439,6 +444,7 @@ class Load:
                         with self.lock:
                             req.status = data["status"]
                             req.code = (data.get("error") or {}).get("code", "")
+                            req.cached = bool(data.get("cached"))
                             req.finished_at = time.monotonic()
 
     def close(self) -> None:
@@ -553,6 +559,9 @@ def _run(
         RAGSTREAM_ELASTICSEARCH__URL=private.settings.elasticsearch.url,
         RAGSTREAM_CELERY__QUEUE=queue,
         RAGSTREAM_API__QUERY_DEADLINE_S=str(size.deadline_s),
+        # Every question through the whole path: no semantic cache hit (a cosine similarity
+        # never exceeds 1; the numbered variants of ten questions are paraphrases to it).
+        RAGSTREAM_CACHE__SEMANTIC_THRESHOLD="1.01",
         # The follower polls every pending request twice a second with the same key: the
         # per-key rate limit (600/min) would refuse the load, which is not what is tried here.
         RAGSTREAM_API__RATE_PER_MINUTE="0",
@@ -633,7 +642,11 @@ def _run(
         load.stop_submitting.set()
         fault("load stopped, draining")
         end = time.monotonic() + size.drain_s
-        while time.monotonic() < end and (load.pending() or _webhooks_due(counts, receiver)):
+        while time.monotonic() < end and load.pending():
+            time.sleep(1)
+        # Deliveries still due get a few sweeps and back-off steps more, not the whole drain.
+        end = min(end, time.monotonic() + WEBHOOK_GRACE_S)
+        while time.monotonic() < end and _webhooks_due(counts, receiver):
             time.sleep(1)
         time.sleep(3)  # a late duplicate would land here
         fault("drained")
