@@ -61,7 +61,7 @@ test: install docs
 
 # The chaos suite in its full size (README, Chaos): a private broker and Elasticsearch node,
 # every pool killed in turn, broker restart, 30 s freeze, webhook receiver away 60 s, 1% poison;
-# prints the counts. `make test` runs the same test in its CI size (~3.5 min).
+# prints the counts (~5 min). `make test` runs the same test in its CI size (2.5-3.5 min).
 chaos: install docs up
 	CHAOS_SIZE=full $(BIN)/pytest -p no:cacheprovider -s tests/integration/test_chaos.py $(PYTEST_ARGS)
 
