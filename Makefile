@@ -15,7 +15,7 @@ BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
 
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs browser up down status lint test unit demo stop bench clean-local
+.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local
 
 install: $(VENV)/.installed
 
@@ -65,6 +65,12 @@ test: install docs browser
 	$(RAGSTREAM) infra up --postgres
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The chaos suite in its full size (README, Chaos): a private broker and Elasticsearch node,
+# every pool killed in turn, broker restart, 30 s freeze, webhook receiver away 60 s, 1% poison;
+# prints the counts (~5 min). `make test` runs the same test in its CI size (2.5-3.5 min).
+chaos: install docs up
+	CHAOS_SIZE=full $(BIN)/pytest -p no:cacheprovider -s tests/integration/test_chaos.py $(PYTEST_ARGS)
 
 # Starts every process (Procfile, under entry/supervisor.py), ingests both manuals as a Celery job, asks ten
 # questions through the API, and leaves everything running. `make stop` stops the processes.

@@ -42,8 +42,8 @@ class ElasticsearchService(Service):
 
     @property
     def es_home(self) -> Path:
-        """The unzipped distribution (``ES_HOME``)."""
-        return self.home / f"elasticsearch-{self.infra.elasticsearch_version}"
+        """The unzipped distribution (``ES_HOME``, under :attr:`install_home`)."""
+        return self.install_home / f"elasticsearch-{self.infra.elasticsearch_version}"
 
     @property
     def config_dir(self) -> Path:
@@ -90,11 +90,14 @@ class ElasticsearchService(Service):
     def install(self) -> None:
         """Fetch and unzip the distribution once; write the config; fix ownership."""
         self._user = service_user(self.infra.service_user)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.install_home.mkdir(parents=True, exist_ok=True)
         check_reachable(self._user, self.home)
+        check_reachable(self._user, self.install_home)
         if not (self.es_home / "bin" / "elasticsearch").is_file():
             dist = copy_dependencies(
                 ASSETS / "pom.xml",
-                self.home / "dist",
+                self.install_home / "dist",
                 {"elasticsearch.version": self.infra.elasticsearch_version},
             )
             self._unzip(dist / f"elasticsearch-{self.infra.elasticsearch_version}.zip")
@@ -154,7 +157,7 @@ class ElasticsearchService(Service):
     def _unzip(self, archive: Path) -> None:
         if not archive.is_file():
             raise InstallError(f"{archive} is missing after the Maven download")
-        staging = self.home / "unzip.partial"
+        staging = self.install_home / "unzip.partial"
         shutil.rmtree(staging, ignore_errors=True)
         with zipfile.ZipFile(archive) as zf:
             for info in zf.infolist():

@@ -52,8 +52,8 @@ class KafkaService(Service):
 
     @property
     def libs(self) -> Path:
-        """Folder with the Kafka jars."""
-        return self.home / "libs"
+        """Folder with the Kafka jars (under :attr:`install_home`)."""
+        return self.install_home / "libs"
 
     @property
     def data_dir(self) -> Path:

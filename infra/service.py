@@ -59,6 +59,11 @@ class Service(abc.ABC):
         self.settings = settings
         self.infra = settings.infra
         self.home: Path = self.infra.local_dir.resolve() / self.name
+        #: Where binaries are installed: ``<install_dir or local_dir>/<name>``; the same as
+        #: :attr:`home` unless ``infra.install_dir`` points a private instance at shared ones.
+        self.install_home: Path = (self.infra.install_dir or self.infra.local_dir).resolve() / (
+            self.name
+        )
         #: Log sizes just before the last launch, so a failure shows only this start's lines.
         self._log_offsets: dict[Path, int] = {}
 

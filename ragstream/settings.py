@@ -285,10 +285,14 @@ class LoggingSettings(BaseModel):
 class InfraSettings(BaseModel):
     """Local single-node services that ``ragstream infra up`` installs and starts.
 
-    All data, logs and PID files live under ``local_dir`` (git-ignored).
+    All data, logs and PID files live under ``local_dir`` (git-ignored). The Kafka jars and
+    the Elasticsearch distribution are installed under ``install_dir`` (``None``: ``local_dir``):
+    a private instance on other ports (the chaos suite's broker and cluster) sets its own
+    ``local_dir`` and shares the checkout's binaries through ``install_dir``.
     """
 
     local_dir: Path = PROJECT_ROOT / ".local"
+    install_dir: Path | None = None
     host: str = "127.0.0.1"
     kafka_version: str = "4.1.1"
     kafka_port: int = 9092
