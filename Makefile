@@ -15,7 +15,7 @@ BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
 
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs up down status lint test unit demo stop bench clean-local
+.PHONY: install docs browser up down status lint test unit demo stop bench clean-local
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,13 @@ docs:
 	@for f in $(MANUALS); do test -f $$f || missing=1; done; \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11-doc postgresql-doc-15; \
+	fi
+
+# Debian's Chromium and its matching chromedriver, for the headless-browser test of /docs
+# (tests/integration/test_api_docs_browser.py); nothing else downloads a browser.
+browser:
+	@if ! test -x /usr/bin/chromium || ! test -x /usr/bin/chromedriver; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
 
 up: install
@@ -54,7 +61,7 @@ unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # pytest exits 5 when it collects no test; make treats that as the failure it is.
-test: install docs
+test: install docs browser
 	$(RAGSTREAM) infra up --postgres
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -36,7 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.deps import Services
 from api.errors import error_json, install_error_handlers
 from api.querying import QueryService
-from ragstream import __version__
+from ragstream import __version__, tracing
 from ragstream.health import probe_all
 from ragstream.metrics import render_latest
 from ragstream.settings import Settings, get_settings
@@ -114,7 +114,12 @@ def build_services(settings: Settings) -> Services:
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """Build the gateway for ``settings``; Kafka connects on the first request that needs it."""
+    """Build the gateway for ``settings``; Kafka connects on the first request that needs it.
+
+    Tracing starts here when ``settings.tracing`` turns it on (service ``ragstream-api``):
+    FastAPI's own OpenTelemetry support then opens a server span per request, continuing a
+    caller's ``traceparent``, and the route's Kafka records carry its context on."""
+    tracing.configure_tracing(settings.tracing, "ragstream-api")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

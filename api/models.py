@@ -81,6 +81,11 @@ class StageOut(BaseModel):
 
     stage: str
     duration_ms: float
+    wait_ms: float | None = Field(
+        default=None,
+        description="Time the query waited for this stage (Kafka hop, queue, batching), ms; "
+        "null for a stage run right after the previous one in the same process.",
+    )
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -120,7 +125,12 @@ class QueryResult(BaseModel):
             tier=r.tier,
             error=ErrorOut(**r.error.model_dump(mode="json")) if r.error else None,
             trace=[
-                StageOut(stage=t.stage, duration_ms=t.duration_ms, detail=dict(t.detail))
+                StageOut(
+                    stage=t.stage,
+                    duration_ms=t.duration_ms,
+                    wait_ms=t.wait_ms,
+                    detail=dict(t.detail),
+                )
                 for t in r.trace
             ],
             usage=r.usage.model_dump(),

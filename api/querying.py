@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.errors import ApiError
 from api.replies import Reply, ReplyRouter, Waiter
 from ingest.versions import IndexVersions
+from ragstream import tracing
 from ragstream.settings import Settings
 from topics.base import Event, StageTiming
 from topics.producer import make_producer
@@ -41,6 +42,7 @@ from topics.responses import QueryResponse
 from topics.serde import encode
 from workers import query_log
 from workers.caches import AnswerCache, CacheHit, answer_config
+from workers.cancel import Cancellations
 from workers.runtime.pressure import read_pressure
 
 log = structlog.get_logger(__name__)
@@ -74,6 +76,7 @@ class QueryService:
             config=answer_config(settings),
         )
         self.versions = IndexVersions(client)
+        self.cancellations = Cancellations(client)
         self._redis = client
         self._producer: KafkaProducer | None = None
         self.replies: ReplyRouter | None = None
@@ -206,6 +209,21 @@ class QueryService:
         self.replies.register(Waiter(request_id, deliver, tokens=tokens))
         return queue
 
+    def cancel(self, request_id: str) -> None:
+        """Ask the pools to stop working on ``request_id`` (its client disconnected): a
+        Redis flag for ``api.query_deadline_s`` (:mod:`workers.cancel`) that the generation
+        pools check before and while generating. Fire-and-forget in a thread of its own, so it can
+        be called from a stream that is being cancelled; a failure is logged."""
+
+        def flag() -> None:
+            try:
+                self.cancellations.cancel(request_id, self.settings.api.query_deadline_s)
+                log.info("api.query_cancelled", request_id=request_id)
+            except redis.RedisError as exc:
+                log.warning("api.cancel_failed", request_id=request_id, error=str(exc))
+
+        threading.Thread(target=flag, name="cancel", daemon=True).start()
+
     def unsubscribe(self, request_id: str) -> None:
         """Drop the waiter of ``request_id`` (idempotent)."""
         if self.replies is not None:
@@ -306,6 +324,9 @@ async def send_acked(
 ) -> None:
     """Produce one record and wait for the broker's acknowledgement, failing fast.
 
+    The record carries the current trace context in its headers (``traceparent``, when tracing
+    is on), so the pools continue the request's trace.
+
     Both the hand-over to the producer (which blocks while it has no metadata, e.g. with the
     broker down) and the acknowledgement are bounded by ``api.produce_timeout_s``.
 
@@ -328,7 +349,10 @@ async def send_acked(
     done: asyncio.Future[None] = loop.create_future()
     try:
         future = await asyncio.wait_for(
-            asyncio.to_thread(producer.send, topic, key=key, value=value), timeout=timeout_s
+            asyncio.to_thread(
+                producer.send, topic, key=key, value=value, headers=tracing.inject_headers()
+            ),
+            timeout=timeout_s,
         )
     except Exception as exc:
         raise _produce_error(

@@ -23,7 +23,9 @@ from typing import Any
 
 import structlog
 from kafka import KafkaConsumer, TopicPartition
+from opentelemetry.trace import SpanKind
 
+from ragstream import tracing
 from ragstream.settings import Settings
 from topics.consumer import make_consumer
 from topics.registry import RESPONSES, TOKENS, TopicRegistry
@@ -172,6 +174,26 @@ class ReplyRouter:
             self.dropped += 1
             log.warning("replies.undecodable", topic=topic, error=str(exc))
             return
+        if is_token:
+            self._deliver(waiter, reply, key)
+            return
+        # The answer's last hop, in the trace of its query (parented by the record's header).
+        with tracing.span_from_headers(
+            "deliver rag.responses",
+            record.headers,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.operation.type": "process",
+                "messaging.destination.name": topic,
+                "messaging.kafka.message.key": key or "",
+                "ragstream.pool": "api-replies",
+            },
+        ):
+            self._deliver(waiter, reply, key)
+
+    @staticmethod
+    def _deliver(waiter: Waiter, reply: Reply, key: str | None) -> None:
         try:
             waiter.deliver(reply)
         except Exception as exc:

@@ -40,7 +40,7 @@ def _mount_subcommands() -> None:
     from bench.cli import bench_app
     from bench.evaluation.cli import eval_command
     from entry.demo import demo_app
-    from entry.query import query_command
+    from entry.query import query_app
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
     from topics.cli import dlq_app, topics_app
@@ -54,7 +54,7 @@ def _mount_subcommands() -> None:
     app.command("ingest")(ingest_command)
     app.command("eval")(eval_command)
     app.add_typer(keys_app, name="keys")
-    app.command("query")(query_command)
+    app.add_typer(query_app, name="query")
     app.add_typer(demo_app, name="demo")
 
 
@@ -75,10 +75,12 @@ def db_upgrade(
 
 @app.command("health")
 def health() -> None:
-    """Probe Kafka, Elasticsearch, Redis and SQL as the API's /readyz does; exit 1 if any fails."""
-    from ragstream.health import probe_all
+    """Probe Kafka, Elasticsearch, Redis and SQL as the API's /readyz does, and the LLM
+    server of each generation tier (GET /health); exit 1 if any fails."""
+    from ragstream.health import probe_all, probe_llm_servers
 
-    probes = probe_all(_settings())
+    settings = _settings()
+    probes = [*probe_all(settings), *probe_llm_servers(settings)]
     table = Table("service", "healthy", "latency ms", "detail")
     for p in probes:
         mark = "[green]yes[/green]" if p.healthy else "[red]no[/red]"

@@ -1,5 +1,8 @@
-"""Python clients of ragstream: over HTTP (:class:`HttpClient`) or straight on Kafka
-(:class:`KafkaClient`). Both return typed :class:`~api.models.QueryResult` objects.
+"""Python clients of ragstream: over HTTP, synchronous (:class:`HttpClient`) or asynchronous
+(:class:`AsyncHttpClient`, on ``httpx.AsyncClient``), or straight on Kafka (:class:`KafkaClient`).
+Queries return typed :class:`~api.models.QueryResult` objects; the HTTP clients also upsert and
+delete documents, submit and follow bulk ingest jobs and register webhooks, each returning the
+API's typed model (``DocumentAccepted``, ``JobOut``, ``EndpointCreated``, ...).
 
 HTTP::
 
@@ -7,6 +10,16 @@ HTTP::
         print(c.query("How do I create a virtual environment?").answer)
         for ev in c.stream("What does VACUUM do?"):
             print(ev.kind, ev.data)
+
+    async with AsyncHttpClient("http://127.0.0.1:8000", api_key) as c:
+        await c.upsert_document("notes", "VACUUM reclaims storage.")
+        async for ev in c.stream("What does VACUUM do?"):  # accepted, queued, evidence,
+            print(ev.kind, ev.data)                          # token..., answer
+        job = await c.submit_job(["/srv/kb/manual"])
+        print((await c.wait_job(job.job_id)).status)
+
+Leaving a stream early (``break``) closes its connection: the API then cancels the query's
+generation.
 
 Kafka (a service inside the trust boundary, producing query events for any tenant)::
 
@@ -16,19 +29,22 @@ Kafka (a service inside the trust boundary, producing query events for any tenan
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Generic, Literal, Self, TypeVar
+from urllib.parse import quote
 
 import httpx
 
-from api.models import QueryResult
+from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
 from api.replies import Reply, ReplyRouter, Waiter
+from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
 from ragstream.errors import RagstreamError
 from ragstream.settings import Settings, get_settings
 from topics.producer import make_producer
@@ -68,6 +84,102 @@ class StreamEvent:
         return None
 
 
+T = TypeVar("T")
+#: Job states after which a bulk ingest job changes no more.
+JOB_FINAL = frozenset({"succeeded", "completed_with_failures", "failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One API request, built once for both HTTP clients: ``method``, ``path``, JSON
+    ``body`` and ``parse``, which turns the checked response's JSON into the typed result."""
+
+    method: str
+    path: str
+    body: dict[str, Any] | None
+    parse: Callable[[Any], T]
+
+
+def _params(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _doc_path(doc_id: str) -> str:
+    return "/v1/documents/" + quote(doc_id, safe="")
+
+
+class Calls:
+    """The requests of the API (pure: no I/O, tested without a server)."""
+
+    @staticmethod
+    def query(query: str, **params: Any) -> Call[QueryResult]:
+        """``POST /v1/query`` with ``params`` (``None`` values left out)."""
+        return Call("POST", "/v1/query", {"query": query, **_params(**params)}, _query_result)
+
+    @staticmethod
+    def get_query(request_id: str) -> Call[QueryResult]:
+        """``GET /v1/queries/{id}``."""
+        return Call("GET", f"/v1/queries/{quote(request_id, safe='')}", None, _query_result)
+
+    @staticmethod
+    def upsert_document(
+        doc_id: str,
+        text: str,
+        *,
+        content_type: str = "text/plain",
+        title: str | None = None,
+        source: str | None = None,
+        metadata: dict[str, str | int | float | bool | None] | None = None,
+    ) -> Call[DocumentAccepted]:
+        """``POST /v1/documents``: one upsert event."""
+        body = {"doc_id": doc_id, "text": text, "content_type": content_type}
+        body |= _params(title=title, source=source, metadata=metadata)
+        return Call("POST", "/v1/documents", body, DocumentAccepted.model_validate)
+
+    @staticmethod
+    def delete_document(doc_id: str) -> Call[DocumentAccepted]:
+        """``DELETE /v1/documents/{id}``: one delete event."""
+        return Call("DELETE", _doc_path(doc_id), None, DocumentAccepted.model_validate)
+
+    @staticmethod
+    def get_document(doc_id: str) -> Call[DocumentOut]:
+        """``GET /v1/documents/{id}``: the registry row."""
+        return Call("GET", _doc_path(doc_id), None, DocumentOut.model_validate)
+
+    @staticmethod
+    def submit_job(paths: Sequence[str], callback_url: str | None = None) -> Call[JobOut]:
+        """``POST /v1/ingest/jobs`` over server-side ``paths``."""
+        body = {"paths": list(paths), **_params(callback_url=callback_url)}
+        return Call("POST", "/v1/ingest/jobs", body, JobOut.model_validate)
+
+    @staticmethod
+    def get_job(job_id: str) -> Call[JobOut]:
+        """``GET /v1/ingest/jobs/{id}``: progress and failures."""
+        return Call("GET", f"/v1/ingest/jobs/{quote(job_id, safe='')}", None, JobOut.model_validate)
+
+    @staticmethod
+    def register_webhook(
+        url: str, event_types: Sequence[EventType], description: str = ""
+    ) -> Call[EndpointCreated]:
+        """``POST /v1/webhooks``: the response holds the endpoint's signing ``secret``, once."""
+        body = {"url": url, "event_types": list(event_types), "description": description}
+        return Call("POST", "/v1/webhooks", body, EndpointCreated.model_validate)
+
+    @staticmethod
+    def list_webhooks() -> Call[list[EndpointOut]]:
+        """``GET /v1/webhooks``."""
+        return Call("GET", "/v1/webhooks", None, lambda d: EndpointList.model_validate(d).data)
+
+    @staticmethod
+    def delete_webhook(endpoint_id: str) -> Call[None]:
+        """``DELETE /v1/webhooks/{id}``."""
+        return Call("DELETE", f"/v1/webhooks/{quote(endpoint_id, safe='')}", None, lambda _: None)
+
+
+def _query_result(data: Any) -> QueryResult:
+    return QueryResult.model_validate(data)
+
+
 class HttpClient:
     """Client of the HTTP API.
 
@@ -99,12 +211,9 @@ class HttpClient:
         """Close the connection pool."""
         self._http.close()
 
-    def _body(self, query: str, **params: Any) -> dict[str, Any]:
-        return {"query": query, **{k: v for k, v in params.items() if v is not None}}
-
-    def _result(self, response: httpx.Response) -> QueryResult:
-        data = _json_or_raise(response)
-        return QueryResult.model_validate(data)
+    def _do(self, call: Call[T]) -> T:
+        response = self._http.request(call.method, call.path, json=call.body)
+        return call.parse(_json_or_raise(response))
 
     def query(
         self,
@@ -118,22 +227,22 @@ class HttpClient:
     ) -> QueryResult:
         """Ask and wait (server-side up to ``timeout_s``); ``status`` may still be
         ``pending`` after the wait (then :meth:`wait`)."""
-        body = self._body(
-            query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
-            callback_url=callback_url,
+        return self._do(
+            Calls.query(
+                query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
+                callback_url=callback_url,
+            )
         )  # fmt: skip
-        return self._result(self._http.post("/v1/query", json=body))
 
     def submit(
         self, query: str, *, route: Route = "auto", callback_url: str | None = None
     ) -> QueryResult:
         """Ask without waiting (``mode="async"``): a ``pending`` result with ``request_id``."""
-        body = self._body(query, route=route, mode="async", callback_url=callback_url)
-        return self._result(self._http.post("/v1/query", json=body))
+        return self._do(Calls.query(query, route=route, mode="async", callback_url=callback_url))
 
     def get(self, request_id: str) -> QueryResult:
         """The current state of a query."""
-        return self._result(self._http.get(f"/v1/queries/{request_id}"))
+        return self._do(Calls.get_query(request_id))
 
     def wait(self, request_id: str, timeout_s: float = 120.0, poll_s: float = 0.5) -> QueryResult:
         """Poll until the query is no longer pending or ``timeout_s`` passes."""
@@ -154,28 +263,267 @@ class HttpClient:
     ) -> Iterator[StreamEvent]:
         """Ask with ``stream=true`` and yield the Server-Sent Events as they arrive
         (``timeout_s``: how long the server waits for the answer)."""
-        body = self._body(query, route=route, stream=True, top_k=top_k, timeout_s=timeout_s)
-        with self._http.stream("POST", "/v1/query", json=body) as response:
+        call = Calls.query(query, route=route, stream=True, top_k=top_k, timeout_s=timeout_s)
+        with self._http.stream(call.method, call.path, json=call.body) as response:
             if response.status_code >= 300:
                 response.read()
                 _json_or_raise(response)
             yield from parse_sse(response.iter_lines())
 
+    def upsert_document(
+        self,
+        doc_id: str,
+        text: str,
+        *,
+        content_type: str = "text/plain",
+        title: str | None = None,
+        source: str | None = None,
+        metadata: dict[str, str | int | float | bool | None] | None = None,
+    ) -> DocumentAccepted:
+        """Upsert one document from text (indexed asynchronously; see :meth:`get_document`)."""
+        return self._do(
+            Calls.upsert_document(
+                doc_id,
+                text,
+                content_type=content_type,
+                title=title,
+                source=source,
+                metadata=metadata,
+            )
+        )
+
+    def delete_document(self, doc_id: str) -> DocumentAccepted:
+        """Delete one document."""
+        return self._do(Calls.delete_document(doc_id))
+
+    def get_document(self, doc_id: str) -> DocumentOut:
+        """A document's registry row (``status``: ``indexed``, ``deleted``, ...)."""
+        return self._do(Calls.get_document(doc_id))
+
+    def submit_job(self, paths: Sequence[str], *, callback_url: str | None = None) -> JobOut:
+        """Start a bulk ingest job over server-side paths under the allowed roots."""
+        return self._do(Calls.submit_job(paths, callback_url))
+
+    def get_job(self, job_id: str) -> JobOut:
+        """A bulk job's progress."""
+        return self._do(Calls.get_job(job_id))
+
+    def register_webhook(
+        self, url: str, event_types: Sequence[EventType], *, description: str = ""
+    ) -> EndpointCreated:
+        """Register an endpoint; keep the returned ``secret`` (shown once)."""
+        return self._do(Calls.register_webhook(url, event_types, description))
+
+    def list_webhooks(self) -> list[EndpointOut]:
+        """The tenant's endpoints."""
+        return self._do(Calls.list_webhooks())
+
+    def delete_webhook(self, endpoint_id: str) -> None:
+        """Remove an endpoint."""
+        self._do(Calls.delete_webhook(endpoint_id))
+
+
+class AsyncHttpClient:
+    """Asynchronous client of the HTTP API (``httpx.AsyncClient``); the same methods as
+    :class:`HttpClient`, awaited, plus :meth:`wait_job`.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000``.
+        api_key: a key from ``ragstream keys create`` (it fixes the tenant).
+        timeout_s: HTTP read timeout, s (a sync query waits server-side up to its own timeout).
+        transport: an httpx transport (tests: ``httpx.MockTransport`` or ``ASGITransport``).
+
+    Raises:
+        ApiRequestError: from every method, on a non-2xx answer.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout_s: float = 330.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url,
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def _do(self, call: Call[T]) -> T:
+        response = await self._http.request(call.method, call.path, json=call.body)
+        return call.parse(_json_or_raise(response))
+
+    async def query(
+        self,
+        query: str,
+        *,
+        top_n: int | None = None,
+        top_k: int | None = None,
+        route: Route = "auto",
+        timeout_s: float | None = None,
+        callback_url: str | None = None,
+    ) -> QueryResult:
+        """Ask and wait (server-side up to ``timeout_s``); ``status`` may still be
+        ``pending`` after the wait (then :meth:`wait`)."""
+        return await self._do(
+            Calls.query(
+                query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
+                callback_url=callback_url,
+            )
+        )  # fmt: skip
+
+    async def submit(
+        self, query: str, *, route: Route = "auto", callback_url: str | None = None
+    ) -> QueryResult:
+        """Ask without waiting (``mode="async"``): a ``pending`` result with ``request_id``."""
+        call = Calls.query(query, route=route, mode="async", callback_url=callback_url)
+        return await self._do(call)
+
+    async def get(self, request_id: str) -> QueryResult:
+        """The current state of a query (from the query log)."""
+        return await self._do(Calls.get_query(request_id))
+
+    async def wait(
+        self, request_id: str, timeout_s: float = 120.0, poll_s: float = 0.5
+    ) -> QueryResult:
+        """Poll until the query is no longer pending or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result = await self.get(request_id)
+            if result.status != "pending" or time.monotonic() >= deadline:
+                return result
+            await asyncio.sleep(poll_s)
+
+    async def stream(
+        self,
+        query: str,
+        *,
+        route: Route = "auto",
+        top_k: int | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Ask with ``stream=true`` and yield the Server-Sent Events as they arrive:
+        ``accepted``, ``queued``, ``evidence``, ``token``..., then ``answer``, ``error`` or
+        ``timeout``. Stopping early closes the connection (the API cancels the query)."""
+        call = Calls.query(query, route=route, stream=True, top_k=top_k, timeout_s=timeout_s)
+        async with self._http.stream(call.method, call.path, json=call.body) as response:
+            if response.status_code >= 300:
+                await response.aread()
+                _json_or_raise(response)
+            parser = SseParser()
+            async for line in response.aiter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+            last = parser.end()
+            if last is not None:
+                yield last
+
+    async def upsert_document(
+        self,
+        doc_id: str,
+        text: str,
+        *,
+        content_type: str = "text/plain",
+        title: str | None = None,
+        source: str | None = None,
+        metadata: dict[str, str | int | float | bool | None] | None = None,
+    ) -> DocumentAccepted:
+        """Upsert one document from text (indexed asynchronously; see :meth:`get_document`)."""
+        call = Calls.upsert_document(
+            doc_id, text, content_type=content_type, title=title, source=source, metadata=metadata
+        )
+        return await self._do(call)
+
+    async def delete_document(self, doc_id: str) -> DocumentAccepted:
+        """Delete one document."""
+        return await self._do(Calls.delete_document(doc_id))
+
+    async def get_document(self, doc_id: str) -> DocumentOut:
+        """A document's registry row (``status``: ``indexed``, ``deleted``, ...)."""
+        return await self._do(Calls.get_document(doc_id))
+
+    async def submit_job(self, paths: Sequence[str], *, callback_url: str | None = None) -> JobOut:
+        """Start a bulk ingest job over server-side paths under the allowed roots."""
+        return await self._do(Calls.submit_job(paths, callback_url))
+
+    async def get_job(self, job_id: str) -> JobOut:
+        """A bulk job's progress."""
+        return await self._do(Calls.get_job(job_id))
+
+    async def wait_job(self, job_id: str, timeout_s: float = 3600.0, poll_s: float = 2.0) -> JobOut:
+        """Poll until the job's status is final (:data:`JOB_FINAL`) or ``timeout_s`` passes."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = await self.get_job(job_id)
+            if job.status in JOB_FINAL or time.monotonic() >= deadline:
+                return job
+            await asyncio.sleep(poll_s)
+
+    async def register_webhook(
+        self, url: str, event_types: Sequence[EventType], *, description: str = ""
+    ) -> EndpointCreated:
+        """Register an endpoint; keep the returned ``secret`` (shown once)."""
+        return await self._do(Calls.register_webhook(url, event_types, description))
+
+    async def list_webhooks(self) -> list[EndpointOut]:
+        """The tenant's endpoints."""
+        return await self._do(Calls.list_webhooks())
+
+    async def delete_webhook(self, endpoint_id: str) -> None:
+        """Remove an endpoint."""
+        await self._do(Calls.delete_webhook(endpoint_id))
+
+
+class SseParser:
+    """Server-Sent Events (``event:``/``data:`` lines, blank-line separated), line by line;
+    comments (keep-alive ``: ping``) and other fields are skipped."""
+
+    def __init__(self) -> None:
+        self._kind, self._data = "message", list[str]()
+
+    def feed(self, line: str) -> StreamEvent | None:
+        """Take one line; the event it completes, if any."""
+        if not line:
+            return self.end()
+        if line.startswith("event:"):
+            self._kind = line[6:].strip()
+        elif line.startswith("data:"):
+            self._data.append(line[5:].strip())
+        return None
+
+    def end(self) -> StreamEvent | None:
+        """The pending event (at a blank line or the end of the stream), if any."""
+        kind, data = self._kind, self._data
+        self._kind, self._data = "message", []
+        return StreamEvent(kind, json.loads("\n".join(data))) if data else None
+
 
 def parse_sse(lines: Iterator[str]) -> Iterator[StreamEvent]:
     """Server-Sent Events (``event:``/``data:`` lines, blank-line separated) from ``lines``."""
-    kind, data = "message", list[str]()
+    parser = SseParser()
     for line in lines:
-        if not line:
-            if data:
-                yield StreamEvent(kind, json.loads("\n".join(data)))
-            kind, data = "message", []
-        elif line.startswith("event:"):
-            kind = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].strip())
-    if data:
-        yield StreamEvent(kind, json.loads("\n".join(data)))
+        event = parser.feed(line)
+        if event is not None:
+            yield event
+    last = parser.end()
+    if last is not None:
+        yield last
 
 
 def _json_or_raise(response: httpx.Response) -> Any:
@@ -283,9 +631,13 @@ class KafkaClient:
 
 __all__ = [
     "ApiRequestError",
+    "AsyncHttpClient",
+    "Call",
+    "Calls",
     "HttpClient",
     "KafkaClient",
     "QueryResult",
+    "SseParser",
     "StreamEvent",
     "parse_sse",
 ]

@@ -7,8 +7,11 @@
    the background (one process per pool, the API, a Celery worker and Flower), unless they
    already run; a process that crashes is restarted with back-off, the others keep running;
 3. waits until the API is ready and every pool has reported in;
-4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job with a
-   progress bar (unchanged documents are skipped by content hash on a second run);
+4. ingests the Python 3.11 and PostgreSQL 15 HTML manuals as one Celery bulk job, printing a
+   plain progress line every 5% of the documents or 30 s (:mod:`ingest.progress`; unchanged
+   documents are skipped by content hash on a second run); once ``--early-after`` documents
+   (300) are in, it asks one sample question whose expected page is already indexed, through
+   the API, while the job goes on (:class:`EarlyQuestion`: the index is live while it grows);
 5. asks ten questions (``bench/evaluation/questions.sample.jsonl``) through the HTTP API and prints
    answers, numbered citations and latencies;
 6. leaves everything running and prints the URLs and how to stop.
@@ -27,7 +30,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import redis
@@ -36,6 +42,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ragstream.settings import PROJECT_ROOT, Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from api.models import QueryResult
+    from ingest.jobs import JobProgress
 
 console = Console()
 demo_app = typer.Typer(help="The main job end to end on the real manuals.", no_args_is_help=True)
@@ -49,6 +61,12 @@ PROCFILE = PROJECT_ROOT / "Procfile"
 PID_FILE = "supervisor.pid"
 POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
 TENANT = "default"
+#: The manual of each ``corpus`` of the sample questions (their ``expected_pages`` are relative
+#: to it).
+CORPUS_ROOTS = {"python-3.11": MANUALS[0], "postgresql-15": MANUALS[1]}
+#: Documents indexed before the early question ("a few hundred pages": the PostgreSQL manual
+#: comes first in path order, and its ``app-*`` pages answer pg-s01 and pg-s04 by then).
+EARLY_AFTER_DOCS = 300
 
 
 def _state_dir(settings: Settings) -> Path:
@@ -176,10 +194,148 @@ def demo_key(settings: Settings) -> str:
     return key
 
 
-def ingest_manuals(settings: Settings) -> None:
-    """One Celery bulk job over both manuals, followed with a progress bar."""
+def load_questions(path: Path = QUESTIONS) -> list[dict[str, Any]]:
+    """The sample questions (JSON lines: ``id``, ``corpus``, ``question``,
+    ``expected_pages``, ...)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def pick_early_question(
+    questions: Sequence[dict[str, Any]],
+    indexed: set[str],
+    roots: dict[str, Path] = CORPUS_ROOTS,
+) -> dict[str, Any] | None:
+    """The first question (file order) with an expected page among ``indexed`` (absolute
+    paths of the documents already in the index), or ``None``."""
+    for question in questions:
+        root = roots.get(str(question.get("corpus")))
+        if root is None:
+            continue
+        if any(str(root / page) in indexed for page in question.get("expected_pages", [])):
+            return question
+    return None
+
+
+class EarlyQuestion:
+    """Decides when the demo asks its one question while the bulk job still runs: once, after
+    ``early_after`` documents are indexed, before the job ends, and only a question whose
+    expected page is already indexed (so the answer can come from the growing index).
+
+    Args:
+        questions: The sample questions.
+        early_after: Documents done before asking; 0 never asks.
+    """
+
+    def __init__(self, questions: Sequence[dict[str, Any]], early_after: int) -> None:
+        self.questions = list(questions)
+        self.early_after = early_after
+        self.asked: dict[str, Any] | None = None
+        self._checked_at_done = -1
+
+    def choose(self, state: JobProgress, indexed: Callable[[], set[str]]) -> dict[str, Any] | None:
+        """The question to ask now (at most once), or ``None``. ``indexed()`` lists the
+        indexed documents' paths; it is called only when the answer could change (past the
+        threshold, more documents done than at the last call)."""
+        if self.asked is not None or self.early_after <= 0 or state.finished:
+            return None
+        if state.done < self.early_after or state.done == self._checked_at_done:
+            return None
+        self._checked_at_done = state.done
+        self.asked = pick_early_question(self.questions, indexed())
+        return self.asked
+
+
+def indexed_paths(sessions: sessionmaker[Session], job_id: str) -> set[str]:
+    """Paths of the job's documents that are in the index (indexed now or unchanged)."""
+    from sqlalchemy import select
+
+    from ragstream.db.models import IngestJobItem
+
+    stmt = select(IngestJobItem.path).where(
+        IngestJobItem.job_id == job_id, IngestJobItem.status.in_(("indexed", "unchanged"))
+    )
+    with sessions() as session:
+        return set(session.scalars(stmt))
+
+
+def _ask(settings: Settings, key: str, question: str) -> QueryResult:
+    from entry.client import HttpClient
+
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    with HttpClient(base, key, timeout_s=330) as client:
+        return client.query(question, timeout_s=180)
+
+
+def _print_early(question: dict[str, Any], future: Future[QueryResult]) -> None:
+    from entry.client import ApiRequestError
+    from entry.query import print_result
+
+    console.rule(f"[bold]early answer, index still growing: {question['question']}")
+    try:
+        print_result(future.result())
+    except ApiRequestError as exc:
+        console.print(f"[red]{exc}[/red]")
+    console.rule()
+
+
+def watch_job(
+    settings: Settings,
+    sessions: sessionmaker[Session],
+    job_id: str,
+    key: str,
+    early_after: int,
+) -> JobProgress:
+    """Follow a bulk job to its end with plain progress lines (:mod:`ingest.progress`), ask
+    the early question in a thread when :class:`EarlyQuestion` says so, print its answer as
+    soon as it comes, and the job's summary at the end. Returns the final progress."""
     from ingest import jobs
-    from ingest.cli import follow
+    from ingest.cli import PENDING_CHECK_S, _require_worker, print_summary
+    from ingest.progress import ProgressLines, Snapshot, format_line
+    from ingest.tasks import reap_stale_jobs
+
+    t0 = last_reap = last_ping = time.monotonic()
+    state = jobs.progress(sessions, job_id)
+    lines = ProgressLines()
+    early = EarlyQuestion(load_questions(), early_after)
+    pending: Future[QueryResult] | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-question") as pool:
+        while True:
+            now = time.monotonic()
+            snap = Snapshot.of(state, now - t0)
+            if lines.due(snap, final=state.finished):
+                console.print(format_line("ingest", snap), markup=False, highlight=False)
+            if state.finished:
+                break
+            question = early.choose(state, lambda: indexed_paths(sessions, job_id))
+            if question is not None:
+                console.print(
+                    f"{state.done} pages indexed: asking {question['id']} over what is "
+                    "indexed so far (the index is live while it grows)",
+                    markup=False,
+                    highlight=False,
+                )
+                pending = pool.submit(_ask, settings, key, question["question"])
+            if pending is not None and pending.done() and early.asked is not None:
+                _print_early(early.asked, pending)
+                pending = None
+            if now - last_reap > settings.ingest.job_watchdog_interval_s:
+                reap_stale_jobs(settings, sessions)  # no worker, no hang
+                last_reap = now
+            if state.status == "pending" and now - last_ping > PENDING_CHECK_S:
+                _require_worker(settings, job_id)
+                last_ping = now
+            time.sleep(1.0)
+            state = jobs.progress(sessions, job_id)
+        if pending is not None and early.asked is not None:
+            _print_early(early.asked, pending)  # waits for it: the ten questions follow
+    print_summary(sessions, state, time.monotonic() - t0)
+    return state
+
+
+def ingest_manuals(settings: Settings, key: str, early_after: int = EARLY_AFTER_DOCS) -> None:
+    """One Celery bulk job over both manuals, followed by :func:`watch_job` (progress lines,
+    the early question after ``early_after`` documents), then the index merged."""
+    from ingest import jobs
     from ingest.sources import discover
     from ingest.tasks import run_job
     from ragstream.db.engine import make_engine, make_session_factory
@@ -197,7 +353,7 @@ def ingest_manuals(settings: Settings) -> None:
         f"ingest job [bold]{job_id}[/bold]: {len(files)} pages of the Python 3.11 and "
         "PostgreSQL 15 manuals (unchanged pages are skipped)"
     )
-    follow(settings, sessions, job_id)
+    watch_job(settings, sessions, job_id, key, early_after)
     optimize_index(settings)
 
 
@@ -219,7 +375,7 @@ def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
     from entry.client import ApiRequestError, HttpClient
     from entry.query import print_result
 
-    questions = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
+    questions = load_questions()
     base = f"http://{settings.api.host}:{settings.api.port}"
     latencies: list[tuple[str, float, str]] = []
     with HttpClient(base, key, timeout_s=330) as client:
@@ -280,6 +436,9 @@ def print_urls(settings: Settings) -> None:
 def run(
     questions: int = typer.Option(10, help="How many sample questions to ask."),
     skip_ingest: bool = typer.Option(False, help="Do not (re-)ingest the manuals."),
+    early_after: int = typer.Option(
+        EARLY_AFTER_DOCS, help="Documents indexed before one early question (0: none)."
+    ),
 ) -> None:
     """Start everything, ingest the manuals, ask questions, leave it running."""
     from ragstream.db.engine import upgrade_head
@@ -295,7 +454,7 @@ def run(
     wait_ready(settings)
     key = demo_key(settings)
     if not skip_ingest:
-        ingest_manuals(settings)
+        ingest_manuals(settings, key, early_after)
     ask_questions(settings, key, questions)
     print_urls(settings)
 

@@ -1,14 +1,22 @@
 """``ragstream query "..."``: ask from the terminal, over Kafka or the HTTP API, and print the
-answer, numbered citations and per-stage timings (the demo prints its answers the same way)."""
+answer, numbered citations and per-stage timings (the demo prints its answers the same way);
+``ragstream query get ID``: the logged state of a query, from the SQL query log or the API.
+
+``query`` is a command group whose default command is ``ask``: a first argument that names no
+subcommand is the question (``ragstream query "What does VACUUM do?"`` is
+``ragstream query ask "What does VACUUM do?"``).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from api.cli import TENANT
 from api.models import QueryResult
@@ -17,6 +25,25 @@ from ragstream.settings import get_settings
 console = Console()
 
 
+class AskByDefault(TyperGroup):
+    """A group whose first argument, unless it names a subcommand or asks for help, is the
+    question of its ``ask`` command."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own click Context
+        """Insert ``ask`` before a first argument that is not a subcommand or ``--help``."""
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["ask", *args]
+        return super().parse_args(ctx, args)
+
+
+query_app = typer.Typer(
+    cls=AskByDefault,
+    help='Ask a question (`query "..."`, same as `query ask "..."`) or fetch one (`query get ID`).',
+    no_args_is_help=True,
+)
+
+
+@query_app.command("ask")
 def query_command(  # noqa: PLR0917 - typer options
     question: str = typer.Argument(..., help="The question."),
     tenant: str = typer.Option("default", help="Tenant (Kafka path; over HTTP the key's)."),
@@ -58,6 +85,61 @@ def query_command(  # noqa: PLR0917 - typer options
     print_result(result, show_answer=not stream or result.status != "answered")
     if result.status != "answered":
         raise typer.Exit(1)
+
+
+@query_app.command("get")
+def get_command(
+    request_id: str = typer.Argument(..., help="The query's request id."),
+    tenant: str | None = typer.Option(
+        None, help="Only a query of this tenant (SQL path; default: any). Over HTTP: the key's."
+    ),
+    api_url: str | None = typer.Option(None, "--api", help="Fetch over HTTP at this base URL."),
+    api_key: str | None = typer.Option(None, help="API key for --api."),
+) -> None:
+    """Print a query's status, answer, citations and trace from the query log.
+
+    The query log is the store ``GET /v1/queries/{id}`` reads. Exit 1 if the query is unknown
+    or failed, 3 if it is still pending.
+    """
+    result = _get_http(api_url, api_key, request_id) if api_url else _get_sql(tenant, request_id)
+    if result is None:
+        console.print(f"[red]error[/red]: no query {request_id!r}")
+        raise typer.Exit(1)
+    print_result(result)
+    if result.status == "failed":
+        raise typer.Exit(1)
+    if result.status == "pending":
+        raise typer.Exit(3)
+
+
+def _get_sql(tenant: str | None, request_id: str) -> QueryResult | None:
+    from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+    from workers import query_log
+
+    url = get_settings().database_url
+    upgrade_head(url)  # as every CLI command that opens the store does
+    engine = make_engine(url)
+    try:
+        logged = query_log.read(make_session_factory(engine), tenant, request_id)
+    finally:
+        engine.dispose()
+    return None if logged is None else QueryResult.model_validate(logged)
+
+
+def _get_http(url: str, key: str | None, request_id: str) -> QueryResult | None:
+    from entry.client import ApiRequestError, HttpClient
+
+    if not key:
+        console.print("[red]error[/red]: --api needs --api-key (ragstream keys create)")
+        raise typer.Exit(2)
+    with HttpClient(url, key) as client:
+        try:
+            return client.get(request_id)
+        except ApiRequestError as exc:
+            if exc.status == 404:
+                return None
+            console.print(f"[red]error[/red]: {exc}")
+            raise typer.Exit(1) from exc
 
 
 def _ask_http(  # noqa: PLR0917 - one call site
@@ -102,7 +184,7 @@ def print_result(result: QueryResult, *, show_answer: bool = True) -> None:
     if result.status == "pending":
         console.print(
             f"[yellow]no answer yet[/yellow] for {result.request_id}; "
-            f"poll GET /v1/queries/{result.request_id}"
+            f"poll `ragstream query get {result.request_id}` or GET /v1/queries/{result.request_id}"
         )
         return
     if result.status == "failed" and result.error is not None:

@@ -1,6 +1,7 @@
 """``ragstream infra up|down|status|llm|models``: the typer app over :mod:`infra.manager`.
 
 ``infra llm up --model NAME --port N`` starts an extra LLM server beside the main one;
+``infra llm serve`` runs the main server in the foreground (a container's command);
 ``infra models install [NAME...]`` only assembles catalog models; ``infra models list``
 shows the catalog.
 
@@ -135,6 +136,33 @@ def llm_start(
     except InfraError as exc:
         _fail("infra llm up", exc)
     console.print(_table([state]))
+
+
+@llm_app.command("serve")
+def llm_serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind. Default: settings.llm.host.")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port. Default: settings.llm.port.")] = None,
+) -> None:
+    """Serve settings.llm's model in the foreground until SIGTERM (a container's command).
+
+    Installs the model first when it is missing (nothing is downloaded when the image already
+    holds it), writes the server configuration under settings.infra.local_dir, then runs
+    llama.cpp's server in this process: no PID file, no detaching, logs on stdout.
+    """
+    from infra.llm_server import serve
+    from infra.llm_service import LlmService
+
+    settings = get_settings()
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    llm = settings.llm.model_copy(update=overrides)
+    service = LlmService(settings.model_copy(update={"llm": llm}))
+    try:
+        service.install()
+    except InfraError as exc:
+        _fail("infra llm serve", exc)
+    serve(service.server_config())
 
 
 @llm_app.command("down")

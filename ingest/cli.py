@@ -1,4 +1,4 @@
-"""``ragstream ingest``, ``ragstream jobs show|retry`` and ``ragstream index rebuild``."""
+"""``ragstream ingest``, ``ragstream jobs list|show|retry`` and ``ragstream index rebuild``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,6 +21,7 @@ from rich.table import Column, Table
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest import jobs
+from ingest.progress import ProgressLines, Snapshot, format_line
 from ragstream.db.models import utcnow
 from ragstream.settings import Settings, get_settings
 
@@ -45,7 +47,7 @@ def ingest_command(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow progress until done."),
 ) -> None:
     """Submit a Celery bulk job over PATHS and (by default) show its progress."""
-    from ingest.sources import SourceRejectedError, discover
+    from ingest.sources import SourceRejectedError, scan
     from ingest.tasks import run_job
 
     settings = get_settings()
@@ -53,7 +55,7 @@ def ingest_command(
         console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
         raise typer.Exit(2)
     try:
-        files = discover(
+        found = scan(
             paths,
             settings.ingest.allowed_roots,
             settings.ingest.extensions,
@@ -62,8 +64,9 @@ def ingest_command(
     except SourceRejectedError as exc:
         console.print(f"[red]error[/red]: {exc}")
         raise typer.Exit(2) from exc
+    files = found.files
     if not files:
-        console.print("[yellow]nothing to ingest[/yellow]: no file with a known extension")
+        console.print(f"[yellow]nothing to ingest[/yellow]: {escape(found.nothing_reason())}")
         raise typer.Exit(1)
     sessions = _sessions(settings)
     job_id = jobs.create_job(sessions, tenant, files)
@@ -80,9 +83,40 @@ def ingest_command(
 
 
 def follow(settings: Settings, sessions: sessionmaker[Session], job_id: str) -> jobs.JobProgress:
-    """Show a progress bar until the job finishes; print and return its summary."""
-    from ingest.tasks import reap_stale_jobs
+    """Follow the job until it finishes, then print and return its summary: a progress bar on
+    a terminal, else plain lines (every 5% of the documents or 30 s; see
+    :mod:`ingest.progress`)."""
+    t0 = time.monotonic()
+    watch = _Watch(settings, sessions, job_id)
+    state = _follow_bar(watch, t0) if console.is_terminal else _follow_lines(watch, t0)
+    print_summary(sessions, state, time.monotonic() - t0)
+    return state
 
+
+class _Watch:
+    """One poll of a followed job: the CLI reaps stale jobs too (no worker, no hang) and
+    checks that a Celery worker answers while the job is pending."""
+
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session], job_id: str) -> None:
+        self.settings, self.sessions, self.job_id = settings, sessions, job_id
+        self._last_reap = 0.0
+        self._last_ping = time.monotonic()
+
+    def poll(self, state: jobs.JobProgress | None) -> jobs.JobProgress:
+        from ingest.tasks import reap_stale_jobs
+
+        if state is not None:
+            time.sleep(0.5)
+            if time.monotonic() - self._last_reap > self.settings.ingest.job_watchdog_interval_s:
+                reap_stale_jobs(self.settings, self.sessions)
+                self._last_reap = time.monotonic()
+            if state.status == "pending" and time.monotonic() - self._last_ping > PENDING_CHECK_S:
+                _require_worker(self.settings, self.job_id)
+                self._last_ping = time.monotonic()
+        return jobs.progress(self.sessions, self.job_id)
+
+
+def _follow_bar(watch: _Watch, t0: float) -> jobs.JobProgress:
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -91,26 +125,28 @@ def follow(settings: Settings, sessions: sessionmaker[Session], job_id: str) -> 
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )
-    t0 = time.monotonic()
-    last_reap = 0.0
-    last_ping = time.monotonic()
     with Progress(*columns, console=console) as bar:
-        state = jobs.progress(sessions, job_id)
+        state = watch.poll(None)
         task = bar.add_task("ingest", total=state.total, chunks=0, rate="-")
         while not state.finished:
-            time.sleep(0.5)
-            if time.monotonic() - last_reap > settings.ingest.job_watchdog_interval_s:
-                reap_stale_jobs(settings, sessions)  # the CLI watches too: no worker, no hang
-                last_reap = time.monotonic()
-            if state.status == "pending" and time.monotonic() - last_ping > PENDING_CHECK_S:
-                _require_worker(settings, job_id)
-                last_ping = time.monotonic()
-            state = jobs.progress(sessions, job_id)
+            state = watch.poll(state)
             finished = state.done + state.failed
             rate = finished / max(1e-9, time.monotonic() - t0)
             bar.update(task, completed=finished, chunks=state.chunks, rate=f"{rate:.1f}")
-    print_summary(sessions, state, time.monotonic() - t0)
     return state
+
+
+def _follow_lines(watch: _Watch, t0: float) -> jobs.JobProgress:
+    lines = ProgressLines()
+    label = f"ingest {watch.job_id}"
+    state = watch.poll(None)
+    while True:
+        snap = Snapshot.of(state, time.monotonic() - t0)
+        if lines.due(snap, final=state.finished):
+            print(format_line(label, snap), flush=True)
+        if state.finished:
+            return state
+        state = watch.poll(state)
 
 
 def _require_worker(settings: Settings, job_id: str) -> None:
@@ -172,6 +208,57 @@ def show(job_id: str) -> None:
     print_summary(sessions, state, elapsed)
     for path, error in jobs.failures(sessions, job_id)[20:]:
         console.print(f"[red]failed[/red] {path}: {error}")
+
+
+@jobs_app.command("list")
+def list_command(
+    limit: int = typer.Option(20, min=1, help="Show at most this many jobs, newest first."),
+    status: str | None = typer.Option(
+        None, help=f"Only jobs in this status: {', '.join(jobs.JOB_STATUSES)}."
+    ),
+    tenant: str | None = typer.Option(None, help="Only jobs of this tenant."),
+) -> None:
+    """List recent bulk jobs: id, tenant, status, document counts, chunks, created, seconds."""
+    if status is not None and status not in jobs.JOB_STATUSES:
+        console.print(f"[red]error[/red]: --status must be one of {', '.join(jobs.JOB_STATUSES)}")
+        raise typer.Exit(2)
+    found = jobs.recent_jobs(_sessions(get_settings()), limit=limit, status=status, tenant=tenant)
+    if not found:
+        console.print("no jobs" + (f" with status {status}" if status else ""))
+        return
+    table = Table(
+        Column("job", no_wrap=True, min_width=36),  # ids are copied: never cut
+        "tenant",
+        "status",
+        "documents",
+        "done",
+        "failed",
+        "chunks",
+        Column("created (UTC)", no_wrap=True),
+        "seconds",
+    )
+    for job in found:
+        colour = {"succeeded": "green", "failed": "red"}.get(job.status, "yellow")
+        table.add_row(
+            job.job_id,
+            job.tenant,
+            f"[{colour}]{job.status}[/{colour}]",
+            str(job.total),
+            str(job.done),
+            str(job.failed),
+            str(job.chunks),
+            jobs.aware(job.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            _seconds(job),
+        )
+    console.print(table)
+
+
+def _seconds(job: jobs.JobProgress) -> str:
+    """Seconds the job ran (so far, when it still runs); ``-`` before it started."""
+    if job.started_at is None:
+        return "-"
+    end = jobs.aware(job.finished_at) if job.finished_at else utcnow()
+    return f"{(end - jobs.aware(job.started_at)).total_seconds():.0f}"
 
 
 @jobs_app.command("retry")

@@ -55,9 +55,11 @@ def create_job(
     tenant: str,
     files: Sequence[SourceFile],
     callback_url: str | None = None,
+    job_id: str | None = None,
 ) -> str:
-    """Insert a pending job with one item per file; return the job id (UUID4 string)."""
-    job_id = str(uuid.uuid4())
+    """Insert a pending job with one item per file; return the job id (``job_id``, else a new
+    UUID4 string)."""
+    job_id = job_id or str(uuid.uuid4())
     with sessions.begin() as session:
         session.add(
             IngestJob(
@@ -145,6 +147,35 @@ def progress(sessions: sessionmaker[Session], job_id: str) -> JobProgress:
         if job is None:
             raise KeyError(job_id)
         return _progress(job)
+
+
+JOB_STATUSES = ("pending", "running", *FINAL_JOB_STATUSES)
+
+
+def recent_jobs(
+    sessions: sessionmaker[Session],
+    *,
+    limit: int = 20,
+    status: str | None = None,
+    tenant: str | None = None,
+) -> list[JobProgress]:
+    """The newest ``limit`` jobs (by ``created_at``, newest first), optionally only those of
+    ``status`` and of ``tenant``.
+
+    Raises:
+        ValueError: ``status`` is not one of :data:`JOB_STATUSES`, or ``limit`` < 1.
+    """
+    if status is not None and status not in JOB_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)}, not {status!r}")
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    stmt = select(IngestJob).order_by(IngestJob.created_at.desc(), IngestJob.id).limit(limit)
+    if status is not None:
+        stmt = stmt.where(IngestJob.status == status)
+    if tenant is not None:
+        stmt = stmt.where(IngestJob.tenant == tenant)
+    with sessions() as session:
+        return [_progress(job) for job in session.scalars(stmt)]
 
 
 def failures(sessions: sessionmaker[Session], job_id: str) -> list[tuple[str, str]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import structlog
 
@@ -63,6 +65,46 @@ def read_source(path: str | Path, roots: Sequence[Path], max_bytes: int) -> byte
         raise SourceRejectedError(f"{path}: cannot read: {exc}") from exc
 
 
+SkipCause = Literal["outside the allowed roots", "unreadable", "unknown type"]
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A file a directory walk did not take, and why (``detail`` is the full reason)."""
+
+    path: str
+    cause: SkipCause
+    detail: str
+
+
+@dataclass(slots=True)
+class Discovery:
+    """What :func:`scan` found: the files to ingest and every file it left out, with why."""
+
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def nothing_reason(self) -> str:
+        """Why there is nothing to ingest, cause by cause with counts and an example each, e.g.
+        ``"2 file(s) outside the allowed roots (e.g. a.md: ...); 1 file(s) of unknown type
+        (.png x1)"``; ``"no file found"`` when nothing was left out either."""
+        if not self.skipped:
+            return "no file found"
+        parts = []
+        for cause in ("outside the allowed roots", "unreadable", "unknown type"):
+            hits = [s for s in self.skipped if s.cause == cause]
+            if not hits:
+                continue
+            if cause == "unknown type":
+                exts = Counter(Path(s.path).suffix.lower() or "(none)" for s in hits)
+                top = sorted(exts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+                listed = ", ".join(f"{ext} x{n}" for ext, n in top)
+                parts.append(f"{len(hits)} file(s) of unknown type ({listed})")
+            else:
+                parts.append(f"{len(hits)} file(s) {cause} (e.g. {hits[0].detail})")
+        return "; ".join(parts)
+
+
 #: Folders a directory walk never enters: build artefacts that duplicate the pages (Sphinx's
 #: ``_sources`` holds the reST of every HTML page, ``_static`` its JSON/JS), and tool folders.
 EXCLUDED_DIRS = (
@@ -73,6 +115,7 @@ EXCLUDED_DIRS = (
     ".git",
     "__pycache__",
     "node_modules",
+    "_uploads",
 )
 
 
@@ -82,6 +125,16 @@ def discover(
     extensions: Sequence[str],
     exclude_dirs: Sequence[str] = EXCLUDED_DIRS,
 ) -> list[SourceFile]:
+    """The files of :func:`scan` (the files it left out are logged, one warning each)."""
+    return scan(inputs, roots, extensions, exclude_dirs).files
+
+
+def scan(
+    inputs: Iterable[str | Path],
+    roots: Sequence[Path],
+    extensions: Sequence[str],
+    exclude_dirs: Sequence[str] = EXCLUDED_DIRS,
+) -> Discovery:
     """Expand directories (recursively, by extension), files and ``*.manifest.jsonl`` manifests.
 
     A directory walk skips every folder named in ``exclude_dirs``. A manifest has one JSON
@@ -95,6 +148,7 @@ def discover(
     """
     found: dict[str, SourceFile] = {}
     by_path: dict[str, str] = {}
+    skipped: list[Skipped] = []
     exts = {e.lower() for e in extensions}
     for raw in inputs:
         path = Path(raw)
@@ -104,7 +158,7 @@ def discover(
         if not path.exists():
             raise SourceRejectedError(f"{raw}: no such file or directory")
         if path.is_dir():
-            files = _walk(path, roots, exts, set(exclude_dirs))
+            files = _walk(path, roots, exts, set(exclude_dirs), skipped)
         elif path.name.endswith(".manifest.jsonl"):
             files = _manifest(path, roots)
         else:
@@ -112,7 +166,7 @@ def discover(
             files = [SourceFile(str(resolved), str(resolved))]
         for sf in files:
             _add(found, by_path, sf)
-    return sorted(found.values(), key=lambda s: s.doc_id)
+    return Discovery(sorted(found.values(), key=lambda s: s.doc_id), skipped)
 
 
 def under_roots(path: Path, roots: Sequence[Path]) -> Path:
@@ -138,21 +192,49 @@ def _add(found: dict[str, SourceFile], by_path: dict[str, str], sf: SourceFile) 
     found.setdefault(sf.doc_id, sf)
 
 
-def _walk(path: Path, roots: Sequence[Path], exts: set[str], skip: set[str]) -> list[SourceFile]:
+def _walk(
+    path: Path, roots: Sequence[Path], exts: set[str], skip: set[str], skipped: list[Skipped]
+) -> list[SourceFile]:
     out = []
     for f in sorted(path.rglob("*")):
-        if skip.intersection(f.relative_to(path).parts[:-1]):
+        if skip.intersection(f.relative_to(path).parts[:-1]) or f.is_dir():
             continue
-        if f.is_file() and f.suffix.lower() in exts:
-            try:
-                resolved = resolve_allowed(f, roots)
-                str(resolved).encode("utf-8")  # the SQL store needs text paths
-            except (SourceRejectedError, UnicodeEncodeError) as exc:
-                # e.g. a symlink leaving the roots, or a non-UTF-8 file name
-                log.warning("ingest.source_skipped", path=repr(f), reason=str(exc))
-                continue
-            out.append(SourceFile(str(resolved), str(resolved)))
+        if f.suffix.lower() not in exts:
+            name = _printable(f)
+            skipped.append(Skipped(name, "unknown type", f"{name}: no parser for {f.suffix!r}"))
+            continue
+        found = _take(f, roots)
+        if isinstance(found, Skipped):
+            log.warning("ingest.source_skipped", path=repr(f), reason=found.detail)
+            skipped.append(found)
+        else:
+            out.append(SourceFile(str(found), str(found)))
     return out
+
+
+def _take(f: Path, roots: Sequence[Path]) -> Path | Skipped:
+    """``f`` resolved, or why it cannot be ingested."""
+    name = _printable(f)
+    try:
+        resolved = under_roots(f, roots)  # e.g. a symlink leaving the roots
+    except SourceRejectedError as exc:
+        return Skipped(name, "outside the allowed roots", _printable(exc))
+    if not resolved.is_file():  # a dangling link, a FIFO or a socket
+        return Skipped(name, "unreadable", f"{name}: not a regular file (a dangling link?)")
+    try:
+        str(resolved).encode("utf-8")  # the SQL store needs text paths
+        with resolved.open("rb"):
+            pass
+    except UnicodeEncodeError:
+        return Skipped(name, "unreadable", f"{name}: file name is not UTF-8")
+    except OSError as exc:
+        return Skipped(name, "unreadable", f"{name}: cannot read: {exc.strerror or exc}")
+    return resolved
+
+
+def _printable(value: object) -> str:
+    """``str(value)`` with undecodable file-name bytes as ``\\udcXX`` escapes."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _manifest(path: Path, roots: Sequence[Path]) -> list[SourceFile]:

@@ -1,7 +1,9 @@
 """Real health probes of the services ragstream talks to.
 
 Each probe makes one cheap round trip (a Kafka metadata request, Elasticsearch
-``_cluster/health``, Redis ``PING``, SQL ``SELECT 1``) and returns a :class:`Probe`; none raises.
+``_cluster/health``, Redis ``PING``, SQL ``SELECT 1``, the LLM server's ``GET /health``) and
+returns a :class:`Probe`; none raises. :func:`probe_all` is the API's readiness (the services
+every request needs); ``ragstream health`` adds :func:`probe_llm_servers`.
 """
 
 from __future__ import annotations
@@ -107,6 +109,35 @@ def probe_sql(url: str) -> Probe:
         return engine.dialect.name
 
     return _timed("sql", check)
+
+
+def probe_llm(name: str, base_url: str, timeout_s: float = 5.0) -> Probe:
+    """``GET {base_url}/health`` of an OpenAI-compatible LLM server: llama.cpp answers 200
+    ``{"status": "ok"}`` once its model is loaded (503 while loading), ``vllm serve`` 200."""
+
+    def check() -> str:
+        import httpx
+
+        response = httpx.get(f"{base_url.rstrip('/')}/health", timeout=timeout_s)
+        if response.status_code != 200:
+            raise RuntimeError(f"GET /health: HTTP {response.status_code} {response.text[:200]}")
+        try:
+            status = response.json().get("status", "ok")
+        except ValueError:
+            status = "ok"
+        return f"{base_url}: {status}"
+
+    return _timed(name, check)
+
+
+def probe_llm_servers(settings: Settings) -> list[Probe]:
+    """Probe each distinct LLM server the generation tiers use (a tier without ``base_url``
+    uses ``settings.llm``'s); one probe per URL, named ``llm`` plus the tiers on it."""
+    tiers: dict[str, list[str]] = {}
+    for tier in ("small", "large"):
+        url = getattr(settings.generation, tier).base_url or settings.llm.base_url
+        tiers.setdefault(url, []).append(tier)
+    return [probe_llm(f"llm ({', '.join(names)})", url) for url, names in tiers.items()]
 
 
 def probe_all(settings: Settings) -> list[Probe]:

@@ -99,6 +99,21 @@ class ApiSettings(BaseModel):
     sse_keepalive_s: float = Field(default=15.0, gt=0)
 
 
+class TracingSettings(BaseModel):
+    """OpenTelemetry tracing (:mod:`ragstream.tracing`); off unless ``otlp_endpoint`` is set.
+
+    ``RAGSTREAM_TRACING__OTLP_ENDPOINT=http://127.0.0.1:4318`` turns it on in every process
+    started with it: spans go over OTLP/HTTP (protobuf) to ``<endpoint>/v1/traces``.
+    """
+
+    #: Base URL of an OTLP/HTTP collector (Jaeger, Tempo, the OpenTelemetry Collector); empty: off.
+    otlp_endpoint: str = ""
+    #: Fraction of new traces sampled (a trace started upstream keeps its caller's decision).
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    #: Timeout of one export request, in seconds.
+    export_timeout_s: float = Field(default=10.0, gt=0)
+
+
 class CelerySettings(BaseModel):
     """Celery worker tuning. ``visibility_timeout_s`` must exceed the longest task."""
 
@@ -182,11 +197,21 @@ class IngestSettings(BaseModel):
         PROJECT_ROOT / ".local" / "ingest",
     ]
     #: File extensions a directory walk picks up.
-    extensions: list[str] = [".html", ".htm", ".md", ".markdown", ".txt", ".pdf", ".json", ".jsonl"]
+    extensions: list[str] = [
+        ".html", ".htm", ".md", ".markdown", ".txt", ".pdf", ".docx", ".json", ".jsonl",
+    ]  # fmt: skip
     #: Folders a directory walk skips (see ``ingest.sources.EXCLUDED_DIRS``).
     exclude_dirs: list[str] = [
         "_sources", "_static", "_images", "_downloads", ".git", "__pycache__", "node_modules",
+        "_uploads",
     ]  # fmt: skip
+    #: Where HTTP uploads are kept, as ``<upload_root>/<tenant>/_uploads/...``: one of
+    #: ``allowed_roots`` (the ingest pool and the Celery workers read them from there, so in a
+    #: deployment it is a volume they share with the API).
+    upload_root: Path = PROJECT_ROOT / ".local" / "ingest"
+    #: Limits of an uploaded archive's extraction (zip bombs): members, bytes written in all.
+    archive_max_entries: int = Field(default=10_000, ge=1)
+    archive_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     json_text_field: str = "text"
     max_document_bytes: int = 20 * 1024 * 1024
     #: Documents per Celery batch task.
@@ -195,6 +220,15 @@ class IngestSettings(BaseModel):
     job_stale_after_s: int = 120
     job_max_resumes: int = 3
     job_watchdog_interval_s: float = 15.0
+
+    @model_validator(mode="after")
+    def _upload_root_is_allowed(self) -> IngestSettings:
+        if self.upload_root.resolve() not in {r.resolve() for r in self.allowed_roots}:
+            raise ValueError(
+                f"ingest.upload_root {self.upload_root} must be one of ingest.allowed_roots "
+                "(uploaded files are ingested from there)"
+            )
+        return self
 
 
 class CacheSettings(BaseModel):
@@ -489,6 +523,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = DatabaseSettings()
     api: ApiSettings = ApiSettings()
     celery: CelerySettings = CelerySettings()
+    tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()
     echo: EchoSettings = EchoSettings()
     ingest: IngestSettings = IngestSettings()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragstream.settings import Settings
 
@@ -27,3 +28,19 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return f"t-{prefix}-{test}-{token}"
 
     return make
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on in this process for one test; every ended span lands in the returned
+    OpenTelemetry SDK ``InMemorySpanExporter`` (``spans.get_finished_spans()``)."""
+    from ragstream import tracing
+    from ragstream.settings import TracingSettings
+
+    exporter = InMemorySpanExporter()
+    tracing.reset_tracing()
+    tracing.configure_tracing(TracingSettings(), "ragstream-test", exporter=exporter)
+    try:
+        yield exporter
+    finally:
+        tracing.reset_tracing()

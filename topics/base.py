@@ -48,11 +48,21 @@ class Contract(BaseModel):
 
 
 class StageTiming(Contract):
-    """One stage's timing: ``started_at`` (UTC) and ``duration_ms`` (wall clock, ms)."""
+    """One stage's timing: ``started_at`` (UTC), ``duration_ms`` (wall clock, ms) and
+    ``wait_ms``, the time the event waited for this stage before it was picked up, in ms.
+
+    ``wait_ms`` is set by the consumer runtime on the first stage a pool appends for an event:
+    from the ``created_at`` of the event the pool consumed (built by the previous stage just
+    before it was published; for the first stage, the query accepted by the API) to the pool's
+    pickup, so it holds the Kafka hop, the consumer lag ahead of the event (time queued) and
+    the batching wait. ``None``: a stage run in the same pool as the one before it, a stage
+    of the API, or an event written before the field existed.
+    """
 
     stage: str = Field(min_length=1, max_length=64)
     started_at: UtcDatetime
     duration_ms: float = Field(ge=0)
+    wait_ms: float | None = Field(default=None, ge=0)
     detail: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 

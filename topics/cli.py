@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 from rich.console import Console
 from rich.table import Column, Table
@@ -9,7 +11,8 @@ from rich.table import Column, Table
 from ragstream.settings import get_settings
 
 topics_app = typer.Typer(
-    help="Topic registry: create topics, write JSON schemas.", no_args_is_help=True
+    help="Topic registry: create topics, write JSON schemas and the AsyncAPI document.",
+    no_args_is_help=True,
 )
 dlq_app = typer.Typer(help="Dead-letter queues: inspect and replay.", no_args_is_help=True)
 console = Console()
@@ -69,24 +72,19 @@ def list_topics() -> None:
 
 @topics_app.command("schemas")
 def schemas() -> None:
-    """Rewrite ``topics/schemas/*.schema.json`` from the event models."""
+    """Rewrite ``topics/schemas/*.schema.json`` and the AsyncAPI document
+    ``topics/schemas/asyncapi.json`` from the registry and its event models."""
+    from topics.asyncapi import write_asyncapi
     from topics.schemas import write_schemas
 
-    for path in write_schemas():
+    for path in [*write_schemas(), write_asyncapi()]:
         console.print(f"wrote {path}")
 
 
-@dlq_app.command("replay")
-def replay(
-    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
-    limit: int | None = typer.Option(None, help="Replay at most this many dead letters."),
-    group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
-) -> None:
-    """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+def _dlq_name(topic: str) -> str:
+    """The physical DLQ topic of ``topic`` (a source topic or its ``.dlq``, with or without
+    the deployment's prefix); exit 2 when the broker has no such topic."""
     from topics.admin import make_admin
-    from topics.consumer import make_consumer
-    from topics.dlq import replay as replay_letters
-    from topics.producer import EventProducer, make_producer
 
     settings = get_settings()
     prefix = settings.kafka.topic_prefix
@@ -100,6 +98,60 @@ def replay(
     if not exists:
         console.print(f"[red]error[/red]: no dead-letter topic {dlq!r}")
         raise typer.Exit(2)
+    return dlq
+
+
+@dlq_app.command("inspect")
+def inspect_command(
+    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
+    limit: int = typer.Option(20, min=1, help="Show the newest N dead letters."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per dead letter."),
+) -> None:
+    """List dead letters with their reason, without consuming them (no consumer group, no
+    commit: a later replay still sees all of them)."""
+    from topics.consumer import make_consumer
+    from topics.dlq import inspect
+
+    dlq = _dlq_name(topic)
+    consumer = make_consumer(get_settings().kafka, group=None)
+    try:
+        listing = inspect(consumer, dlq, limit=limit)
+    finally:
+        consumer.close(autocommit=False)
+    if as_json:
+        for v in listing.letters:
+            print(json.dumps({"partition": v.partition, "offset": v.offset, "key": v.key,
+                              "bytes": v.size, **v.context}))  # fmt: skip
+        return
+    print(f"{listing.total} dead letter(s) in {dlq}; the newest {len(listing.letters)}:")
+    # One block per letter, not a table: messages and topic names are long, and never cut.
+    for v in listing.letters:
+        c = v.context
+        error = c.get("error.class", "?").rsplit(".", 1)[-1]
+        print(
+            f"\n{v.partition}:{v.offset}  {c.get('failed_at', '?')}  pool {c.get('pool', '?')}"
+            f"  {error} after {c.get('attempts', '?')} attempt(s)\n"
+            f"  {c.get('error.message', '')}\n"
+            f"  from {c.get('source.topic', '?')}:{c.get('source.partition', '?')}"
+            f"@{c.get('source.offset', '?')}  key {v.key or '-'}  {v.size} bytes"
+        )
+    if listing.letters:
+        print(f"\nreplay them with `ragstream dlq replay {topic}`")
+
+
+@dlq_app.command("replay")
+def replay(
+    topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
+    limit: int | None = typer.Option(None, help="Replay at most this many dead letters."),
+    group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
+) -> None:
+    """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+    from topics.consumer import make_consumer
+    from topics.dlq import replay as replay_letters
+    from topics.producer import EventProducer, make_producer
+
+    settings = get_settings()
+    dlq = _dlq_name(topic)
     consumer = make_consumer(settings.kafka, dlq, group=group, auto_offset_reset="earliest")
     producer = EventProducer(make_producer(settings.kafka))
     try:

@@ -14,6 +14,13 @@ from kafka import KafkaConsumer
 
 from ragstream.settings import KafkaSettings
 
+#: ``fetch.max.wait.ms`` of a pool's consumer: how long the broker holds a fetch that finds no
+#: record. The broker answers as soon as one record is there (``fetch.min.bytes`` = 1), so
+#: this costs no latency; it sets how often an idle consumer's fetch comes back empty and
+#: kafka-python runs another round of its poll loop (10 a second at 100 ms). Kafka's default
+#: is 500 ms (Apache Kafka consumer configs); 1 s halves the idle rounds again.
+POOL_FETCH_MAX_WAIT_MS = 1000
+
 
 def make_consumer(
     settings: KafkaSettings, *topics: str, group: str | None, **overrides: Any
@@ -44,7 +51,8 @@ def make_pool_consumer(
 
     Earliest reset; at most ``max_batch`` records a poll; ``max.poll.interval.ms`` and the
     session timeout from ``settings``, heartbeats every third of the session timeout (at most
-    3 s) and a request timeout longer than the session timeout, as kafka-python requires.
+    3 s), a request timeout longer than the session timeout, as kafka-python requires, and
+    :data:`POOL_FETCH_MAX_WAIT_MS`.
     """
     return make_consumer(
         settings,
@@ -56,5 +64,5 @@ def make_pool_consumer(
         session_timeout_ms=settings.session_timeout_ms,
         heartbeat_interval_ms=min(3000, settings.session_timeout_ms // 3),
         request_timeout_ms=max(settings.request_timeout_ms, settings.session_timeout_ms + 5000),
-        fetch_max_wait_ms=100,
+        fetch_max_wait_ms=POOL_FETCH_MAX_WAIT_MS,
     )

@@ -3,6 +3,7 @@
 A dead letter keeps the original key, value and headers byte for byte, and adds headers:
 ``dlq.error.class``, ``dlq.error.message``, ``dlq.attempts``, ``dlq.source.topic``,
 ``dlq.source.partition``, ``dlq.source.offset``, ``dlq.pool`` and ``dlq.failed_at`` (UTC ISO).
+:func:`inspect` lists them without consuming; :func:`replay` re-publishes them.
 """
 
 from __future__ import annotations
@@ -68,6 +69,73 @@ def dead_letter_context(headers: Headers) -> dict[str, str]:
         for k, v in headers
         if k.startswith(DLQ_HEADER_PREFIX)
     }
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterView:
+    """One dead letter as ``ragstream dlq inspect`` shows it: where it sits in the DLQ, its
+    key, the size of its original value in bytes and its ``dlq.*`` context."""
+
+    partition: int
+    offset: int
+    key: str | None
+    size: int
+    context: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterListing:
+    """The newest dead letters of a DLQ (``letters``, oldest first) and how many it holds."""
+
+    topic: str
+    total: int
+    letters: list[DeadLetterView]
+
+
+def inspect(
+    consumer: KafkaConsumer, dlq_topic: str, *, limit: int = 20, timeout_ms: int = 10_000
+) -> DeadLetterListing:
+    """Read the newest ``limit`` dead letters of each partition of ``dlq_topic`` without
+    consuming them: ``consumer`` must belong to no group (``group=None``); partitions are
+    assigned by hand and nothing is committed, so ``ragstream dlq replay`` still sees every
+    letter.
+
+    Raises:
+        KeyError: the broker knows no topic ``dlq_topic``.
+        TimeoutError: the letters up to the partitions' end offsets did not arrive in
+            ``timeout_ms``.
+    """
+    partitions = consumer.partitions_for_topic(dlq_topic)
+    if not partitions:
+        raise KeyError(dlq_topic)
+    tps = [TopicPartition(dlq_topic, p) for p in sorted(partitions)]
+    consumer.assign(tps)
+    begin, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+    for tp in tps:
+        consumer.seek(tp, max(begin[tp], end[tp] - limit))
+    letters: list[DeadLetterView] = []
+    waited_ms = 0
+    while any(consumer.position(tp) < end[tp] for tp in tps):
+        if waited_ms >= timeout_ms:
+            raise TimeoutError(f"{dlq_topic}: dead letters did not arrive in {timeout_ms} ms")
+        batch = consumer.poll(timeout_ms=500, max_records=500)
+        waited_ms += 0 if batch else 500
+        for tp, records in batch.items():
+            letters.extend(_view(r) for r in records if r.offset < end[tp])
+    letters.sort(key=lambda v: (v.partition, v.offset))
+    total = sum(end[tp] - begin[tp] for tp in tps)
+    return DeadLetterListing(dlq_topic, total, letters)
+
+
+def _view(record: Any) -> DeadLetterView:
+    key = record.key.decode(errors="replace") if record.key is not None else None
+    return DeadLetterView(
+        record.partition,
+        record.offset,
+        key,
+        len(record.value or b""),
+        dead_letter_context(list(record.headers or [])),
+    )
 
 
 def replay(

@@ -16,6 +16,7 @@ from kafka import errors as kafka_errors
 
 from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import KafkaSettings
+from ragstream.tracing import inject_headers
 from topics.base import Event
 from topics.serde import encode
 
@@ -76,10 +77,15 @@ class EventProducer:
     def send(self, topic: str, event: Event, headers: Headers | None = None) -> None:
         """Queue ``event`` for ``topic`` keyed by ``event.key()``.
 
+        ``headers=None`` carries the current trace context (``traceparent``, when tracing is
+        on); given headers are sent as they are.
+
         Raises:
             RecordTooLargeError: the encoded record exceeds ``max_request_size``.
             ProduceError: the record could not be queued (e.g. buffer full, no metadata).
         """
+        if headers is None:
+            headers = inject_headers()
         self.send_raw(topic, event.key(), encode(event), headers)
 
     def send_raw(

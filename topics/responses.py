@@ -22,6 +22,8 @@ class ErrorCode(StrEnum):
     BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
     INVALID_REQUEST = "INVALID_REQUEST"
     INTERNAL = "INTERNAL"
+    #: The client disconnected and generation was stopped (``workers/cancel.py``).
+    CANCELLED = "CANCELLED"
 
 
 class ErrorInfo(Contract):

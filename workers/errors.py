@@ -12,6 +12,7 @@ from topics.queries import QueryRequest
 from topics.registry import RESPONSES
 from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
 from topics.serde import encode
+from workers.metrics import ERROR_RESPONSES
 from workers.runtime.handler import Emit, derive_event_id
 
 # An error response must always fit the broker (its max_request_size is 1 MiB by default):
@@ -31,6 +32,12 @@ class PromptTooLongError(PermanentError):
     code = "PROMPT_TOO_LONG"
 
 
+class RequestCancelledError(PermanentError):
+    """The request was cancelled (its client disconnected) and its generation stopped."""
+
+    code = "CANCELLED"
+
+
 def request_of(event: Event) -> QueryRequest:
     """The :class:`QueryRequest` an event answers (the event itself or its ``request``)."""
     if isinstance(event, QueryRequest):
@@ -48,8 +55,10 @@ def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> Q
 
     The response stays under :data:`MAX_ERROR_RESPONSE_BYTES` encoded, so it can always be
     published (even for an event dead-lettered because its own outputs were too large):
-    citations and evidence that would exceed it are left out."""
+    citations and evidence that would exceed it are left out. Counted in
+    ``ragstream_error_responses_total{stage,code}``."""
     request = request_of(event)
+    ERROR_RESPONSES.labels(stage, ErrorCode(code).value).inc()
     passages = getattr(event, "passages", None) or getattr(event, "candidates", None) or ()
     response = QueryResponse(
         event_id=derive_event_id(request.request_id, f"error:{stage}"),

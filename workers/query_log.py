@@ -92,12 +92,15 @@ def settle(
             row.error_message = failure[1] if failure else None
 
 
-def read(sessions: sessionmaker[Session], tenant: str, request_id: str) -> dict[str, Any] | None:
-    """The logged state of ``request_id`` if it belongs to ``tenant``, as the fields of the
-    API's ``QueryResult`` (``status`` pending, answered or failed); ``None`` otherwise."""
+def read(
+    sessions: sessionmaker[Session], tenant: str | None, request_id: str
+) -> dict[str, Any] | None:
+    """The logged state of ``request_id`` if it belongs to ``tenant`` (``None``: any tenant,
+    for operators reading the store, ``ragstream query get``), as the fields of the API's
+    ``QueryResult`` (``status`` pending, answered or failed); ``None`` otherwise."""
     with sessions() as session:
         row = session.get(QueryLog, request_id)
-        if row is None or row.tenant != tenant:
+        if row is None or (tenant is not None and row.tenant != tenant):
             return None
         trace = row.trace or {}
         stages = trace.get("stages", []) if isinstance(trace, dict) else []
@@ -115,6 +118,7 @@ def read(sessions: sessionmaker[Session], tenant: str, request_id: str) -> dict[
                 {
                     "stage": s["stage"],
                     "duration_ms": s["duration_ms"],
+                    "wait_ms": s.get("wait_ms"),
                     "detail": s.get("detail", {}),
                 }
                 for s in stages

@@ -1,11 +1,15 @@
 """Documents through the stream path, and bulk ingest jobs through Celery.
 
 - ``POST /v1/documents``: one upsert event on ``rag.ingest`` (keyed by ``doc_id``, so updates of
-  a document apply in order); 202 once Kafka acknowledged it. The ingest pool indexes it.
+  a document apply in order); 202 once Kafka acknowledged it. The ingest pool indexes it. The
+  body is inline text as JSON, or one file as ``multipart/form-data`` (any format the parsers
+  read, sniffed from its bytes and name, checked by parsing it once, kept under the upload
+  root: :mod:`ingest.uploads`).
 - ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
 - ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
-  each allowed root (``<root>/<tenant>/``).
+  each allowed root (``<root>/<tenant>/``), or over an uploaded zip/tar(.gz) archive, safely
+  extracted into the job's own folder (:mod:`ingest.archives`).
 - ``GET /v1/ingest/jobs/{job_id}``: progress and per-document failures.
 
 Every route is scoped to the API key's tenant.
@@ -14,6 +18,8 @@ Every route is scoped to the API key's tenant.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -27,15 +33,28 @@ from api.errors import ApiError, ErrorEnvelope
 from api.models import DocumentAccepted, DocumentBody, DocumentOut, JobBody, JobFailure, JobOut
 from api.querying import send_acked
 from api.routes.query import check_callback, query_service
+from api.uploads import (
+    MULTIPART,
+    DocumentForm,
+    JobForm,
+    check_document,
+    file_name,
+    json_body,
+    media_type,
+    read_form,
+    request_body,
+)
 from ingest import jobs
+from ingest.sources import SourceFile
 from ragstream.db.models import Document, IngestJob
+from ragstream.settings import Settings
 from topics.ingest import IngestRequest
 from topics.registry import INGEST
 from topics.serde import encode
 
 router = APIRouter(tags=["documents"])
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorEnvelope} for s in (401, 404, 413, 422, 429, 503)
+    s: {"model": ErrorEnvelope} for s in (401, 404, 413, 415, 422, 429, 503)
 }
 MAX_FAILURES_SHOWN = 100
 
@@ -47,24 +66,61 @@ async def _produce_ingest(request: Request, event: IngestRequest) -> None:
     await send_acked(producer, topic, event.key(), encode(event), svc.settings)
 
 
-@router.post("/v1/documents", status_code=202, response_model=DocumentAccepted, responses=ERRORS)
+@router.post(
+    "/v1/documents", status_code=202, response_model=DocumentAccepted, responses=ERRORS,
+    openapi_extra=request_body(DocumentBody, DocumentForm, "file"),
+)  # fmt: skip
 async def upsert_document(
-    body: DocumentBody, request: Request, who: Principal = Depends(principal)
+    request: Request, who: Principal = Depends(principal)
 ) -> DocumentAccepted:
-    """Upsert one document from inline text (indexed asynchronously by the ingest pool)."""
-    event = IngestRequest(
-        tenant=who.tenant,
-        doc_id=body.doc_id,
-        op="upsert",
-        text=body.text,
-        content_type=body.content_type,
-        title=body.title,
-        source=body.source,
-        metadata=body.metadata,
-    )
+    """Upsert one document (indexed asynchronously by the ingest pool).
+
+    As JSON: inline ``text``. As ``multipart/form-data``: a ``file`` (text, Markdown, HTML,
+    PDF, DOCX, JSON/JSONL records; the format is sniffed from its bytes and name, and the file
+    is parsed once here so a corrupt one is refused now, not later); ``doc_id`` defaults to the
+    file's name. Both answer 202 with the document id once the event is on Kafka.
+    """
+    if media_type(request) == MULTIPART:
+        event = await _uploaded_document(request, who)
+    else:
+        body = await json_body(request, DocumentBody, upload_field="file")
+        event = IngestRequest(
+            tenant=who.tenant,
+            doc_id=body.doc_id,
+            op="upsert",
+            text=body.text,
+            content_type=body.content_type,
+            title=body.title,
+            source=body.source,
+            metadata=body.metadata,
+        )
     await _produce_ingest(request, event)
     return DocumentAccepted(
-        doc_id=body.doc_id, op="upsert", event_id=event.event_id, links=_doc_links(body.doc_id)
+        doc_id=event.doc_id, op="upsert", event_id=event.event_id, links=_doc_links(event.doc_id)
+    )
+
+
+async def _uploaded_document(request: Request, who: Principal) -> IngestRequest:
+    from ingest.uploads import store_document
+
+    settings = services(request).settings
+    form, upload, data = await read_form(request, DocumentForm, "file")
+    name = file_name(upload)
+    doc_id = form.doc_id or name
+    if not doc_id:
+        raise ApiError(422, "INVALID_REQUEST", "doc_id: required when the file has no name")
+    _check_doc_id(doc_id)
+    kind = await check_document(settings, data, upload)
+    path = await asyncio.to_thread(store_document, settings.ingest, who.tenant, data, kind)
+    return IngestRequest(
+        tenant=who.tenant,
+        doc_id=doc_id,
+        op="upsert",
+        source_path=str(path),
+        content_type=kind,
+        title=form.title,
+        source=form.source or name,
+        metadata=form.metadata_dict(),
     )
 
 
@@ -97,28 +153,48 @@ async def get_document(
     return found
 
 
-@router.post("/v1/ingest/jobs", status_code=202, response_model=JobOut, responses=ERRORS)
-async def create_ingest_job(
-    body: JobBody, request: Request, who: Principal = Depends(principal)
-) -> JSONResponse:
-    """Start a bulk ingest job over server-side ``paths``.
+@router.post(
+    "/v1/ingest/jobs", status_code=202, response_model=JobOut, responses=ERRORS,
+    openapi_extra=request_body(JobBody, JobForm, "archive"),
+)  # fmt: skip
+async def create_ingest_job(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+    """Start a bulk ingest job over server-side ``paths`` (JSON) or an uploaded ``archive``
+    (``multipart/form-data``: zip, tar or tar.gz).
 
     A tenant may only read its own folder of each allowed root (``<root>/<tenant>/...``): the
-    roots are shared by every tenant, and one must not index another's files.
+    roots are shared by every tenant, and one must not index another's files. An archive is
+    extracted into the job's own folder there (no path traversal, links or devices; member
+    count and unpacked size limited); a refused archive leaves nothing behind.
     """
-    from ingest.sources import SourceRejectedError, discover
-    from ingest.tasks import run_job
-
     svc = services(request)
     settings = svc.settings
-    await check_callback(settings, body.callback_url)
-    if any("\x00" in p for p in body.paths):
+    job_id = str(uuid.uuid4())
+    if media_type(request) == MULTIPART:
+        form, _, data = await read_form(request, JobForm, "archive")
+        callback_url = form.callback_url
+        await check_callback(settings, callback_url)
+        files = await _archive_files(settings, who.tenant, job_id, data)
+    else:
+        body = await json_body(request, JobBody, upload_field="archive")
+        callback_url = body.callback_url
+        await check_callback(settings, callback_url)
+        files = await _path_files(settings, who.tenant, body.paths)
+    job_id = await asyncio.to_thread(
+        jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id
+    )
+    return await _submit(request, who, job_id)
+
+
+async def _path_files(settings: Settings, tenant: str, paths: list[str]) -> list[SourceFile]:
+    from ingest.sources import SourceRejectedError, scan
+
+    if any("\x00" in p for p in paths):
         raise ApiError(422, "INVALID_REQUEST", "paths: NUL character")
     try:
-        files = await asyncio.to_thread(
-            discover,
-            body.paths,
-            [root / who.tenant for root in settings.ingest.allowed_roots],
+        found = await asyncio.to_thread(
+            scan,
+            paths,
+            [root / tenant for root in settings.ingest.allowed_roots],
             settings.ingest.extensions,
             settings.ingest.exclude_dirs,
         )
@@ -126,11 +202,44 @@ async def create_ingest_job(
         raise ApiError(422, "INVALID_REQUEST", str(exc)) from exc
     except (OSError, ValueError) as exc:  # unreadable, or not encodable as a file name
         raise ApiError(422, "INVALID_REQUEST", f"paths: {exc}") from exc
-    if not files:
-        raise ApiError(422, "INVALID_REQUEST", "paths: no file with a known extension")
-    job_id = await asyncio.to_thread(
-        jobs.create_job, svc.sessions, who.tenant, files, body.callback_url
+    if not found.files:
+        raise ApiError(
+            422, "INVALID_REQUEST", f"paths: nothing to ingest: {found.nothing_reason()}"
+        )
+    return found.files
+
+
+async def _archive_files(
+    settings: Settings, tenant: str, job_id: str, data: bytes
+) -> list[SourceFile]:
+    from ingest.archives import ArchiveRejectedError
+    from ingest.sources import scan
+    from ingest.uploads import extract_job_archive
+
+    try:
+        folder = await asyncio.to_thread(extract_job_archive, settings.ingest, tenant, job_id, data)
+    except ArchiveRejectedError as exc:
+        raise ApiError(422, "INVALID_REQUEST", f"archive: {exc}") from exc
+    found = await asyncio.to_thread(
+        scan,
+        [folder],
+        [root / tenant for root in settings.ingest.allowed_roots],
+        settings.ingest.extensions,
+        settings.ingest.exclude_dirs,
     )
+    if not found.files:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        raise ApiError(
+            422, "INVALID_REQUEST", f"archive: nothing to ingest: {found.nothing_reason()}"
+        )
+    return found.files
+
+
+async def _submit(request: Request, who: Principal, job_id: str) -> JSONResponse:
+    """Queue the created job on Celery and answer 202 with its progress."""
+    from ingest.tasks import run_job
+
+    svc = services(request)
     try:
         await asyncio.to_thread(run_job.delay, job_id)
     except Exception as exc:

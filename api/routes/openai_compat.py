@@ -23,6 +23,8 @@ along as extra top-level ``citations`` and ``evidence`` lists (clients ignore un
 With ``stream: true`` the body is ``chat.completion.chunk`` events ending in ``data: [DONE]``,
 as the OpenAI API streams (https://platform.openai.com/docs/api-reference/chat-streaming); the
 chunk with ``finish_reason: "stop"`` also carries ``usage``, ``citations`` and ``evidence``.
+A streaming client that disconnects before the answer cancels the request's generation (as
+``POST /v1/query`` does, see :mod:`api.routes.query`).
 
 How long the route waits: the client's own timeout when it sends one (``X-Request-Timeout``,
 or ``X-Stainless-Read-Timeout``, which the official ``openai`` clients send with their read
@@ -32,6 +34,7 @@ otherwise ``api.wait_timeout_s``; capped by ``api.max_wait_s``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -357,5 +360,9 @@ async def chunks(  # noqa: PLR0917 - one call site
                 yield _chunk(rid, model, {"content": rest}, None)
             yield _chunk(rid, model, {}, "stop", final)
         yield b"data: [DONE]\n\n"
+    except (asyncio.CancelledError, GeneratorExit):
+        if hit is None:  # the client left before its answer: stop the pools' work on it
+            svc.cancel(rid)
+        raise
     finally:
         svc.unsubscribe(rid)

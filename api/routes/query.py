@@ -14,8 +14,11 @@ Server-Sent Events of a streamed query (``"stream": true``), in order:
 
 Every ``api.sse_keepalive_s`` (15 s) a comment line (``: ping ...``) keeps proxies from dropping
 the stream while the query is queued or generating. The stream is an ``EventSourceResponse``
-(sse-starlette): when the client disconnects, the body generator is cancelled and the request's
-waiter is unregistered at once (the query itself still completes and lands in the query log).
+(sse-starlette): when the client disconnects, the body generator is cancelled, the request's
+waiter is unregistered at once, and the request is flagged as cancelled (:mod:`workers.cancel`):
+a generation pool does not start its LLM call, or stops it within half a second, and records a
+``CANCELLED`` error in the query log. Stages before generation (retrieval, rerank, evidence)
+are short and run to their end.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ FAILED_STATUS = {
     ErrorCode.DEADLINE_EXCEEDED: 504,
     ErrorCode.BACKEND_UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
@@ -257,6 +261,10 @@ async def sse_stream(  # noqa: PLR0917 - one call site
             yield sse(name, result.model_dump(mode="json"))
             return
         yield sse("timeout", {"request_id": event.request_id, "links": links})
+    except (asyncio.CancelledError, GeneratorExit):
+        if hit is None:  # the client left before its answer: stop the pools' work on it
+            svc.cancel(event.request_id)
+        raise
     finally:
         svc.unsubscribe(event.request_id)
 

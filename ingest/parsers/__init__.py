@@ -1,4 +1,4 @@
-"""Document parsers: bytes of text, Markdown, HTML, PDF, JSON or JSONL to ``ParsedDocument``.
+"""Document parsers: bytes of text, Markdown, HTML, PDF, DOCX, JSON or JSONL to ``ParsedDocument``.
 
 Use :func:`parse`; it picks the parser (see :func:`detect_content_type`) and raises only
 :class:`~ingest.types.ParseError` for bad input.
@@ -6,16 +6,22 @@ Use :func:`parse`; it picks the parser (see :func:`detect_content_type`) and rai
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ingest.parsers.decoding import decode_bytes
-from ingest.parsers.detect import ContentType, detect_content_type, mime_charset
+from ingest.parsers.detect import ContentType, detect_content_type, detect_upload, mime_charset
 from ingest.parsers.html import parse_html
 from ingest.parsers.markdown import parse_markdown
 from ingest.parsers.pdf import parse_pdf
 from ingest.parsers.records import parse_json, parse_jsonl
 from ingest.parsers.text import EMPTY, parse_text
+from ingest.parsers.word import parse_docx
 from ingest.types import ParsedDocument, ParseError
 
-__all__ = ["ContentType", "ParseError", "detect_content_type", "parse"]
+#: Parsers of formats read from bytes, not decoded text.
+_BINARY: dict[str, Callable[[bytes], ParsedDocument]] = {"pdf": parse_pdf, "docx": parse_docx}
+
+__all__ = ["ContentType", "ParseError", "detect_content_type", "detect_upload", "parse"]
 
 
 def parse(
@@ -36,11 +42,11 @@ def parse(
         filename: the file's name or path, used for its extension when ``content_type`` is
             ``None`` (and in error messages).
         content_type: a MIME type (its ``charset`` parameter is honoured) or a short name:
-            text, markdown, html, pdf, json, jsonl.
+            text, markdown, html, pdf, docx, json, jsonl.
         json_text_field: the field holding each JSON/JSONL record's text.
 
     Returns:
-        One document for text, Markdown, HTML and PDF; one per record for JSON (an object or a
+        One document for text, Markdown, HTML, PDF and DOCX; one per record for JSON (an object or a
         list of objects) and JSONL (one object per non-blank line), each with ``doc_id`` from
         the record's ``doc_id``/``id`` field when present. ``content_type`` of each document
         is the short name of its format.
@@ -66,8 +72,8 @@ def parse(
 def _parse_as(
     kind: ContentType, data: bytes, charset: str | None, json_text_field: str
 ) -> list[ParsedDocument]:
-    if kind == "pdf":
-        return [parse_pdf(data)]
+    if kind in _BINARY:
+        return [_BINARY[kind](data)]
     if kind == "html":
         return [parse_html(data, charset=charset)]
     text = decode_bytes(data, declared=charset)

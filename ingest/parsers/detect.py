@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import re
+import zipfile
 from pathlib import PurePosixPath
 from typing import Literal, get_args
 
@@ -10,7 +12,10 @@ from ingest.parsers.decoding import bom_encoding
 from ingest.types import ParseError
 
 #: The formats ``parse`` understands; also the ``content_type`` of the documents it returns.
-ContentType = Literal["text", "markdown", "html", "pdf", "json", "jsonl"]
+ContentType = Literal["text", "markdown", "html", "pdf", "docx", "json", "jsonl"]
+#: Formats recognised by their bytes alone (magic numbers), never by a name.
+BINARY_TYPES: frozenset[ContentType] = frozenset({"pdf", "docx"})
+DOCX_MIME = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 _SHORT_NAMES: frozenset[str] = frozenset(get_args(ContentType))
 _ALIASES: dict[str, ContentType] = {
@@ -27,6 +32,7 @@ _ALIASES: dict[str, ContentType] = {
     "application/xhtml+xml": "html",
     "application/pdf": "pdf",
     "application/x-pdf": "pdf",
+    DOCX_MIME: "docx",
     "application/json": "json",
     "text/json": "json",
     "application/jsonl": "jsonl",
@@ -45,6 +51,7 @@ _EXTENSIONS: dict[str, ContentType] = {
     ".htm": "html",
     ".xhtml": "html",
     ".pdf": "pdf",
+    ".docx": "docx",
     ".json": "json",
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
@@ -67,9 +74,9 @@ def detect_content_type(
     Args:
         data: the document's bytes.
         filename: its name or path; the extension (.txt .text .md .markdown .html .htm .xhtml
-            .pdf .json .jsonl .ndjson, any case) is used when ``content_type`` is not given.
+            .pdf .docx .json .jsonl .ndjson, any case) is used when ``content_type`` is not given.
         content_type: a MIME type (parameters such as ``charset`` ignored) or a short name
-            (text, markdown, html, pdf, json, jsonl, and txt, md, htm, ndjson).
+            (text, markdown, html, pdf, docx, json, jsonl, and txt, md, htm, ndjson).
             ``application/octet-stream`` counts as not given.
 
     Returns:
@@ -103,11 +110,71 @@ def mime_charset(content_type: str | None) -> str | None:
     return match[1] if match else None
 
 
-def sniff(data: bytes) -> ContentType | None:
-    """Guess the format from the first bytes: PDF, HTML, JSON/JSONL, else text if not binary."""
-    head = data[:_SNIFF_BYTES]
-    if b"%PDF-" in head[:1024]:
+def detect_upload(
+    data: bytes, *, filename: str | None = None, content_type: str | None = None
+) -> ContentType:
+    """Decide the format of an uploaded file, trusting its bytes over its name.
+
+    Binary formats are known by their magic numbers (PDF ``%PDF-``, DOCX a zip package holding
+    ``word/document.xml``); a name or MIME type cannot make other bytes one of them. Text
+    formats cannot be told apart by their bytes (Markdown is text), so for text the file's
+    extension decides, then ``content_type`` (the part's declared type), then sniffing.
+
+    Args:
+        data: the file's bytes.
+        filename: the name the client gave it.
+        content_type: the MIME type the client declared (``application/octet-stream`` counts
+            as none).
+
+    Returns:
+        The short name of the format.
+
+    Raises:
+        ParseError: the bytes are binary but no format handled here; or the name or declared
+            type says PDF/DOCX and the bytes are not ("... is not a PDF"); or the declared type
+            is unknown and nothing else decides.
+    """
+    magic = sniff_binary(data)
+    if magic is not None:
+        return magic
+    named: ContentType | None = None
+    if filename:
+        named = _EXTENSIONS.get(PurePosixPath(filename.replace("\\", "/")).suffix.lower())
+    if named is None and content_type is not None:
+        mime = content_type.split(";", 1)[0].strip().lower()
+        named = None if mime in _GENERIC else _from_name(mime)
+    label = f"file {filename!r}" if filename else "the data"
+    if named in BINARY_TYPES:
+        raise ParseError(f"{label} is not a {named.upper()}: its bytes do not start like one")
+    if not _looks_like_text(data[:_SNIFF_BYTES]):
+        raise ParseError(f"unsupported content type: {label} is binary and not PDF or DOCX")
+    if named is not None:
+        return named
+    return detect_content_type(data, filename=filename, content_type=content_type)
+
+
+def sniff_binary(data: bytes) -> ContentType | None:
+    """PDF (``%PDF-`` in the first KiB) or DOCX (a zip with ``word/document.xml``), else None."""
+    if b"%PDF-" in data[:1024]:
         return "pdf"
+    if data[:4] == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as package:
+                names = set(package.namelist())
+        except zipfile.BadZipFile:
+            return None
+        if "word/document.xml" in names:
+            return "docx"
+    return None
+
+
+def sniff(data: bytes) -> ContentType | None:
+    """Guess the format from the first bytes: PDF, DOCX, HTML, JSON/JSONL, else text if not
+    binary."""
+    binary = sniff_binary(data)
+    if binary is not None:
+        return binary
+    head = data[:_SNIFF_BYTES]
     if not _looks_like_text(head):
         return None
     bom = bom_encoding(head)

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -79,6 +80,10 @@ def test_sync_query_over_http_answers_with_citations_and_trace(stack: Stack) -> 
     assert stages[:2] == ["retrieval", "rerank"] and stages[2] == "evidence"
     assert stages[3].startswith("generation")
     assert result.latency_ms and result.latency_ms > 0
+    # Each pool's first stage says how long the query waited for it (hop, queue, batching).
+    waits = [t.wait_ms for t in result.trace]
+    assert all(w is not None and w >= 0 for w in (waits[0], waits[1], waits[3])), waits
+    assert waits[2] is None  # evidence runs right after rerank, in the same process
     # The delivery pool writes the query log concurrently with the API's answer.
     url = f"{stack.apis[0].url}/v1/queries/{result.request_id}"
     logged = wait_for(
@@ -86,6 +91,7 @@ def test_sync_query_over_http_answers_with_citations_and_trace(stack: Stack) -> 
         what="the answer in the query log",
     )
     assert logged["citations"][0]["doc_id"] == "ports"
+    assert [t["wait_ms"] for t in logged["trace"]] == waits
 
 
 def test_evidence_tier_answers_with_quoted_evidence_through_the_api(stack: Stack) -> None:
@@ -161,8 +167,77 @@ def test_openai_client_works_unchanged(stack: Stack) -> None:
         messages=[{"role": "user", "content": "What does VACUUM reclaim? Be brief."}],
         stream=True,
     )
-    parts = [ch.choices[0].delta.content or "" for ch in stream if ch.choices]
+    chunks = list(stream)
+    parts = [ch.choices[0].delta.content or "" for ch in chunks if ch.choices]
     assert "".join(parts).strip(), parts
+    # citations, evidence and usage ride in the final chunk
+    final = chunks[-1]
+    assert final.usage is not None and final.usage.completion_tokens > 0
+    extra = final.model_extra or {}
+    assert "vacuum" in [c["doc_id"] for c in extra["citations"]], extra
+    assert extra["evidence"], extra
+
+
+def test_open_webuis_request_sequence_replays_against_the_real_stack(stack: Stack) -> None:
+    from tests.frontends import load, replay
+
+    with httpx.Client(base_url=stack.apis[0].url, timeout=120) as http:
+        models, chat, title = replay(http, load("open-webui"), stack.keys["acme"])
+    assert "auto" in models.ids
+    assert chat.text.strip(), chat
+    assert "vacuum" in [c["doc_id"] for c in chat.final["citations"]], chat.final
+    assert title.completion["choices"][0]["message"]["content"]
+
+
+def test_the_async_client_against_the_real_app(stack: Stack) -> None:
+    import asyncio
+
+    from entry.client import AsyncHttpClient
+
+    async def go() -> tuple[Any, ...]:
+        async with AsyncHttpClient(stack.apis[0].url, stack.keys["acme"], timeout_s=120) as c:
+            accepted = await c.upsert_document("async-notes", "# Notes\n\nBloat is measured.")
+            events = [e async for e in c.stream("What does VACUUM reclaim?", route="evidence")]
+            result = events[-1].result
+            assert result is not None
+            logged = await c.wait(result.request_id, timeout_s=30, poll_s=0.25)
+            endpoint = await c.register_webhook("http://127.0.0.1:9/hook", ["query.completed"])
+            listed = await c.list_webhooks()
+            await c.delete_webhook(endpoint.id)
+            deleted = await c.delete_document("async-notes")
+            return accepted, events, logged, endpoint, listed, deleted
+
+    accepted, events, logged, endpoint, listed, deleted = asyncio.run(go())
+    assert accepted.op == "upsert" and deleted.op == "delete"
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == ["accepted", "queued"] and kinds[-1] == "answer", kinds
+    assert logged.status == "answered" and logged.citations
+    assert endpoint.secret.startswith("whsec_") and endpoint.id in [e.id for e in listed]
+
+
+def test_a_stream_left_before_its_answer_cancels_the_generation(stack: Stack) -> None:
+    import asyncio
+
+    from entry.client import AsyncHttpClient
+
+    async def go() -> tuple[str, list[str]]:
+        async with AsyncHttpClient(stack.apis[0].url, stack.keys["acme"], timeout_s=120) as c:
+            kinds: list[str] = []
+            rid = ""
+            question = "Explain in detail everything VACUUM and autovacuum do. Be thorough."
+            async for event in c.stream(question, route="small"):
+                kinds.append(event.kind)
+                rid = rid or str(event.data.get("request_id", ""))
+                if event.kind == "evidence":
+                    break  # the client leaves before the LLM answers: the connection closes
+            return rid, kinds
+
+    rid, kinds = asyncio.run(go())
+    assert kinds[-1] == "evidence", kinds
+    with _client(stack, stack.keys["acme"]) as c:
+        result = c.wait(rid, timeout_s=60, poll_s=0.25)
+    assert result.status == "failed" and result.error is not None, result
+    assert result.error.code == "CANCELLED", result.error
 
 
 def test_tenants_are_isolated(stack: Stack) -> None:

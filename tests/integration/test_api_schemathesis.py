@@ -7,6 +7,7 @@ nobody answers, which is the only 5xx allowed (it is not a malformed input).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ def fuzz_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         RAGSTREAM_API__WAIT_TIMEOUT_S="0.2",
         RAGSTREAM_API__MAX_WAIT_S="0.3",
         RAGSTREAM_API__MAX_BODY_BYTES="65536",
+        # Uploads (multipart documents and archives) land in the test's folder.
+        RAGSTREAM_INGEST__ALLOWED_ROOTS=json.dumps([str(tmp / "roots")]),
+        RAGSTREAM_INGEST__UPLOAD_ROOT=str(tmp / "roots"),
     )
     stack.keys["t"] = stack.key(stack.name + "-fuzz", rate_per_minute=100_000)
     yield stack

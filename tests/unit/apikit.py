@@ -39,6 +39,7 @@ class FakeQueries:
         self.asked: list[QueryRequest] = []
         self.waits: list[float | None] = []
         self.unsubscribed: list[str] = []
+        self.cancelled: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def ask(
@@ -65,6 +66,9 @@ class FakeQueries:
 
     def unsubscribe(self, request_id: str) -> None:
         self.unsubscribed.append(request_id)
+
+    def cancel(self, request_id: str) -> None:
+        self.cancelled.append(request_id)
 
     def close(self) -> None:
         pass

@@ -35,7 +35,13 @@ class Producer:
     def __init__(self, future: Future, block_s: float = 0.0) -> None:
         self.future, self.block_s = future, block_s
 
-    def send(self, topic: str, key: bytes | None = None, value: bytes | None = None) -> Future:
+    def send(
+        self,
+        topic: str,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> Future:
         time.sleep(self.block_s)
         return self.future
 

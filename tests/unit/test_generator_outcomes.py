@@ -38,7 +38,10 @@ class Backend:
         self.prompts: list[str] = []
 
     async def generate_many(
-        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: object = None,
     ) -> list[GenerationResult | Exception]:
         self.prompts.extend(str(r.prompt.messages or r.prompt.text) for r in requests)
         return [

@@ -159,6 +159,11 @@ def test_unknown_content_type_is_a_parse_error() -> None:
 
 def test_unrecognisable_binary_is_a_parse_error() -> None:
     with pytest.raises(ParseError, match="unsupported content type"):
+        parse(b"PK\x03\x04\x00\x00\x08\x00binary zip body", filename="report.xlsx")
+
+
+def test_a_docx_name_on_other_bytes_is_a_corrupt_docx() -> None:
+    with pytest.raises(ParseError, match="corrupt DOCX: not a zip package"):
         parse(b"PK\x03\x04\x00\x00\x08\x00binary zip body", filename="report.docx")
 
 

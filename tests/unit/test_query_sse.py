@@ -34,6 +34,7 @@ def test_accepted_queued_evidence_tokens_answer_with_keepalives_between(tmp_path
     pings = [line for line in lines if line.startswith(":")]
     assert len(pings) >= 3, lines  # nothing else was sent for 0.25 s between events
     assert fake.unsubscribed == [fake.asked[0].request_id]
+    assert fake.cancelled == []  # an answered stream cancels nothing
 
 
 def test_a_client_disconnect_unsubscribes_at_once(tmp_path: Path) -> None:

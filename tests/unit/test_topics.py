@@ -108,5 +108,5 @@ def test_registry_has_a_dlq_for_every_consumed_topic_and_prefixes_names() -> Non
 
 def test_json_schema_files_are_current() -> None:
     rendered = render_schemas()
-    on_disk = {p.name: p.read_text(encoding="utf-8") for p in SCHEMA_DIR.glob("*.json")}
+    on_disk = {p.name: p.read_text(encoding="utf-8") for p in SCHEMA_DIR.glob("*.schema.json")}
     assert on_disk == rendered, "run `ragstream topics schemas` and commit the result"

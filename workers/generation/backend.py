@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from workers.errors import RequestCancelledError
 from workers.generation.prompt import Prompt
 
 #: Called with each new piece of answer text, in order; may be sync or async.
@@ -21,6 +22,10 @@ OnToken = Callable[[str], Awaitable[None] | None]
 
 #: Gives the token callback of a request (by ``request_id``), or ``None`` for none.
 OnTokenFor = Callable[[str], OnToken | None]
+
+#: Gives the cancellation event of a request (by ``request_id``; once set, its generation is
+#: stopped), or ``None`` when it cannot be cancelled.
+CancelFor = Callable[[str], asyncio.Event | None]
 
 
 @dataclass(frozen=True)
@@ -78,9 +83,14 @@ class GenerationBackend(Protocol):
         ...
 
     async def generate_many(
-        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: CancelFor | None = None,
     ) -> list[GenerationResult | Exception]:
-        """Submit all requests at once (the server batches them); one outcome per request."""
+        """Submit all requests at once (the server batches them); one outcome per request.
+        A request whose ``cancel_for`` event is set is stopped: its outcome is a
+        :class:`~workers.errors.RequestCancelledError`."""
         ...
 
     async def aclose(self) -> None:
@@ -97,24 +107,51 @@ async def emit(on_token: OnToken | None, text: str) -> None:
         await result
 
 
+async def until_cancelled(
+    work: Awaitable[GenerationResult], cancel: asyncio.Event, request_id: str
+) -> GenerationResult:
+    """Await ``work`` unless ``cancel`` is set first; then cancel it (which closes its HTTP
+    stream, and the server stops generating) and raise.
+
+    Raises:
+        RequestCancelledError: ``cancel`` was set before ``work`` finished.
+    """
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        waiter.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    raise RequestCancelledError(f"request {request_id} cancelled: generation stopped")
+
+
 async def generate_concurrently(
     backend: GenerationBackend,
     requests: Sequence[GenerationRequest],
     on_token_for: OnTokenFor | None = None,
+    cancel_for: CancelFor | None = None,
 ) -> list[GenerationResult | Exception]:
-    """Run ``backend.generate`` for every request concurrently (``asyncio.gather``).
+    """Run ``backend.generate`` for every request concurrently (``asyncio.gather``); a
+    request whose ``cancel_for`` event is set is stopped (:func:`until_cancelled`).
 
     Returns:
         Per request, in order, its result or the :class:`Exception` it raised; cancellation
         and other ``BaseException`` propagate.
     """
-    outcomes = await asyncio.gather(
-        *(
-            backend.generate(r, on_token_for(r.request_id) if on_token_for else None)
-            for r in requests
-        ),
-        return_exceptions=True,
-    )
+
+    def one(r: GenerationRequest) -> Awaitable[GenerationResult]:
+        work = backend.generate(r, on_token_for(r.request_id) if on_token_for else None)
+        cancel = cancel_for(r.request_id) if cancel_for else None
+        return work if cancel is None else until_cancelled(work, cancel, r.request_id)
+
+    outcomes = await asyncio.gather(*(one(r) for r in requests), return_exceptions=True)
     results: list[GenerationResult | Exception] = []
     for outcome in outcomes:
         if isinstance(outcome, BaseException) and not isinstance(outcome, Exception):

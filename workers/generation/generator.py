@@ -16,7 +16,12 @@ is published (:func:`workers.generation.compress.judge`): an empty, stop-only or
 completion is replaced by the evidence answer, one cut at its token limit is kept up to its last
 whole sentence and marked ``truncated`` (or replaced by the evidence answer when no sentence is
 whole). A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
-silently cut question. The pool around it is
+silently cut question.
+
+Cancellation (:mod:`workers.cancel`): a request whose client disconnected is not generated, and
+one in flight is stopped within :data:`CANCEL_POLL_S` (its HTTP stream to the LLM server is
+closed, which frees the server's slot); either is answered with a ``CANCELLED`` error that
+still carries its citations and evidence, so the query log records it. The pool around it is
 :mod:`workers.pools.generation`; the evaluation and the query benchmark's baseline call it
 directly.
 """
@@ -36,10 +41,15 @@ from ragstream.retry import RetryPolicy
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
-from topics.responses import Citation, EvidenceSpan, QueryResponse, TokenUsage
+from topics.responses import Citation, ErrorCode, EvidenceSpan, QueryResponse, TokenUsage
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
-from workers.errors import BackendUnavailableError, PromptTooLongError, code_of, error_response
+from workers.errors import (
+    BackendUnavailableError,
+    PromptTooLongError,
+    code_of,
+    error_response,
+)
 from workers.evidence.answer import AnswerPolicy, quote
 from workers.generation.backend import (
     GenerationBackend,
@@ -49,12 +59,25 @@ from workers.generation.backend import (
 )
 from workers.generation.compress import Judged, compress, judge
 from workers.generation.prompt import EVIDENCE_INSTRUCTION, Prompt, PromptBuilder
+from workers.metrics import (
+    LLM_LATENCY,
+    LLM_REQUESTS,
+    LLM_TOKENS,
+    LLM_TTFT,
+    init_llm_labels,
+    llm_outcome,
+)
 from workers.runtime.handler import Emit, Outcome, derive_event_id
-from workers.runtime.metrics import MODEL_CALLS
+from workers.runtime.metrics import ERRORS, MODEL_CALLS
 
 log = structlog.get_logger(__name__)
 
 NOT_FOUND = "The documents do not contain the answer."
+#: Seconds between two reads of the cancellation flags of the requests being generated.
+CANCEL_POLL_S = 0.5
+
+#: Which of these request ids are cancelled (:meth:`workers.cancel.Cancellations.cancelled`).
+CancelCheck = Callable[[Sequence[str]], set[str]]
 CITE = re.compile(r"\[(\d{1,3})\]")
 
 
@@ -118,6 +141,8 @@ class Generator:
             the retries).
         fallback: how the evidence answer that replaces an unusable completion is quoted.
         stop: the backend's stop sequences (a completion made of one is empty).
+        cancelled: reads which requests were cancelled (their client left); ``None``: none is.
+        cancel_poll_s: seconds between two such reads while generating.
     """
 
     def __init__(
@@ -131,7 +156,11 @@ class Generator:
         backoff: RetryPolicy,
         fallback: AnswerPolicy | None = None,
         stop: Sequence[str] = (),
+        cancelled: CancelCheck | None = None,
+        cancel_poll_s: float = CANCEL_POLL_S,
     ) -> None:
+        self.cancelled = cancelled
+        self.cancel_poll_s = cancel_poll_s
         self.fallback = fallback or AnswerPolicy()
         self.stop = tuple(stop)
         self.backend = backend
@@ -141,21 +170,16 @@ class Generator:
         self.tier = tier
         self.backoff = backoff
         self._loop = asyncio.new_event_loop()
+        init_llm_labels(tier)
+        ERRORS.labels(f"generation-{tier}", BackendUnavailableError.__name__)  # at 0 from start
 
     def run(self, events: list[RerankedPassages]) -> list[Outcome]:
         """Answers (or typed errors) for ``events``, in order."""
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         out: dict[int, Outcome] = {}
-        prompts: dict[int, Prompt] = {}
-        for i, e in enumerate(events):
-            if not e.passages:
-                continue
-            try:
-                prompts[i] = self._prompt(e)
-            except PromptTooLongError as exc:
-                stage = f"generation-{self.tier}"
-                out[i] = Emit(RESPONSES, error_response(e, code_of(exc), str(exc), stage))
+        prompts = self._prompts(events, out)
+        self._drop_cancelled(events, prompts, out)
         streams = {
             i: self._stream(events[i].request, 1 if events[i].evidence else 0) for i in prompts
         }
@@ -179,6 +203,47 @@ class Generator:
                 finish()
             out[i] = Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0))
         return [out[i] for i in range(len(events))]
+
+    def _prompts(
+        self, events: list[RerankedPassages], out: dict[int, Outcome]
+    ) -> dict[int, Prompt]:
+        """The budgeted prompt of each event with passages, by index; a question over the
+        budget is answered ``PROMPT_TOO_LONG`` in ``out`` instead."""
+        prompts: dict[int, Prompt] = {}
+        for i, e in enumerate(events):
+            if not e.passages:
+                continue
+            try:
+                prompts[i] = self._prompt(e)
+            except PromptTooLongError as exc:
+                stage = f"generation-{self.tier}"
+                out[i] = Emit(RESPONSES, error_response(e, code_of(exc), str(exc), stage))
+        return prompts
+
+    def _drop_cancelled(
+        self, events: list[RerankedPassages], prompts: dict[int, Prompt], out: dict[int, Outcome]
+    ) -> None:
+        """Answer each request among ``prompts`` that was cancelled with ``CANCELLED`` (in
+        ``out``) and drop its prompt: it is never sent to the LLM."""
+        if self.cancelled is None or not prompts:
+            return
+        gone = self.cancelled([events[i].request.request_id for i in prompts])
+        stage = f"generation-{self.tier}"
+        msg = "the client disconnected before generation; nothing was generated"
+        for i in [i for i in prompts if events[i].request.request_id in gone]:
+            del prompts[i]
+            out[i] = Emit(RESPONSES, error_response(events[i], ErrorCode.CANCELLED, msg, stage))
+
+    async def _watch(self, flags: dict[str, asyncio.Event]) -> None:
+        """Set the event of each request in ``flags`` once it is cancelled (polls every
+        ``cancel_poll_s``; runs until cancelled itself)."""
+        check = self.cancelled
+        assert check is not None
+        while True:
+            await asyncio.sleep(self.cancel_poll_s)
+            open_ids = [rid for rid, flag in flags.items() if not flag.is_set()]
+            for rid in await asyncio.to_thread(check, open_ids):
+                flags[rid].set()
 
     def _prompt(self, e: RerankedPassages) -> Prompt:
         """The budgeted prompt of ``e``: over its evidence when it has some, else its passages.
@@ -225,6 +290,27 @@ class Generator:
     ) -> dict[int, GenerationResult | BaseException]:
         results: dict[int, GenerationResult | BaseException] = {}
         pending = sorted(prompts)
+        by_id = {events[i].request.request_id: i for i in pending}
+        flags = {rid: asyncio.Event() for rid in by_id}
+        watcher = asyncio.ensure_future(self._watch(flags)) if self.cancelled and flags else None
+        try:
+            await self._attempts(events, prompts, streams, pending, results, flags)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+        return results
+
+    async def _attempts(  # noqa: PLR0917 - one call site
+        self,
+        events: list[RerankedPassages],
+        prompts: dict[int, Prompt],
+        streams: dict[int, tuple[OnToken | None, Callable[[], None] | None]],
+        pending: list[int],
+        results: dict[int, GenerationResult | BaseException],
+        flags: dict[str, asyncio.Event],
+    ) -> None:
+        """Generate ``pending``, retrying an unreachable backend until each deadline."""
         attempt = 0
         by_id = {events[i].request.request_id: i for i in pending}
         while pending:
@@ -232,13 +318,14 @@ class Generator:
                 GenerationRequest(events[i].request.request_id, prompts[i]) for i in pending
             ]
             outcomes = await self.backend.generate_many(
-                requests, lambda rid: streams[by_id[rid]][0]
+                requests, lambda rid: streams[by_id[rid]][0], flags.get
             )
             attempt += 1
             retry = []
             delay_s = self.backoff.delay_ms(attempt) / 1000
             for i, outcome in zip(pending, outcomes, strict=True):
                 results[i] = outcome
+                self._observe(outcome)
                 deadline = events[i].request.deadline.timestamp()
                 if isinstance(outcome, BackendUnavailableError) and self.backoff.allows(
                     attempt, delay_s, deadline=deadline
@@ -248,7 +335,22 @@ class Generator:
                 log.warning("generation.backend_unavailable", retry=len(retry), attempt=attempt)
                 await asyncio.sleep(delay_s)
             pending = retry
-        return results
+
+    def _observe(self, outcome: GenerationResult | BaseException) -> None:
+        """Count one LLM request attempt in the ``ragstream_llm_*`` metrics; a failed one also
+        in the pool's ``ragstream_errors_total`` (by exception class, as the runtime counts
+        the errors a handler raises)."""
+        tier = self.tier
+        if isinstance(outcome, BaseException):
+            LLM_REQUESTS.labels(tier, llm_outcome(outcome)).inc()
+            ERRORS.labels(f"generation-{tier}", type(outcome).__name__).inc()
+            return
+        LLM_REQUESTS.labels(tier, "ok").inc()
+        if outcome.ttft_ms is not None:
+            LLM_TTFT.labels(tier).observe(outcome.ttft_ms / 1000)
+        LLM_LATENCY.labels(tier).observe(outcome.total_ms / 1000)
+        LLM_TOKENS.labels(tier, "prompt").inc(outcome.prompt_tokens)
+        LLM_TOKENS.labels(tier, "completion").inc(outcome.completion_tokens)
 
     def _answer(
         self,

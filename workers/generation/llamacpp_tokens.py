@@ -24,6 +24,9 @@ class ServerTokenCounter:
     """A :class:`~workers.generation.prompt.TokenCounter` backed by ``POST /tokenize``.
 
     Counts include the BOS token the server adds to a prompt (``add_special: true``).
+    The request carries the text under both servers' field names, llama.cpp's ``content`` and
+    vLLM's ``prompt`` (each ignores the other's); both answer ``{"tokens": [...]}``, so
+    generation-large behind ``vllm serve`` is counted with the served model's tokenizer too.
     Results are kept in an LRU keyed by the text's BLAKE2b digest. Thread-safe; it blocks,
     so async callers run :meth:`PromptBuilder.build` in a thread (``asyncio.to_thread``).
 
@@ -53,9 +56,8 @@ class ServerTokenCounter:
 
     def _tokenize(self, text: str) -> int:
         try:
-            response = self._client.post(
-                f"{self.base_url}/tokenize", json={"content": text, "add_special": True}
-            )
+            body = {"content": text, "prompt": text, "add_special": True}
+            response = self._client.post(f"{self.base_url}/tokenize", json=body)
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise BackendUnavailableError(f"POST {self.base_url}/tokenize failed: {exc}") from exc

@@ -17,10 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+from opentelemetry.trace import SpanKind
 
+from ragstream import tracing
 from ragstream.errors import ConfigurationError, PermanentError
 from workers.errors import BackendUnavailableError, PromptTooLongError
 from workers.generation.backend import (
+    CancelFor,
     GenerationRequest,
     GenerationResult,
     OnToken,
@@ -147,8 +150,26 @@ class OpenAICompatibleBackend:
         body = self.body(request)
         started = time.perf_counter()
         state = _StreamState()
+        attributes = {
+            "gen_ai.operation.name": "chat" if self.style == "chat" else "text_completion",
+            "gen_ai.request.model": self.model,
+            "gen_ai.request.max_tokens": int(body["max_tokens"]),
+            "server.address": self.base_url,
+            "ragstream.request_id": request.request_id,
+        }
+        name = f"{attributes['gen_ai.operation.name']} {self.model}"
         try:
-            await self._stream(body, state, started, on_token)
+            with tracing.span(
+                name, key=request.request_id, kind=SpanKind.CLIENT, attributes=attributes
+            ) as span:
+                await self._stream(body, state, started, on_token)
+                counted = state.usage or {}
+                output_tokens = int(counted.get("completion_tokens", len(state.parts)))
+                span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+                if "prompt_tokens" in counted:
+                    span.set_attribute("gen_ai.usage.input_tokens", int(counted["prompt_tokens"]))
+                if state.ttft_ms is not None:
+                    span.set_attribute("ragstream.llm.time_to_first_token_ms", state.ttft_ms)
         except (TimeoutError, httpx.TimeoutException) as exc:
             what = (
                 f"no first token within {self.timeout_s}s"
@@ -218,10 +239,13 @@ class OpenAICompatibleBackend:
                 await emit(on_token, text)
 
     async def generate_many(
-        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: CancelFor | None = None,
     ) -> list[GenerationResult | Exception]:
         """Submit all requests concurrently so that the server batches them."""
-        return await generate_concurrently(self, requests, on_token_for)
+        return await generate_concurrently(self, requests, on_token_for, cancel_for)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

@@ -15,6 +15,7 @@ from typing import Any
 from ragstream.errors import ConfigurationError
 from workers.errors import PromptTooLongError
 from workers.generation.backend import (
+    CancelFor,
     GenerationRequest,
     GenerationResult,
     OnToken,
@@ -123,10 +124,13 @@ class VllmEngineBackend:
         )
 
     async def generate_many(
-        self, requests: Sequence[GenerationRequest], on_token_for: OnTokenFor | None = None
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: CancelFor | None = None,
     ) -> list[GenerationResult | Exception]:
         """Submit all requests at once; vLLM's scheduler batches them."""
-        return await generate_concurrently(self, requests, on_token_for)
+        return await generate_concurrently(self, requests, on_token_for, cancel_for)
 
     async def aclose(self) -> None:
         """Shut the engine down (frees GPU memory)."""

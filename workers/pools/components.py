@@ -59,6 +59,7 @@ def build_retrieval_components(
 def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> Generator:
     """The ``tier`` generator: its backend, a prompt builder budgeted in the serving model's
     tokens (``/tokenize`` of the llama.cpp server), the answer cache and the token sink."""
+    from workers.cancel import Cancellations
     from workers.evidence.stage import answer_policy
     from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
     from workers.generation.openai_compat import OpenAICompatibleBackend
@@ -97,4 +98,7 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
         backoff=backoff,
         fallback=answer_policy(settings.evidence),
         stop=stop,
+        cancelled=Cancellations(
+            redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+        ).cancelled,
     )

@@ -24,6 +24,7 @@ from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
 from topics.responses import QueryResponse
 from workers import query_log
+from workers.metrics import count_answers, init_answer_labels
 from workers.registry import register_pool
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Handler, Outcome
@@ -44,11 +45,13 @@ def record_responses(
     """Record the batch in one transaction: query log rows and their webhook deliveries.
 
     Returns ``(responses that became final, deliveries created)``; both are empty for a batch
-    of replays. Nothing is scheduled here (see :func:`delivery_handler`).
+    of replays. Nothing is scheduled here (see :func:`delivery_handler`). The responses that
+    became final are counted in ``ragstream_answers_total`` once the transaction committed.
     """
     with sessions.begin() as session:
         written = query_log.record_final(session, responses)
         created = add_query_deliveries(session, written)
+    count_answers(written)
     return written, created
 
 
@@ -61,6 +64,7 @@ def delivery_handler(
 ) -> Handler[QueryResponse]:
     """The delivery pool's handler: one SQL transaction per batch, then one Celery task per
     new webhook delivery; no output events."""
+    init_answer_labels()
 
     def fn(events: list[QueryResponse]) -> Sequence[Outcome]:
         _, created = record_responses(sessions, events)

@@ -20,6 +20,7 @@ from typing import Literal, Protocol
 
 from prometheus_client import Counter
 
+from ragstream import tracing
 from ragstream.settings import PoolSettings, RerankSettings, Settings
 from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED, TOKENS
 from topics.reranked import RerankedPassages
@@ -66,7 +67,8 @@ def rerank_handler(
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         pairs = [(e.request.query, _passage(c)) for e in events for c in e.candidates]
-        scores = reranker.score(pairs) if pairs else []
+        with tracing.span("rerank", attributes={"ragstream.rerank.pairs": len(pairs)}):
+            scores = reranker.score(pairs) if pairs else []
         if pairs:
             MODEL_CALLS.labels("rerank").inc()
         tops: list[list[Candidate]] = []
@@ -123,7 +125,8 @@ def _with_evidence(
     """Run the evidence stage over the batch; answer evidence-tier questions, pass the rest on."""
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    decisions = stage.run([(r.request, r.passages, r.tier) for r in reranked])
+    with tracing.span("evidence", attributes={"ragstream.evidence.questions": len(reranked)}):
+        decisions = stage.run([(r.request, r.passages, r.tier) for r in reranked])
     MODEL_CALLS.labels("evidence").inc()
     took = (time.perf_counter() - t0) * 1000
     out: list[Outcome] = []

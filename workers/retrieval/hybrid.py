@@ -130,7 +130,7 @@ class HybridRetriever:
 
     def _msearch(self, searches: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
         self.msearch_calls += 1
-        try:
+        try:  # traced by the Elasticsearch client itself (a span per request, when on)
             resp = self.es.msearch(searches=searches)
         except ApiError as exc:
             status = exc.meta.status

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import redis
 import structlog
 
+from ragstream import tracing
 from ragstream.metrics import serve_metrics
 from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, Settings
@@ -77,7 +78,9 @@ def build_runner(
     serve: bool = True,
     producer: EventProducer | None = None,
 ) -> PoolRunner[E]:
-    """A :class:`PoolRunner` with its producer, registry, pressure reporter and metrics port."""
+    """A :class:`PoolRunner` with its producer, registry, pressure reporter and metrics port;
+    tracing starts here when ``settings.tracing`` turns it on (service ``ragstream-<pool>``)."""
+    tracing.configure_tracing(settings.tracing, f"ragstream-{handler.name}")
     registry = registry or TopicRegistry(settings.kafka.topic_prefix)
     producer = producer or EventProducer(make_producer(settings.kafka))
     runner: PoolRunner[E] = PoolRunner(
@@ -112,5 +115,6 @@ def until_signalled(
         finally:
             if cleanup is not None:
                 cleanup()
+            tracing.flush_tracing()
 
     return run

@@ -18,6 +18,7 @@ Error semantics:
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -249,6 +250,42 @@ class BatchProcessor(Generic[E]):
         if hook is None or item.event is None:
             return []
         return list(hook(item.event, error))  # type: ignore[arg-type]
+
+
+def request_key(event: Event) -> str | None:
+    """The ``request_id`` an event belongs to (its own, or its ``request``'s), else ``None``."""
+    rid = getattr(event, "request_id", None)
+    return rid if isinstance(rid, str) else None
+
+
+def stamp_waits(emits: Sequence[Emit], items: Sequence[Item], picked_at: dt.datetime) -> list[Emit]:
+    """``emits`` with the pickup wait of their input set as ``wait_ms`` on the first trace
+    stage this pool appended (see :class:`~topics.base.StageTiming`).
+
+    An output belongs to the input of the same ``request_id`` whose trace its own extends;
+    the wait is ``picked_at - input.created_at`` in ms (0 when the producer's clock is ahead).
+    Outputs without a request, with no new stage, or whose stage already has a wait are
+    returned unchanged.
+    """
+    inputs: dict[str, Event] = {}
+    for item in items:
+        key = request_key(item.event) if item.event is not None else None
+        if key is not None and item.event is not None:
+            inputs[key] = item.event
+    out: list[Emit] = []
+    for emit in emits:
+        key = request_key(emit.event)
+        source = inputs.get(key) if key is not None else None
+        trace = emit.event.trace
+        n = len(source.trace) if source is not None else 0
+        if source is None or len(trace) <= n or trace[n].wait_ms is not None:
+            out.append(emit)
+            continue
+        wait_ms = max(0.0, (picked_at - source.created_at).total_seconds() * 1000)
+        stage = trace[n].model_copy(update={"wait_ms": round(wait_ms, 3)})
+        event = emit.event.model_copy(update={"trace": (*trace[:n], stage, *trace[n + 1 :])})
+        out.append(Emit(emit.topic, event))
+    return out
 
 
 def _expired(event: Event) -> bool:

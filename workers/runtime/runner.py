@@ -10,11 +10,18 @@ Guarantees (DESIGN.md, "Event semantics"):
 - on partition revocation the in-flight batch is finished and committed before the partitions
   are given up; records fetched but not started for a revoked partition are dropped (the new
   owner reads them from the committed offset);
-- SIGTERM/SIGINT: stop polling, finish and flush the batch, commit, leave the group.
+- SIGTERM/SIGINT: stop polling, finish and flush the batch, commit, leave the group;
+- idle costs little: the wait for a first record backs off from ``IDLE_POLL_MIN_MS`` to
+  ``IDLE_POLL_MAX_MS`` while polls come back empty (:func:`next_idle_wait_ms`) and drops back
+  on the first record. ``poll()`` returns as soon as a fetch brings records (and the broker
+  answers a fetch as soon as one record is there), so a long wait adds no latency to the
+  first event after a quiet spell; it only makes the loop, its lag report and kafka-python's
+  own work per ``poll()`` run less often (README, "Idle cost").
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 import socket
@@ -30,6 +37,7 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError
 from kafka.structs import OffsetAndMetadata
 
+from ragstream import tracing
 from ragstream.errors import PermanentError, RagstreamError
 from ragstream.retry import RetryPolicy
 from ragstream.settings import KafkaSettings
@@ -41,15 +49,36 @@ from topics.registry import TopicRegistry
 from workers.runtime import metrics
 from workers.runtime.handler import Emit, Handler
 from workers.runtime.pressure import PressureReporter
-from workers.runtime.process import BatchProcessor, BatchResult, DeadLetter, Item, decode_items
+from workers.runtime.process import (
+    BatchProcessor,
+    BatchResult,
+    DeadLetter,
+    Item,
+    decode_items,
+    stamp_waits,
+)
+from workers.runtime.tracing import BatchTrace
 
 log = structlog.get_logger(__name__)
 
 E = TypeVar("E", bound=Event)
 
-IDLE_POLL_MS = 200
+#: Wait for a first record right after a record arrived (ms).
+IDLE_POLL_MIN_MS = 200
+#: Longest wait for a first record when the topic stays quiet (ms); also the longest delay
+#: between SIGTERM and the start of an idle pool's shutdown.
+IDLE_POLL_MAX_MS = 2000
 KEEPALIVE_POLL_MS = 50
 KEEPALIVE_INTERVAL_S = 0.5
+
+
+def next_idle_wait_ms(current_ms: int, got_records: bool) -> int:
+    """The next wait for a first record: ``IDLE_POLL_MIN_MS`` after a poll that brought
+    records, else double ``current_ms`` up to ``IDLE_POLL_MAX_MS`` (200, 400, 800, 1600, 2000
+    ms: two seconds after the last event the loop wakes at most every 2 s)."""
+    if got_records:
+        return IDLE_POLL_MIN_MS
+    return min(IDLE_POLL_MAX_MS, max(IDLE_POLL_MIN_MS, current_ms * 2))
 
 
 @dataclass(slots=True)
@@ -108,7 +137,11 @@ class PoolRunner(Generic[E]):
         self._committed_early = False
         self._failures = 0
         self._streamed: dict[str, int] = {}
+        self._idle_wait_ms = IDLE_POLL_MIN_MS
+        self._picked_at = dt.datetime.now(dt.UTC)
+        self._trace: BatchTrace | None = None
         self.batches = 0
+        metrics.init_pool(handler.name)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -160,7 +193,7 @@ class PoolRunner(Generic[E]):
             if first_at is None:
                 if self._stopping.is_set():
                     break
-                timeout_ms = IDLE_POLL_MS
+                timeout_ms = self._idle_wait_ms
             else:
                 timeout_ms = int(policy.max_wait_ms - (time.monotonic() - first_at) * 1000)
                 if timeout_ms <= 0 or self._stopping.is_set():
@@ -171,6 +204,7 @@ class PoolRunner(Generic[E]):
             for records in polled.values():
                 self._fetched.extend(records)
             if first_at is None:
+                self._idle_wait_ms = next_idle_wait_ms(timeout_ms, bool(self._fetched))
                 if not self._fetched:
                     return []
                 first_at = time.monotonic()
@@ -186,9 +220,24 @@ class PoolRunner(Generic[E]):
         metrics.BATCH_SIZE.labels(name).observe(len(records))
         metrics.IN_FLIGHT.labels(name).set(len(records))
         items = decode_items(self.handler.input.model, [source_record(r) for r in records])
+        self._picked_at = dt.datetime.now(dt.UTC)
+        metrics.observe_pickup(
+            name, (i.event for i in items if i.event is not None), self._picked_at
+        )
         self._current_records = records
         self._committed_early = False
-        done = self._run_in_worker(self._process_and_publish, items)
+        trace = self._trace = (
+            BatchTrace(name, self.handler.group, self.handler.input.name, items)
+            if tracing.enabled()
+            else None
+        )
+        try:
+            with tracing.event_contexts(trace.by_key if trace else {}):
+                done = self._run_in_worker(self._process_and_publish, items)
+        finally:
+            self._trace = None
+        if trace is not None:
+            trace.end(None if done.ok else done.error)
         if done.ok:
             if not self._committed_early:
                 self._commit(records)
@@ -261,12 +310,22 @@ class PoolRunner(Generic[E]):
         """
         self.handler.check_emit(emit)
         topic = self._registry.name(emit.topic)
-        self._producer.send(topic, emit.event)
+        self._producer.send(topic, emit.event, self._headers(emit.event))
         self._streamed[topic] = self._streamed.get(topic, 0) + 1
 
+    def _headers(self, event: Event) -> list[tuple[str, bytes]]:
+        """Record headers of an output: the trace context of its input event (by key)."""
+        trace = self._trace
+        return trace.headers_for(event) if trace is not None else []
+
     def _process_and_publish(self, items: list[Item]) -> _Done:
+        with tracing.activated(self._trace.context if self._trace is not None else None):
+            return self._process_and_publish_traced(items)
+
+    def _process_and_publish_traced(self, items: list[Item]) -> _Done:
         self._streamed = {}
         result = self._processor.run(items)
+        result.emits = stamp_waits(result.emits, items, self._picked_at)
         if result.outage is not None:
             self._producer.discard_pending()  # what emit_now sent; the batch runs again
             return _Done(ok=False, error=result.outage)
@@ -284,7 +343,7 @@ class PoolRunner(Generic[E]):
         counts, self._streamed = self._streamed, {}
         for emit in result.emits:
             topic = self._registry.name(emit.topic)
-            self._producer.send(topic, emit.event)
+            self._producer.send(topic, emit.event, self._headers(emit.event))
             counts[topic] = counts.get(topic, 0) + 1
         for letter in result.dead_letters:
             self._send_dead_letter(letter)
@@ -300,6 +359,7 @@ class PoolRunner(Generic[E]):
         published = 0
         for item in items:
             result = self._processor.run([item])
+            result.emits = stamp_waits(result.emits, [item], self._picked_at)
             if result.outage is not None:
                 return _Done(ok=False, error=result.outage)
             try:
@@ -325,7 +385,9 @@ class PoolRunner(Generic[E]):
         notices = self._processor.dead_letter_emits(item, error)
         try:
             for emit in notices:
-                self._producer.send(self._registry.name(emit.topic), emit.event)
+                self._producer.send(
+                    self._registry.name(emit.topic), emit.event, self._headers(emit.event)
+                )
             published += self._producer.flush()
         except PermanentError as exc:
             self._producer.discard_pending()
@@ -344,6 +406,8 @@ class PoolRunner(Generic[E]):
         src: SourceRecord = letter.item.source
         headers = dead_letter_headers(src, letter.error, letter.attempts, self.handler.name)
         self._producer.send_raw(self._dlq, src.key, src.value, headers)
+        if self._trace is not None:
+            self._trace.failed(letter.item, letter.error)
         metrics.DEAD_LETTERS.labels(self.handler.name).inc()
         log.warning(
             "pool.dead_letter",

@@ -24,10 +24,12 @@ from typing import Any
 from urllib.parse import urljoin
 
 import httpx
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragstream import tracing
 from ragstream.db.models import WebhookAttempt, WebhookDelivery, utcnow
 from workers.webhooks.signing import sign_headers, signing_keys
 from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
@@ -93,7 +95,42 @@ def attempt(
 ) -> AttemptResult:
     """POST once, following up to 3 redirects, each target SSRF-checked after resolution and
     connected to at a checked address only (:mod:`workers.webhooks.transport`); the whole
-    attempt (connects, sends, reading every response) takes at most ``timeout_s`` seconds."""
+    attempt (connects, sends, reading every response) takes at most ``timeout_s`` seconds.
+
+    Traced as one client span (``webhook POST``) whose ``traceparent`` the request carries, so
+    a receiver can continue the trace (the signature covers the body only)."""
+    host = _host_of(url)
+    with tracing.span(
+        "webhook POST",
+        kind=SpanKind.CLIENT,
+        attributes={"http.request.method": "POST", "server.address": host},
+    ) as span:
+        traced = dict(headers)
+        tracing.inject_dict(traced)
+        result = _attempt(url, traced, body, allow, timeout_s=timeout_s, ssl_context=ssl_context)
+        if result.status_code is not None:
+            span.set_attribute("http.response.status_code", result.status_code)
+        if result.error is not None:
+            span.set_status(Status(StatusCode.ERROR, result.error))
+        return result
+
+
+def _host_of(url: str) -> str:
+    try:
+        return httpx.URL(url).host
+    except (httpx.InvalidURL, ValueError):
+        return ""
+
+
+def _attempt(
+    url: str,
+    headers: dict[str, str],
+    body: str,
+    allow: Sequence[Network],
+    *,
+    timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AttemptResult:
     started = time.perf_counter()
     target = url
     client, backend = pinned_client(timeout_s, ssl_context)

@@ -1,0 +1,194 @@
+"""Request bodies that are JSON or a ``multipart/form-data`` upload, on the same route.
+
+``POST /v1/documents`` takes inline text as JSON or one file as ``file``; ``POST
+/v1/ingest/jobs`` takes server-side paths as JSON or a zip/tar(.gz) as ``archive``. FastAPI
+declares one body type per route, so these routes read the body themselves (:func:`json_body`,
+:func:`read_form`) and document both media types with :func:`request_body` (Swagger UI shows a
+media-type switch and a file picker). The body limit of :class:`api.app.BodyLimit` applies to
+uploads as to any body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import PurePosixPath
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from starlette.datastructures import UploadFile
+
+from api.errors import ApiError
+from api.models import Body
+from ingest.parsers import ParseError, detect_upload, parse
+from ragstream.settings import Settings
+
+M = TypeVar("M", bound=BaseModel)
+JSON = "application/json"
+MULTIPART = "multipart/form-data"
+#: Form fields besides the file: a few short values, never many.
+MAX_FIELDS = 16
+
+
+class DocumentForm(Body):
+    """``POST /v1/documents`` as ``multipart/form-data``: the fields beside ``file``."""
+
+    doc_id: str | None = Field(
+        default=None, min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$",
+        description="Defaults to the file's name.",
+    )  # fmt: skip
+    title: str | None = Field(default=None, max_length=1024, pattern=r"^[^\x00]*$")
+    source: str | None = Field(
+        default=None, max_length=2048, pattern=r"^[^\x00]*$",
+        description="Defaults to the file's name.",
+    )  # fmt: skip
+    metadata: str | None = Field(
+        default=None, max_length=65_536,
+        description='A JSON object of scalars, e.g. {"lang": "en"}.',
+    )  # fmt: skip
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_object(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from exc
+        scalars = (str, int, float, bool, type(None))
+        if not isinstance(decoded, dict) or len(decoded) > 64:
+            raise ValueError("must be a JSON object of at most 64 fields")
+        if not all(isinstance(v, scalars) for v in decoded.values()):
+            raise ValueError("values must be strings, numbers, booleans or null")
+        return value
+
+    def metadata_dict(self) -> dict[str, str | int | float | bool | None]:
+        """``metadata`` decoded (validated to be an object of scalars)."""
+        return dict(json.loads(self.metadata)) if self.metadata else {}
+
+
+class JobForm(Body):
+    """``POST /v1/ingest/jobs`` as ``multipart/form-data``: the fields beside ``archive``."""
+
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+
+def media_type(request: Request) -> str:
+    """The request's media type, lower case, without parameters."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def json_body(request: Request, model: type[M], *, upload_field: str) -> M:
+    """The JSON body validated as ``model``.
+
+    Raises:
+        ApiError: 415 when the body is neither JSON nor multipart (naming both).
+        ApiError: 422 for invalid JSON or fields, each field in ``details``.
+    """
+    media = media_type(request)
+    if media and media != JSON and not media.endswith("+json"):
+        raise ApiError(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"Content-Type {media!r} is not supported here: send 'application/json', or "
+            f"'multipart/form-data' with the file as {upload_field!r}",
+        )
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise invalid_body(exc) from exc
+
+
+async def read_form(
+    request: Request, model: type[M], file_field: str
+) -> tuple[M, UploadFile, bytes]:
+    """The form's fields validated as ``model``, its file part ``file_field`` and its bytes.
+
+    Raises:
+        ApiError: 422 when the file part is missing, not a file, or empty, or for invalid or
+            unknown fields (each in ``details``).
+    """
+    async with request.form(max_files=1, max_fields=MAX_FIELDS) as form:  # closes its files
+        upload = form.get(file_field)
+        if not isinstance(upload, UploadFile):
+            raise ApiError(422, "INVALID_REQUEST", f"{file_field}: a file part is required")
+        fields = {k: v for k, v in form.multi_items() if k != file_field}
+        try:
+            values = model.model_validate(fields)
+        except ValidationError as exc:
+            raise invalid_body(exc) from exc
+        data = await upload.read()
+    if not data:
+        raise ApiError(422, "INVALID_REQUEST", f"{file_field}: the file is empty")
+    return values, upload, data
+
+
+async def check_document(settings: Settings, data: bytes, upload: UploadFile) -> str:
+    """Sniff the uploaded document's format and parse it once, as the ingest pool will.
+
+    Returns:
+        The short name of its format (``pdf``, ``docx``, ``markdown``, ...).
+
+    Raises:
+        ApiError: 415 for a format no parser handles; 422 when the parser refuses the file
+            (corrupt, encrypted, empty, no text layer), with the parser's reason.
+    """
+    name = upload.filename or "the file"
+    try:
+        kind = detect_upload(data, filename=upload.filename, content_type=upload.content_type)
+    except ParseError as exc:
+        raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE", f"file: {exc}") from exc
+    try:
+        await asyncio.to_thread(
+            parse, data, content_type=kind, json_text_field=settings.ingest.json_text_field
+        )
+    except ParseError as exc:
+        raise ApiError(422, "INVALID_REQUEST", f"file {name!r}: {exc}") from exc
+    return kind
+
+
+def invalid_body(exc: ValidationError) -> ApiError:
+    """The typed 422 of a body that failed validation: ``"body.<field>: <message>"`` and every
+    field error in ``details`` (the shape :mod:`api.errors` gives FastAPI's own)."""
+    details = [
+        {
+            "field": ".".join(str(p) for p in ("body", *e["loc"])),
+            "message": e["msg"],
+            "type": e["type"],
+        }
+        for e in exc.errors(include_url=False)
+    ]
+    first = details[0]
+    return ApiError(
+        422, "INVALID_REQUEST", f"{first['field']}: {first['message']}", details=details
+    )
+
+
+def file_name(upload: UploadFile) -> str | None:
+    """The upload's base name (a client may send a path), or None."""
+    if not upload.filename:
+        return None
+    base = PurePosixPath(upload.filename.replace("\\", "/")).name
+    return base or None
+
+
+def request_body(json_model: type[BaseModel], form: type[BaseModel], file_field: str) -> Any:
+    """``openapi_extra`` of a route taking ``json_model`` as JSON or ``form`` plus the file
+    ``file_field`` as ``multipart/form-data``."""
+    form_schema = form.model_json_schema()
+    form_schema["properties"] = {
+        file_field: {"type": "string", "format": "binary", "description": "The file."},
+        **form_schema["properties"],
+    }
+    form_schema["required"] = [file_field, *form_schema.get("required", [])]
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                JSON: {"schema": json_model.model_json_schema()},
+                MULTIPART: {"schema": form_schema},
+            },
+        }
+    }
