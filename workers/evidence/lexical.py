@@ -144,7 +144,7 @@ NAME_CUES = re.compile(
     r"\b(which|what)\s+(\w+\s+){0,3}?(function|class|method|module|option|command|operator|"
     r"view|decorator|exception|setting|parameter|keyword|attribute|item|statement|clause|tool|"
     r"program|variable|flag|base class|string)s?\b"
-    r"|^\s*how (do|can|should|would) (i|you)\b",
+    r"|(?:^|[.?!:]\s+)how (do|can|should|would) (i|you)\b",
     re.IGNORECASE,
 )
 #: Questions that leave an argument or a setting unspecified ask for its default ("if I don't
@@ -166,6 +166,11 @@ _VALUES = re.compile(
     r"twenty|thirty|fifty|hundred|thousand|million|billion|half|twice|none|null)\b",
     re.IGNORECASE,
 )
+#: An upper-case word of four letters or more: an SQL keyword as the PostgreSQL manual writes
+#: them (``CONCURRENTLY``, ``ON CONFLICT``, ``CREATE POLICY``), a name of a way to do something.
+_KEYWORD = re.compile(r"\b[A-Z]{4,}(?:_[A-Z]+)*\b")
+#: Whether :func:`type_match` counts SQL keywords as names.
+SQL_KEYWORDS = True
 #: Whether :func:`type_match` ignores values and names the question already holds.
 NOVEL_ANSWERS = True
 
@@ -226,6 +231,8 @@ def type_match(
             for t in _TOKEN.findall(text)
             if is_identifier(t)
         }
+        if SQL_KEYWORDS:
+            names |= {k.lower() for k in _KEYWORD.findall(text)}
         checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))
     if kind.focus:
         checks.append(bool(kind.focus & set(unit_terms)))
@@ -241,4 +248,5 @@ def question_tokens(question: str) -> frozenset[str]:
         for t in _TOKEN.findall(question)
         if is_identifier(t)
     }
-    return frozenset(values | names)
+    keywords = {k.lower() for k in _KEYWORD.findall(question)}
+    return frozenset(values | names | keywords)
