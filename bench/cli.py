@@ -18,6 +18,7 @@ from rich.console import Console
 
 from bench.bus import render_table as render_bus_table
 from bench.bus import run_bus_bench
+from bench.evaluation.questions import SAMPLE_QUESTIONS
 from bench.query.plans import DEFAULT_PLANS, FULL, RETRIEVAL, parse_rates
 from ragstream.settings import get_settings
 
@@ -186,14 +187,25 @@ def query(
 
 
 @bench_app.command("api")
-def api_probe(
+def api_probe(  # noqa: PLR0917 - typer options
     api_url: str = typer.Option("http://127.0.0.1:8000", help="A running gateway."),
     api_key: str = typer.Option(..., help="An API key of the tenant to ask as."),
     question: str | None = typer.Option(None, help="Default: the first sample question."),
+    tiers: str = typer.Option(
+        "",
+        help="Also time fresh answers of these forced tiers, comma-separated (evidence,small,"
+        "large): each question of --questions once, one after the other.",
+    ),
+    questions: Path | None = typer.Option(
+        None, help="Questions (JSONL with 'question') for --tiers; default: the sample set."
+    ),
+    limit: int = typer.Option(10, help="Questions per tier for --tiers."),
     out: Path = typer.Option(Path(".local/bench/api.json"), help="JSON result."),
 ) -> None:
     """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
-    repeats after one answered query); ``bench summary`` reads DIR/api.json."""
+    repeats after one answered query) and, with ``--tiers``, the end-to-end latency of fresh
+    answers per answer tier on a quiet stack; ``bench summary`` reads DIR/api.json."""
+    from bench.query.api_probe import measure_api_tier_latency
     from bench.query.questions import load_questions
     from bench.query.run import machine, probe_exact_cache_hit
 
@@ -202,16 +214,27 @@ def api_probe(
     if not result["measured"]:
         console.print(f"[red]error[/red]: {result['note']}")
         raise typer.Exit(1)
-    payload = {
+    payload: dict[str, Any] = {
         "bench": "api",
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": machine(),
         "question": text,
         "api_exact_cache_hit": result,
     }
+    console.print(f"exact-cache hit through {api_url}: {result['latency_ms']}")
+    if tiers:
+        path = questions or SAMPLE_QUESTIONS
+        asked = [
+            json.loads(line)["question"] for line in path.read_text().splitlines() if line.strip()
+        ][:limit]
+        payload["tier_latency"] = {}
+        for route in [t.strip() for t in tiers.split(",") if t.strip()]:
+            found = measure_api_tier_latency(api_url, api_key, asked, route)
+            payload["tier_latency"][route] = found
+            console.print(f"tier {route}: {found}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2))
-    console.print(f"exact-cache hit through {api_url}: {result['latency_ms']} -> {out}")
+    console.print(f"-> {out}")
 
 
 @bench_app.command("summary")

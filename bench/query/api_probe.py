@@ -69,3 +69,67 @@ def measure_api_exact_cache_hit(
         "misses": misses,
         "first_ms": round(first_ms, 2),
     }
+
+
+def measure_api_tier_latency(
+    base_url: str,
+    api_key: str,
+    questions: list[str],
+    route: str,
+    *,
+    timeout_s: float = 120.0,
+    transport: httpx.BaseTransport | None = None,
+) -> dict[str, Any]:
+    """End-to-end latency (ms) of fresh answers of one answer tier through ``POST /v1/query``.
+
+    Each question is asked once, one after the other (a quiet stack: the latency a single user
+    sees), with ``"route": route`` (``evidence``, ``small`` or ``large``). Answers the API
+    flags ``cached`` (a question asked before with the same route) are counted apart and left
+    out of the percentiles: ask questions the stack has not answered yet.
+
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:8000``.
+        api_key: a key of the tenant to ask (``Authorization: Bearer``).
+        questions: distinct questions.
+        route: the forced answer tier.
+        timeout_s: the sync wait asked of the API and the client's limit, in seconds.
+        transport: an httpx transport (tests); default: the network.
+
+    Returns:
+        ``{"p50", "p95", "p99", "max"}`` in ms of the fresh answers, ``"asked"``,
+        ``"answered"``, ``"cached"`` (left out), ``"tiers"`` (the tier of each answer, counted)
+        and ``"statuses"`` (each result status, counted).
+
+    Raises:
+        httpx.HTTPError: the gateway could not be reached, or answered a non-2xx status.
+    """
+    headers = {"Authorization": f"Bearer {api_key}"}
+    latencies: list[float] = []
+    cached = answered = 0
+    tiers: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    with httpx.Client(
+        base_url=base_url, headers=headers, timeout=timeout_s + 10, transport=transport
+    ) as client:
+        for question in questions:
+            body = {"query": question, "mode": "sync", "timeout_s": timeout_s, "route": route}
+            t0 = time.perf_counter()
+            result = client.post("/v1/query", json=body).raise_for_status().json()
+            ms = (time.perf_counter() - t0) * 1000
+            status = str(result.get("status"))
+            statuses[status] = statuses.get(status, 0) + 1
+            if result.get("cached", False):
+                cached += 1
+                continue
+            answered += status == "answered"
+            tier = str(result.get("tier") or "-")
+            tiers[tier] = tiers.get(tier, 0) + 1
+            latencies.append(ms)
+    return {
+        **(percentiles(latencies) if latencies else {}),
+        "asked": len(questions),
+        "answered": answered,
+        "cached": cached,
+        "tiers": tiers,
+        "statuses": statuses,
+    }

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bench.cli import parse_replicas
-from bench.query.api_probe import measure_api_exact_cache_hit
+from bench.query.api_probe import measure_api_exact_cache_hit, measure_api_tier_latency
 from bench.query.plans import ModePlan, parse_rates
 from bench.query.procs import PoolProcesses, apply_overrides, overrides_env
 from bench.query.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
@@ -111,6 +111,32 @@ def test_api_probe_times_repeats_after_one_priming_request() -> None:
     assert json.loads(seen[0].content)["query"] == "Why?"
     assert result["repeats"] == 5 and result["misses"] == 1
     assert 0 <= result["p50"] <= result["p99"] <= result["max"]
+
+
+def test_tier_latency_forces_the_route_and_leaves_cached_answers_out() -> None:
+    seen: list[dict[str, object]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        if body["query"] == "old?":
+            return httpx.Response(200, json={"status": "answered", "cached": True})
+        if body["query"] == "bad?":
+            return httpx.Response(200, json={"status": "failed", "tier": "small"})
+        return httpx.Response(200, json={"status": "answered", "tier": "small"})
+
+    result = measure_api_tier_latency(
+        "http://api.test",
+        "rsk_x",
+        ["a?", "old?", "bad?", "b?"],
+        "small",
+        transport=httpx.MockTransport(handler),
+    )
+    assert [b["route"] for b in seen] == ["small"] * 4
+    assert result["asked"] == 4 and result["cached"] == 1 and result["answered"] == 2
+    assert result["tiers"] == {"small": 3}
+    assert result["statuses"] == {"answered": 3, "failed": 1}
+    assert 0 <= result["p50"] <= result["max"]
 
 
 @pytest.mark.parametrize(

@@ -268,3 +268,24 @@ def test_cache_keys_change_with_the_answer_configuration() -> None:
     assert answer_config(base) == answer_config(Settings())
     request = QueryRequest(tenant="t", query="q?", deadline=dt.datetime.now(dt.UTC))
     assert exact_key(request, 1, answer_config(base)) != exact_key(request, 1, answer_config(other))
+
+
+def test_a_value_or_name_the_question_holds_is_no_answer() -> None:
+    from workers.evidence.lexical import question_tokens
+
+    question = "In Python 3.11, which function of os returns the working directory?"
+    kind = answer_type(question)
+    asked = question_tokens(question)
+    # "3.11" is the question's own value and "os" no identifier of the answer
+    assert type_match(kind, "New in Python 3.11.", ["new", "python", "3.11"], False, asked) == 0.0
+    assert type_match(kind, "Return os.getcwd() as a string.", ["os.getcwd"], False, asked) == 1.0
+
+
+def test_sql_keywords_are_names_and_how_do_i_is_asked_anywhere() -> None:
+    question = "I need to add an index to a busy table. How do I build it without locking writes?"
+    kind = answer_type(question)
+    assert kind.name  # "How do I" starts the question's second sentence
+    text = "This method is invoked by specifying the CONCURRENTLY option of CREATE INDEX."
+    assert type_match(kind, text, terms(text), False, frozenset()) == 1.0
+    plain = "Creating an index can interfere with regular operation of a database."
+    assert type_match(kind, plain, terms(plain), False, frozenset()) == 0.0

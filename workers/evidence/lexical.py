@@ -144,7 +144,7 @@ NAME_CUES = re.compile(
     r"\b(which|what)\s+(\w+\s+){0,3}?(function|class|method|module|option|command|operator|"
     r"view|decorator|exception|setting|parameter|keyword|attribute|item|statement|clause|tool|"
     r"program|variable|flag|base class|string)s?\b"
-    r"|^\s*how (do|can|should|would) (i|you)\b",
+    r"|(?:^|[.?!:]\s+)how (do|can|should|would) (i|you)\b",
     re.IGNORECASE,
 )
 #: Questions that leave an argument or a setting unspecified ask for its default ("if I don't
@@ -159,13 +159,20 @@ OMITTED_CUES = re.compile(
 )
 #: Words that name what kind of value is asked for; a unit that repeats one is about that value.
 FOCUS_WORDS = frozenset({"default", "maximum", "minimum", "limit", "lowest", "highest"})
-#: A value written in digits or in English number words ("one minute", "zero", "one million"):
-#: manuals spell small values out.
-_VALUE = re.compile(
-    r"\d|\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|thirty|"
-    r"fifty|hundred|thousand|million|billion|half|twice|none|null)\b",
+#: Every value of a text: numbers in digits and English number words ("one minute", "zero",
+#: "one million"): manuals spell small values out.
+_VALUES = re.compile(
+    r"\d+(?:[.,]\d+)*|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
+    r"twenty|thirty|fifty|hundred|thousand|million|billion|half|twice|none|null)\b",
     re.IGNORECASE,
 )
+#: An upper-case word of four letters or more: an SQL keyword as the PostgreSQL manual writes
+#: them (``CONCURRENTLY``, ``ON CONFLICT``, ``CREATE POLICY``), a name of a way to do something.
+_KEYWORD = re.compile(r"\b[A-Z]{4,}(?:_[A-Z]+)*\b")
+#: Whether :func:`type_match` counts SQL keywords as names.
+SQL_KEYWORDS = True
+#: Whether :func:`type_match` ignores values and names the question already holds.
+NOVEL_ANSWERS = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,14 +206,47 @@ def answer_type(question: str) -> AnswerType:
     )
 
 
-def type_match(kind: AnswerType, text: str, unit_terms: Iterable[str], is_code: bool) -> float:
+def type_match(
+    kind: AnswerType,
+    text: str,
+    unit_terms: Iterable[str],
+    is_code: bool,
+    asked: frozenset[str] = frozenset(),
+) -> float:
     """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
-    number, in digits or words, for a value; an identifier or code for a name; the focus words)."""
+    number, in digits or words, for a value; an identifier or code for a name; the focus words).
+
+    The answer to a factoid question is not one of its own words (the "novelty" filter of answer
+    extraction, e.g. Prager et al. 2000; Harabagiu et al. 2000): a value or a name the question
+    already holds (``asked``: its lower-case tokens, as :func:`question_tokens` gives them, such
+    as "3.11" in "In Python 3.11, ...") does not count.
+    """
     checks: list[bool] = []
     if kind.value:
-        checks.append(bool(_VALUE.search(text)))
+        values = {v.lower() for v in _VALUES.findall(text)}
+        checks.append(bool(values - asked) if NOVEL_ANSWERS else bool(values))
     if kind.name:
-        checks.append(is_code or any(is_identifier(t) for t in _TOKEN.findall(text)))
+        names = {
+            t.lower().removesuffix("()").lstrip("-")
+            for t in _TOKEN.findall(text)
+            if is_identifier(t)
+        }
+        if SQL_KEYWORDS:
+            names |= {k.lower() for k in _KEYWORD.findall(text)}
+        checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))
     if kind.focus:
         checks.append(bool(kind.focus & set(unit_terms)))
     return sum(checks) / len(checks) if checks else 0.0
+
+
+def question_tokens(question: str) -> frozenset[str]:
+    """The values and names of ``question`` as :func:`type_match` compares them (lower-case;
+    identifiers without ``()`` or leading dashes)."""
+    values = {v.lower() for v in _VALUES.findall(question)}
+    names = {
+        t.lower().removesuffix("()").lstrip("-")
+        for t in _TOKEN.findall(question)
+        if is_identifier(t)
+    }
+    keywords = {k.lower() for k in _KEYWORD.findall(question)}
+    return frozenset(values | names | keywords)

@@ -34,6 +34,7 @@ from workers.evidence.lexical import (
     coverage,
     identifiers,
     idf,
+    question_tokens,
     strong_identifiers,
     terms,
     type_match,
@@ -219,6 +220,7 @@ class EvidenceSelector:
         id_terms = {t for i in q_ids for t in terms(i)}
         q_rest = [t for t in q_terms if t not in id_terms]
         kind = answer_type(question)
+        asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
         haystack = "\n".join(f"{p.title}\n{p.text}" for p in passages).lower()
@@ -241,7 +243,7 @@ class EvidenceSelector:
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
                     + w.identifier * (1.0 if any(i in low or i in head for i in q_ids) else 0.0)
                     + w.rank / (1 + pi)
-                    + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code")
+                    + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code", asked)
                     + w.block * block_cover[unit.block]
                     + w.rest * coverage(q_rest, ut, weights)
                 )

@@ -264,9 +264,11 @@ class Generator:
         return prompt
 
     def close(self) -> None:
-        """Close the backend's connections, the token counter and the event loop."""
+        """Close the backend's connections, the token counter and the event loop (finalising
+        the async generators a timed-out stream left suspended, so none is destroyed pending)."""
         if not self._loop.is_closed():
             self._loop.run_until_complete(self.backend.aclose())
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
         closer = getattr(self.builder.tokenizer, "close", None)
         if callable(closer):
