@@ -289,3 +289,17 @@ def test_sql_keywords_are_names_and_how_do_i_is_asked_anywhere() -> None:
     assert type_match(kind, text, terms(text), False, frozenset()) == 1.0
     plain = "Creating an index can interfere with regular operation of a database."
     assert type_match(kind, plain, terms(plain), False, frozenset()) == 0.0
+
+
+def test_which_kind_questions_prefer_a_term_that_declares_that_kind() -> None:
+    from workers.evidence.lexical import declares
+
+    assert answer_type("In asyncio, which class lets you spawn tasks?").named == "class"
+    assert answer_type("Which enum base class creates str members?").named == "class"
+    assert answer_type("How do I sort a list?").named == ""
+    assert declares("class", "class asyncio.TaskGroup")
+    assert not declares("class", "asyncio.create_task(coro, *, name=None)")
+    assert declares("function", "asyncio.create_task(coro, *, name=None)")
+    assert declares("option", "-g, --globals-only")
+    assert declares("setting", "max_connections (integer)")
+    assert not declares("exception", "class ValueError")

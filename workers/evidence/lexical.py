@@ -185,11 +185,14 @@ class AnswerType:
         name: the question asks for a name or a way (a unit holding an identifier or code fits).
         focus: stems of the focus words the question uses ("default", "maximum", ...); "default"
             also when it leaves an argument or setting unspecified (:data:`OMITTED_CUES`).
+        named: the kind of thing a "which <kind>" question asks for ("class", "function",
+            "option", ...), lower-case; "" for other questions.
     """
 
     value: bool
     name: bool
     focus: frozenset[str]
+    named: str = ""
 
 
 def answer_type(question: str) -> AnswerType:
@@ -199,11 +202,37 @@ def answer_type(question: str) -> AnswerType:
     focus = {stem(w) for w in words & FOCUS_WORDS}
     if OMITTED_CUES.search(question):
         focus.add(stem("default"))
+    cue = NAME_CUES.search(question)
+    named = (cue.group(3) or "").lower().removeprefix("base ") if cue else ""
     return AnswerType(
         value=bool(VALUE_CUES.search(question)),
-        name=bool(NAME_CUES.search(question)),
+        name=bool(cue),
         focus=frozenset(focus),
+        named=named,
     )
+
+
+#: How a manual's definition term declares a thing of each kind: Sphinx writes "class X(...)",
+#: "exception X", "@decorator", "f(args)"; PostgreSQL "name (type)" for settings and "-x,
+#: --long" for options.
+_DECLARES = {
+    "class": re.compile(r"^\s*class\s+\S"),
+    "exception": re.compile(r"^\s*exception\s+\S"),
+    "function": re.compile(r"^\s*(?:async\s+)?[\w.]+\s*\("),
+    "method": re.compile(r"^\s*(?:async\s+)?[\w.]+\s*\("),
+    "decorator": re.compile(r"^\s*@|^\s*[\w.]+\s*\("),
+    "option": re.compile(r"^\s*-"),
+    "flag": re.compile(r"^\s*-"),
+    "setting": re.compile(r"^\s*\w+\s+\((?:integer|boolean|string|enum|real|floating point)\)"),
+    "parameter": re.compile(r"^\s*\w+\s+\((?:integer|boolean|string|enum|real|floating point)\)"),
+}
+
+
+def declares(named: str, term: str) -> bool:
+    """Whether the definition term ``term`` declares a thing of the kind ``named`` (see
+    :data:`_DECLARES`); False for kinds without a declaration form."""
+    form = _DECLARES.get(named)
+    return bool(form and form.search(term))
 
 
 def type_match(

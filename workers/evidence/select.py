@@ -32,6 +32,7 @@ import numpy.typing as npt
 from workers.evidence.lexical import (
     answer_type,
     coverage,
+    declares,
     identifiers,
     idf,
     question_tokens,
@@ -245,6 +246,7 @@ class EvidenceSelector:
                     + w.rank / (1 + pi)
                     + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code", asked)
                     + w.block * block_cover[unit.block]
+                    + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
                 )
                 scored.append(_Scored(unit, pi, score))
@@ -305,6 +307,20 @@ class EvidenceSelector:
             used.update((s.passage, u.start) for u in units)
             words += n_words
         return tuple(chosen)
+
+
+#: Scale (of the answer-type weight) of the bonus of a definition term that declares the kind
+#: of thing the question asks for ("Which class ..." and the term "class asyncio.TaskGroup"):
+#: a term is short, so its own word coverage is low. 0.5 answered one more of the 90 questions
+#: of the three sets (TaskGroup) and lost none; 1.0 also lifted every "-x" option term of a
+#: command's page above the sentence that names the asked option (README, Evaluation).
+TERM_BONUS = 0.5
+
+
+def _declared(named: str, unit: Unit) -> float:
+    if not named or unit.kind != "term":
+        return 0.0
+    return 1.0 if declares(named, unit.text) else 0.0
 
 
 def _scored_text(unit: Unit) -> str:
