@@ -169,6 +169,13 @@ _VALUES = re.compile(
 #: An upper-case word of four letters or more: an SQL keyword as the PostgreSQL manual writes
 #: them (``CONCURRENTLY``, ``ON CONFLICT``, ``CREATE POLICY``), a name of a way to do something.
 _KEYWORD = re.compile(r"\b[A-Z]{4,}(?:_[A-Z]+)*\b")
+#: A reference to a part of a document or another document ("see Section 21.1", "Table 8.13",
+#: "PEP 8", "bpo-32314"): its number is no value of the text.
+_REFERENCE = re.compile(
+    r"\b(?:section|chapter|table|figure|example|appendix|part|step|pep|bpo|gh-issue|issue)"
+    r"[\s\xa0-]*\d+(?:\.\d+)*",
+    re.IGNORECASE,
+)
 #: Whether :func:`type_match` counts SQL keywords as names.
 SQL_KEYWORDS = True
 #: Whether :func:`type_match` ignores values and names the question already holds.
@@ -252,7 +259,7 @@ def type_match(
     """
     checks: list[bool] = []
     if kind.value:
-        values = {v.lower() for v in _VALUES.findall(text)}
+        values = {v.lower() for v in _VALUES.findall(_REFERENCE.sub(" ", text))}
         checks.append(bool(values - asked) if NOVEL_ANSWERS else bool(values))
     if kind.name:
         names = {
