@@ -307,6 +307,6 @@ def test_which_kind_questions_prefer_a_term_that_declares_that_kind() -> None:
 
 def test_a_section_or_table_number_is_no_value() -> None:
     kind = answer_type("Which TCP port does the server listen on by default?")
-    ref = "By default, this is at the client's option; see Section 21.1 about SSL."
+    ref = "The server negotiates SSL with the client; see Section 21.1 and Table 19.2."
     val = "Port number 5432 has been registered with IANA as the customary TCP port."
     assert type_match(kind, ref, terms(ref), False) < type_match(kind, val, terms(val), False)
