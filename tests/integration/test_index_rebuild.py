@@ -114,8 +114,8 @@ def test_a_side_index_copies_the_vectors_and_leaves_the_alias(
         assert index_model(kit.es, target) == (kit.embedder.model_id, kit.index.dims)
         # "blocking" finds "blocked" only through the stemmed field
         filters = es_filters("acme", [])
-        stem = Bm25Boosts(stemmed=1.0)
-        assert _hits(kit.es, target, bm25_query("blocking", filters, 5)) == []
+        stem, plain = Bm25Boosts(), Bm25Boosts(title=2.0, stemmed=0.0)
+        assert _hits(kit.es, target, bm25_query("blocking", filters, 5, plain)) == []
         assert _hits(kit.es, target, bm25_query("blocking", filters, 5, stem)) == ["d0"]
         assert _hits(kit.es, target, bm25_query("os.getcwd", filters, 5, stem))[0] == "d2"
     finally:

@@ -31,8 +31,10 @@ def _should(body: dict[str, object]) -> list[dict[str, object]]:
     return body["query"]["bool"]["should"]  # type: ignore[index,no-any-return]
 
 
-def test_default_bm25_query_has_no_stemmed_clauses() -> None:
-    body = bm25_query("How do I set shared_buffers?", es_filters("t", []), 10)
+def test_without_stemmed_boosts_the_query_has_no_stemmed_clauses() -> None:
+    body = bm25_query(
+        "How do I set shared_buffers?", es_filters("t", []), 10, Bm25Boosts(2.0, 0, 0)
+    )
     assert [next(iter(c["match"])) for c in _should(body)] == ["text", "title"]  # type: ignore[call-overload]
 
 
@@ -51,14 +53,14 @@ def test_stemmed_clauses_keep_the_exact_match_on_text_and_title() -> None:
 
 
 def test_a_question_of_stop_words_only_gets_no_stemmed_clause() -> None:
-    body = bm25_query("to be or not", es_filters("t", []), 5, Bm25Boosts(stemmed=1.0))
+    body = bm25_query("to be or not", es_filters("t", []), 5)
     assert len(_should(body)) == 2
 
 
 def test_boosts_come_from_the_retrieval_settings() -> None:
     s = RetrievalSettings(title_boost=3.0, stemmed_boost=0.5, stemmed_title_boost=0.25)
     assert Bm25Boosts.from_settings(s) == Bm25Boosts(3.0, 0.5, 0.25)
-    assert Bm25Boosts.from_settings(RetrievalSettings()) == Bm25Boosts(2.0, 0.0, 0.0)
+    assert Bm25Boosts.from_settings(RetrievalSettings()) == Bm25Boosts() == Bm25Boosts(0.5, 1.0, 0)
 
 
 def test_weighted_rrf_scales_each_list() -> None:
