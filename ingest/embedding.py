@@ -405,6 +405,13 @@ class CachedEmbedder:
         return self.inner.model_id
 
     @property
+    def cache_namespace(self) -> str:
+        """The model part of cache keys: the inner model's ``cache_namespace`` when it has one
+        (a model whose role changes the text, e.g. a query instruction), else its ``model_id``."""
+        namespace = getattr(self.inner, "cache_namespace", None)
+        return namespace if isinstance(namespace, str) else self.inner.model_id
+
+    @property
     def dim(self) -> int:
         """The inner model's dimension."""
         return self.inner.dim
@@ -421,7 +428,7 @@ class CachedEmbedder:
         """
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
-        model_id = self.model_id
+        model_id = self.cache_namespace
         keys = {text: EmbeddingCache.key(model_id, text) for text in texts}  # distinct, in order
         cached = self.cache.get_many(list(keys.values()))
         vectors = {t: v for t, v in zip(keys, cached, strict=True) if v is not None}

@@ -6,12 +6,20 @@ given what this builds and never construct clients themselves.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis
 from elasticsearch import Elasticsearch
 
 from ingest.chunking import Chunker
-from ingest.embedding import CachedEmbedder, EmbeddingCache, SentenceTransformerEmbedder
-from ingest.index import ChunkIndex, force_merge
+from ingest.embedding import (
+    CachedEmbedder,
+    Embedder,
+    EmbeddingCache,
+    SentenceTransformerEmbedder,
+)
+from ingest.index import ChunkIndex, check_index_model, force_merge
+from ingest.onnx_embedding import OnnxEmbedder, Role, get_onnx_model
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.versions import IndexVersions
@@ -19,21 +27,71 @@ from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.settings import Settings
 
 
-def build_embedder(settings: Settings, num_threads: int = 0) -> CachedEmbedder:
-    """The packaged (or configured) model behind the Redis content-hash cache, warmed up;
-    ``num_threads`` torch threads (``0``: torch's default)."""
-    inner = SentenceTransformerEmbedder.from_settings(settings.embedding, num_threads=num_threads)
+def onnx_model_dir(settings: Settings) -> Path:
+    """The folder of the configured ONNX model: ``embedding.onnx_dir``, else
+    ``<infra.local_dir>/models/<embedding.onnx_model>`` (where ``infra models install`` puts it)."""
+    emb = settings.embedding
+    if emb.onnx_dir is not None:
+        return emb.onnx_dir
+    return settings.infra.local_dir.resolve() / "models" / emb.onnx_model
+
+
+def build_model(settings: Settings, num_threads: int = 0, role: Role = "passage") -> Embedder:
+    """The configured embedding model (``settings.embedding.backend``), not loaded.
+
+    Args:
+        settings: the settings tree.
+        num_threads: intra-op threads (torch or onnxruntime); ``0``: the runtime's default.
+        role: ``passage`` for chunks, ``query`` for questions (the ONNX models' prefixes).
+
+    Raises:
+        ConfigurationError: unknown ONNX model name.
+    """
+    emb = settings.embedding
+    if emb.backend == "onnx":
+        return OnnxEmbedder(
+            onnx_model_dir(settings),
+            get_onnx_model(emb.onnx_model),
+            role=role,
+            batch_size=emb.batch_size,
+            num_threads=num_threads,
+        )
+    return SentenceTransformerEmbedder.from_settings(emb, num_threads=num_threads)
+
+
+def build_embedder(
+    settings: Settings, num_threads: int = 0, role: Role = "passage"
+) -> CachedEmbedder:
+    """The configured model (:func:`build_model`) behind the Redis content-hash cache, warmed
+    up; ``num_threads`` intra-op threads (``0``: the runtime's default)."""
+    inner = build_model(settings, num_threads=num_threads, role=role)
     inner.warm_up()
     return CachedEmbedder(inner, EmbeddingCache.from_settings(settings))
 
 
-def build_index(settings: Settings, dims: int) -> ChunkIndex:
-    """The chunk index behind ``settings.elasticsearch.index_alias`` (created if missing)."""
+def build_chunker(settings: Settings) -> Chunker:
+    """The chunker of the configured model: its own tokenizer and input length."""
+    if settings.embedding.backend == "onnx":
+        model = build_model(settings)
+        assert isinstance(model, OnnxEmbedder)
+        return Chunker(model.tokenizer(), settings.chunking, max_seq_length=model.max_seq_length)
+    return Chunker.from_model_path(settings.embedding.model_path, settings.chunking)
+
+
+def build_index(settings: Settings, dims: int, model_id: str | None = None) -> ChunkIndex:
+    """The chunk index behind ``settings.elasticsearch.index_alias`` (created if missing,
+    recording ``model_id`` and ``dims``).
+
+    Raises:
+        EmbeddingModelMismatchError: the existing index records another model or dimension.
+    """
     es = Elasticsearch(
         settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
     )
-    index = ChunkIndex(es, settings.elasticsearch, dims)
+    index = ChunkIndex(es, settings.elasticsearch, dims, model_id=model_id)
     index.ensure()
+    if model_id is not None:
+        check_index_model(es, index.alias, model_id, dims)
     return index
 
 
@@ -49,10 +107,23 @@ def merge_index(
         es.close()
 
 
-def build_index_and_embedder(settings: Settings) -> tuple[ChunkIndex, CachedEmbedder]:
-    """Both, sharing the embedder's dimension."""
+def build_index_and_embedder(
+    settings: Settings, *, for_rebuild: bool = False
+) -> tuple[ChunkIndex, CachedEmbedder]:
+    """Both, sharing the embedder's model id and dimension.
+
+    ``for_rebuild=True`` leaves the existing index alone: no creation, no field added, no
+    check that it was built with the configured model (a rebuild reads an index of another
+    model on purpose).
+    """
     embedder = build_embedder(settings)
-    return build_index(settings, embedder.dim), embedder
+    if for_rebuild:
+        es = Elasticsearch(
+            settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+        )
+        index = ChunkIndex(es, settings.elasticsearch, embedder.dim, embedder.model_id)
+        return index, embedder
+    return build_index(settings, embedder.dim, embedder.model_id), embedder
 
 
 def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -> IngestPipeline:
@@ -61,8 +132,8 @@ def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -
     The SQL store must be migrated (``ragstream db upgrade``).
     """
     embedder = embedder or build_embedder(settings)
-    chunker = Chunker.from_model_path(settings.embedding.model_path, settings.chunking)
-    index = build_index(settings, embedder.dim)
+    chunker = build_chunker(settings)
+    index = build_index(settings, embedder.dim, embedder.model_id)
     sessions = make_session_factory(make_engine(settings.database_url))
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=5)
     return IngestPipeline(

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 
-from ragstream.errors import TransientError
+from ragstream.errors import ConfigurationError, TransientError
 from ragstream.retry import RetryPolicy
 from ragstream.settings import ElasticsearchSettings
 
@@ -30,13 +30,57 @@ log = structlog.get_logger(__name__)
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
-def mapping(dims: int, settings: ElasticsearchSettings) -> dict[str, Any]:
+#: The client-stemmed BM25 fields (``ingest/stemming.py``): stems joined by spaces, split by the
+#: built-in ``whitespace`` analyzer (the integ-test distribution has no stemmer of its own).
+STEMMED_FIELDS: dict[str, dict[str, Any]] = {
+    "text_stemmed": {"type": "text", "analyzer": "whitespace"},
+    "title_stemmed": {"type": "text", "analyzer": "whitespace"},
+}
+
+
+class EmbeddingModelMismatchError(ConfigurationError):
+    """The index was built with another embedding model (id or dimension) than the configured
+    one: its vectors and the query vectors are not comparable.
+
+    Attributes:
+        index: the index or alias checked.
+        index_model, index_dims: what the index records (``None``: not recorded).
+        model_id, dims: the configured embedder's.
+    """
+
+    def __init__(
+        self,
+        index: str,
+        index_model: str | None,
+        index_dims: int | None,
+        model_id: str,
+        dims: int,
+    ) -> None:
+        super().__init__(
+            f"index {index!r} was built with embedding model {index_model or 'unrecorded'} "
+            f"({index_dims}-d), but the configured embedder is {model_id} ({dims}-d); set "
+            "RAGSTREAM_EMBEDDING__* to the index's model, or re-embed into a new index with "
+            "`ragstream index rebuild`"
+        )
+        self.index = index
+        self.index_model = index_model
+        self.index_dims = index_dims
+        self.model_id = model_id
+        self.dims = dims
+
+
+def mapping(
+    dims: int, settings: ElasticsearchSettings, model_id: str | None = None
+) -> dict[str, Any]:
     """The chunk index body: settings and a strict mapping.
 
-    Fields: ``text`` and ``title`` (BM25, standard analyzer), ``embedding`` (``dense_vector``,
-    ``dims`` floats, cosine, HNSW), ids (``tenant``, ``doc_id``, ``chunk_id``), ``chunk_no``,
-    ``version``, ``content_hash``, ``source``, ``content_type``, ``metadata`` (flattened, so
-    ``metadata.<key>`` term filters work without mapping every key) and ``indexed_at``.
+    Fields: ``text`` and ``title`` (BM25, standard analyzer), ``text_stemmed`` and
+    ``title_stemmed`` (client-stemmed, :data:`STEMMED_FIELDS`), ``embedding``
+    (``dense_vector``, ``dims`` floats, cosine, HNSW), ids (``tenant``, ``doc_id``,
+    ``chunk_id``), ``chunk_no``, ``version``, ``content_hash``, ``source``, ``content_type``,
+    ``metadata`` (flattened, so ``metadata.<key>`` term filters work without mapping every key)
+    and ``indexed_at``. The mapping's ``_meta`` records the embedding model
+    (``{"embedding": {"model_id": ..., "dims": ...}}``) that :func:`check_index_model` reads.
     """
     return {
         "settings": {
@@ -45,7 +89,9 @@ def mapping(dims: int, settings: ElasticsearchSettings) -> dict[str, Any]:
         },
         "mappings": {
             "dynamic": "strict",
+            "_meta": {"embedding": {"model_id": model_id, "dims": dims}},
             "properties": {
+                **STEMMED_FIELDS,
                 "tenant": {"type": "keyword"},
                 "doc_id": {"type": "keyword"},
                 "chunk_id": {"type": "keyword"},
@@ -96,11 +142,18 @@ class ChunkIndex:
         dims: embedding dimension.
     """
 
-    def __init__(self, es: Elasticsearch, settings: ElasticsearchSettings, dims: int) -> None:
+    def __init__(
+        self,
+        es: Elasticsearch,
+        settings: ElasticsearchSettings,
+        dims: int,
+        model_id: str | None = None,
+    ) -> None:
         self.es = es
         self.settings = settings
         self.alias = settings.index_alias
         self.dims = dims
+        self.model_id = model_id
 
     # -- alias and physical indices ------------------------------------------------------------
 
@@ -119,6 +172,7 @@ class ChunkIndex:
         """Create ``<alias>-v1`` and the alias if missing; return the physical index name."""
         current = self.physical_index()
         if current is not None:
+            self.add_missing_fields(current)
             return current
         name = f"{self.alias}-v1"
         if not self.es.indices.exists(index=name):
@@ -127,9 +181,25 @@ class ChunkIndex:
         return name
 
     def create_physical(self, name: str) -> None:
-        """Create physical index ``name`` with the current mapping (400 if it exists)."""
-        body = mapping(self.dims, self.settings)
+        """Create physical index ``name`` with the current mapping, recording ``model_id`` and
+        ``dims`` (400 if it exists)."""
+        body = mapping(self.dims, self.settings, self.model_id)
         self.es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
+
+    def add_missing_fields(self, name: str) -> list[str]:
+        """Add the :data:`STEMMED_FIELDS` an older index lacks (a mapping addition, allowed on a
+        live index; chunks written before stay without them until ``index rebuild``).
+
+        Returns:
+            The fields added.
+        """
+        current = self.es.indices.get_mapping(index=name).body
+        properties = next(iter(current.values()))["mappings"].get("properties", {})
+        missing = {k: v for k, v in STEMMED_FIELDS.items() if k not in properties}
+        if missing:
+            self.es.indices.put_mapping(index=name, properties=missing)
+            log.info("index_fields_added", index=name, fields=sorted(missing))
+        return sorted(missing)
 
     def next_physical_name(self) -> str:
         """``<alias>-v<N+1>`` where N is the highest existing version."""
@@ -228,6 +298,43 @@ class ChunkIndex:
         for action in pending:
             report.failed[action["_id"]] = "transient failure persisted after retries"
         return report
+
+
+def index_model(es: Elasticsearch, index: str) -> tuple[str | None, int | None]:
+    """``(model_id, dims)`` an index (or the index behind an alias) records: the mapping's
+    ``_meta.embedding``, else ``(None, dims of its dense_vector field)`` for an index made
+    before the model was recorded.
+
+    Raises:
+        elasticsearch.NotFoundError: no such index or alias.
+    """
+    body = es.indices.get_mapping(index=index).body
+    mappings = next(iter(body.values()))["mappings"]
+    meta = (mappings.get("_meta") or {}).get("embedding") or {}
+    dims = meta.get("dims")
+    if dims is None:
+        dims = mappings.get("properties", {}).get("embedding", {}).get("dims")
+    model = meta.get("model_id")
+    return (str(model) if model else None), (int(dims) if dims is not None else None)
+
+
+def check_index_model(es: Elasticsearch, index: str, model_id: str, dims: int) -> None:
+    """Refuse an index built with another embedding model than ``model_id``/``dims``.
+
+    An index that records no model (made before models were recorded) is checked on its
+    dimension only, with a warning.
+
+    Raises:
+        EmbeddingModelMismatchError: the recorded model id or the dimension differs.
+        elasticsearch.NotFoundError: no such index or alias.
+    """
+    recorded, recorded_dims = index_model(es, index)
+    if recorded_dims is not None and recorded_dims != dims:
+        raise EmbeddingModelMismatchError(index, recorded, recorded_dims, model_id, dims)
+    if recorded is None:
+        log.warning("index_model_unrecorded", index=index, dims=recorded_dims, model_id=model_id)
+    elif recorded != model_id:
+        raise EmbeddingModelMismatchError(index, recorded, recorded_dims, model_id, dims)
 
 
 def segment_stats(es: Elasticsearch, alias: str) -> dict[str, int]:

@@ -27,6 +27,7 @@ import numpy as np
 from ingest.index import ChunkIndex
 from ingest.parsers import parse
 from ingest.registry import DocumentRegistry
+from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, MetaValue, ParsedDocument, ParseError
 from ingest.versions import IndexVersions
 from ragstream.db.models import Document, utcnow
@@ -356,6 +357,7 @@ def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -
         "content_hash": d.content_hash,
         "title": c.title or d.op.title or d.parsed.title,
         "text": c.text,
+        **stemmed_fields(c.title or d.op.title or d.parsed.title, c.text),
         "embed_title": _embed_title(c),
         "source": d.op.source or "",
         "content_type": d.parsed.content_type,

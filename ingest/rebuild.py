@@ -2,14 +2,18 @@
 atomic alias swap (the elasticsearch-py DSL alias-migration pattern).
 
 Sources are not read again: every chunk's text, title and fields are copied from the current
-index and re-embedded with the current model (identical text hits the embedding cache when the
-model did not change). Writes that land in the old index while the copy runs are caught up
-after the swap: chunks written since the copy started are copied again, and chunks deleted
-from the old index meanwhile are deleted from the new one.
+index (a scroll) and re-embedded with the configured model (identical text hits the embedding
+cache when the model did not change; a source that records the same model has its vectors
+copied instead), and its client-stemmed BM25 fields are computed. A model change is therefore
+``RAGSTREAM_EMBEDDING__...=<new model> ragstream index rebuild``: queries keep being answered
+from the old index until the alias swap. Writes that land in the old index while the copy runs
+are caught up after the swap: chunks written since the copy started are copied again, and
+chunks deleted from the old index meanwhile are deleted from the new one.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,15 +21,17 @@ from typing import Any
 
 from elasticsearch import helpers
 
-from ingest.index import ChunkIndex
+from ingest.index import ChunkIndex, EmbeddingModelMismatchError, index_model
 from ingest.pipeline import Embeds
+from ingest.stemming import stemmed_fields
 
 COPY_BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)
 class RebuildReport:
-    """Old and new physical index, chunks copied, chunks caught up, and seconds taken."""
+    """Old and new physical index, chunks copied, chunks caught up, seconds taken, and whether
+    the stored vectors were copied (``True``) or the chunks embedded again."""
 
     old_index: str | None
     new_index: str
@@ -33,6 +39,7 @@ class RebuildReport:
     caught_up: int
     deleted_after_swap: int
     seconds: float
+    reused_vectors: bool = False
 
 
 def rebuild(
@@ -41,35 +48,76 @@ def rebuild(
     *,
     delete_old: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    source: str | None = None,
+    target: str | None = None,
+    swap: bool = True,
+    reuse_vectors: bool | None = None,
 ) -> RebuildReport:
-    """Build ``<alias>-v<N+1>`` from the current index, swap the alias, catch up.
+    """Build ``<alias>-v<N+1>`` (or ``target``) from the current index (or ``source``), swap the
+    alias, catch up.
+
+    Every chunk's text, title and fields are read from ``source`` with a scroll, its stemmed
+    fields (``ingest/stemming.py``) computed, its vector re-embedded with ``embedder`` (or
+    copied), and the new index records ``index.model_id`` and ``index.dims``.
+
+    Args:
+        index: the chunk index (alias, settings, the configured model's id and dims).
+        embedder: the configured model (through the embedding cache).
+        delete_old: delete the source index after the swap.
+        on_progress: called with the number of chunks copied so far.
+        source: index or alias to copy from; default: the index behind the alias.
+        target: physical index to create; default: ``<alias>-v<N+1>``.
+        swap: point the alias at the new index and catch up with writes made meanwhile;
+            ``False`` builds a side index (for an evaluation) and leaves the alias alone.
+        reuse_vectors: copy the stored vectors instead of embedding again. ``None``: when the
+            source records the same model as ``index.model_id``. ``True`` for a source that
+            records no model but is known to match (its dimension is still checked).
 
     Raises:
         elasticsearch.ApiError: Elasticsearch refused an operation (nothing is swapped unless
             the copy finished).
+        EmbeddingModelMismatchError: ``reuse_vectors`` with a source of another model or
+            dimension.
         RuntimeError: a chunk could not be written into the new index.
     """
     t0 = time.perf_counter()
-    old = index.physical_index()
-    new = index.next_physical_name()
+    old = source or index.physical_index()
+    new = target or index.next_physical_name()
+    reuse = False
+    if old is not None:
+        recorded, dims = index_model(index.es, old)
+        if reuse_vectors is None:
+            reuse = recorded is not None and recorded == index.model_id and dims == index.dims
+        elif reuse_vectors:
+            if dims != index.dims or (recorded is not None and recorded != index.model_id):
+                raise EmbeddingModelMismatchError(
+                    old, recorded, dims, index.model_id or "unrecorded", index.dims
+                )
+            reuse = True
     index.create_physical(new)
     started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
-    copied = _copy(index, embedder, old, new, since=None, on_progress=on_progress) if old else 0
-    index.swap_alias(new)
+    copy = functools.partial(_copy, index, embedder, old, new, reuse=reuse)
+    copied = copy(since=None, on_progress=on_progress) if old else 0
     caught_up = deleted = 0
-    if old is not None:
-        caught_up = _copy(index, embedder, old, new, since=started, on_progress=None)
-        stale = _ids(index, new) - _ids(index, old)
-        if stale:
-            index.es.bulk(
-                operations=[{"delete": {"_index": new, "_id": i}} for i in sorted(stale)],
-                refresh=True,
-            )
-            deleted = len(stale)
-        if delete_old:
-            index.es.indices.delete(index=old)
+    # Searchable before the swap: a search right after it must not meet unrefreshed segments.
     index.es.indices.refresh(index=new)
-    return RebuildReport(old, new, copied, caught_up, deleted, round(time.perf_counter() - t0, 2))
+    if swap:
+        index.swap_alias(new)
+        if old is not None:
+            caught_up = copy(since=started, on_progress=None)
+            stale = _ids(index, new) - _ids(index, old)
+            if stale:
+                index.es.bulk(
+                    operations=[{"delete": {"_index": new, "_id": i}} for i in sorted(stale)],
+                    refresh=True,
+                )
+                deleted = len(stale)
+            if delete_old:
+                index.es.indices.delete(index=old)
+    index.es.indices.refresh(index=new)
+    return RebuildReport(
+        old, new, copied, caught_up, deleted, round(time.perf_counter() - t0, 2), reuse
+    )
 
 
 def _copy(
@@ -78,6 +126,7 @@ def _copy(
     source: str | None,
     target: str,
     *,
+    reuse: bool,
     since: str | None,
     on_progress: Callable[[int], None] | None,
 ) -> int:
@@ -85,11 +134,13 @@ def _copy(
     if since is not None:
         query = {"range": {"indexed_at": {"gte": since}}}
     total = 0
-    for batch in _batches(index, source, query):
-        texts = [_embed_text(d) for d in batch]
-        vectors = embedder.embed(texts)
-        for d, v in zip(batch, vectors, strict=True):
-            d["embedding"] = [float(x) for x in v]
+    for batch in _batches(index, source, query, with_vectors=reuse):
+        if not reuse:
+            vectors = embedder.embed([_embed_text(d) for d in batch])
+            for d, v in zip(batch, vectors, strict=True):
+                d["embedding"] = [float(x) for x in v]
+        for d in batch:
+            d.update(stemmed_fields(d.get("title"), str(d.get("text") or "")))
         report = index.bulk_index(batch, index=target)
         if report.failed:
             first = next(iter(report.failed.items()))
@@ -101,10 +152,12 @@ def _copy(
 
 
 def _batches(
-    index: ChunkIndex, source: str | None, query: dict[str, Any]
+    index: ChunkIndex, source: str | None, query: dict[str, Any], *, with_vectors: bool
 ) -> Iterator[list[dict[str, Any]]]:
     batch: list[dict[str, Any]] = []
-    body = {"query": query, "_source": {"excludes": ["embedding"]}}
+    body: dict[str, Any] = {"query": query}
+    if not with_vectors:
+        body["_source"] = {"excludes": ["embedding"]}
     for hit in helpers.scan(index.es, index=source, query=body, size=500):
         batch.append(hit["_source"])
         if len(batch) >= COPY_BATCH:

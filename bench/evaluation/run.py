@@ -49,7 +49,7 @@ from bench.evaluation.report import (
     TierReport,
     write_report,
 )
-from ragstream.errors import ConfigurationError, TransientError
+from ragstream.errors import ConfigurationError, RagstreamError, TransientError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
@@ -153,7 +153,7 @@ def run_evaluation(
 
     from ingest.factory import build_embedder
 
-    embedder = build_embedder(settings)
+    embedder = build_embedder(settings, role="query")
     deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     requests = [
         QueryRequest(
@@ -168,7 +168,8 @@ def run_evaluation(
         settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
     )
     try:
-        run = _retrieve(ModeRunner(es, alias, settings), to_run, requests, vectors, say)
+        runner = _checked_runner(es, alias, settings, embedder)
+        run = _retrieve(runner, to_run, requests, vectors, say)
     finally:
         es.close()
     for mode in run.seconds:
@@ -258,6 +259,17 @@ def _config(
         if options.instruction is None
         else options.instruction,
     }
+
+
+def _checked_runner(es: Elasticsearch, alias: str, settings: Settings, embedder: Any) -> ModeRunner:
+    """The mode runner of ``alias``, after checking that the index was built with the
+    configured embedding model (raises :class:`EvaluationError` if not)."""
+    runner = ModeRunner(es, alias, settings)
+    try:
+        runner.hybrid.check_model(embedder.model_id, embedder.dim)
+    except RagstreamError as exc:
+        raise EvaluationError(str(exc)) from exc
+    return runner
 
 
 def _retrieve(

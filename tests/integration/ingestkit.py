@@ -74,7 +74,7 @@ class Kit:
     ) -> None:
         self.es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
         es_settings = settings.elasticsearch.model_copy(update={"index_alias": name})
-        self.index = ChunkIndex(self.es, es_settings, model.dim)
+        self.index = ChunkIndex(self.es, es_settings, model.dim, model.model_id)
         self.index.ensure()
         url = f"sqlite:///{tmp / 'meta.db'}"
         upgrade_head(url)

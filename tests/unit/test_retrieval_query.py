@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from elasticsearch import ConnectionError as EsConnectionError
 
+from ingest.stemming import stem_text
 from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest, RangeFilter, TermFilter
@@ -107,9 +108,11 @@ def test_hostile_values_are_only_literal_term_values(value: str) -> None:
         assert json.loads(json.dumps(body)) == body
     # The question text only reaches `match` (analysed text, no syntax).
     match_texts = [c["match"] for c in bodies[0]["query"]["bool"]["should"]]
+    stemmed = stem_text(value)  # the same words, stemmed: still only `match` query text
     assert match_texts == [
         {"text": {"query": value}},
-        {"title": {"query": value, "boost": 2.0}},
+        {"title": {"query": value, "boost": 0.5}},
+        *([{"text_stemmed": {"query": stemmed, "boost": 1.0}}] if stemmed else []),
     ]
 
 
@@ -122,7 +125,8 @@ def test_unlisted_field_is_refused_even_without_validation() -> None:
 def test_bm25_and_knn_bodies_carry_the_filters() -> None:
     filters = es_filters("acme", [TermFilter(field="lang", values=("en",))])
     body = bm25_query("how to vacuum", filters, 50)
-    assert body["size"] == 50 and body["_source"] == {"excludes": ["embedding"]}
+    assert body["size"] == 50
+    assert body["_source"] == {"excludes": ["embedding", "text_stemmed", "title_stemmed"]}
     assert body["track_total_hits"] is False  # no hit count: block-max WAND may skip
     assert body["query"]["bool"]["filter"] == filters
     assert body["query"]["bool"]["minimum_should_match"] == 1
@@ -170,13 +174,13 @@ def _query(text: str = "q", top_n: int = 30) -> QueryRequest:
     return QueryRequest(tenant="acme", query=text, deadline=deadline, top_n=top_n)
 
 
-def _retriever(es: FakeEs) -> HybridRetriever:
-    return HybridRetriever(es, "alias", RetrievalSettings())  # type: ignore[arg-type]
+def _retriever(es: FakeEs, **settings: float) -> HybridRetriever:
+    return HybridRetriever(es, "alias", RetrievalSettings(**settings))  # type: ignore[arg-type]
 
 
 def test_one_msearch_two_searches_per_query_and_fusion() -> None:
     es = FakeEs([_hits("a", "b"), _hits("b", "c"), _hits("x"), _hits()])
-    retriever = _retriever(es)
+    retriever = _retriever(es, bm25_weight=1.0)  # plain RRF
     out = retriever.search_batch([_query(), _query(top_n=1)], np.zeros((2, 4), np.float32))
     assert retriever.msearch_calls == 1 and len(es.calls[0]) == 8  # 4 header/body pairs
     assert all(h == {"index": "alias"} for h in es.calls[0][0::2])
@@ -185,6 +189,13 @@ def test_one_msearch_two_searches_per_query_and_fusion() -> None:
     assert (out[0][2].bm25_rank, out[0][2].knn_rank) == (None, 2)
     assert out[0][0].score == pytest.approx(1 / 62 + 1 / 61)
     assert [c.chunk_id for c in out[1]] == ["x"]  # top_n=1
+
+
+def test_the_default_fusion_weights_bm25_at_0_8() -> None:
+    es = FakeEs([_hits("a", "b"), _hits("b", "c")])
+    out = _retriever(es).search_batch([_query()], np.zeros((1, 4), np.float32))[0]
+    assert [c.chunk_id for c in out] == ["b", "c", "a"]  # c: 1/62 > a: 0.8/61
+    assert out[0].score == pytest.approx(0.8 / 62 + 1 / 61)
 
 
 def test_empty_batch_sends_nothing() -> None:

@@ -39,13 +39,18 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
 def build_retrieval_components(
     settings: Settings,
 ) -> tuple[CachedEmbedder, HybridRetriever, AnswerCache, IndexVersions, Router]:
-    """Embedder (``settings.retrieval.embed_threads`` torch threads), hybrid retriever, answer
-    cache, index versions and router."""
-    embedder = build_embedder(settings, num_threads=settings.retrieval.embed_threads)
+    """Query embedder (``settings.retrieval.embed_threads`` threads), hybrid retriever, answer
+    cache, index versions and router.
+
+    Raises:
+        EmbeddingModelMismatchError: the index was built with another embedding model.
+    """
+    embedder = build_embedder(settings, num_threads=settings.retrieval.embed_threads, role="query")
     es = Elasticsearch(
         settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
     )
     retriever = HybridRetriever(es, settings.elasticsearch.index_alias, settings.retrieval)
+    retriever.check_model(embedder.model_id, embedder.dim)
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
     return (
         embedder,

@@ -16,11 +16,12 @@ import numpy.typing as npt
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
+from ingest.index import check_index_model
 from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
-from workers.retrieval.query import bm25_query, es_filters, knn_clause
+from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
 
 log = structlog.get_logger(__name__)
@@ -62,6 +63,25 @@ class HybridRetriever:
         self.alias = alias
         self.settings = settings
         self.msearch_calls = 0
+
+    def check_model(self, model_id: str, dims: int) -> None:
+        """Refuse to search an index built with another embedding model (the mapping's
+        ``_meta``, :func:`ingest.index.check_index_model`).
+
+        Raises:
+            EmbeddingModelMismatchError: (a ``ConfigurationError``) the index records another
+                model id or dimension.
+            TransientError: Elasticsearch unreachable.
+            PermanentError: no such index or alias.
+        """
+        try:
+            check_index_model(self.es, self.alias, model_id, dims)
+        except ApiError as exc:
+            if exc.meta.status == 404:
+                raise PermanentError(f"no chunk index {self.alias!r}") from exc
+            raise TransientError(f"reading the mapping of {self.alias!r} failed: {exc}") from exc
+        except TransportError as exc:
+            raise TransientError(f"reading the mapping of {self.alias!r} failed: {exc}") from exc
 
     def search_batch(
         self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
@@ -109,6 +129,7 @@ class HybridRetriever:
     ) -> list[dict[str, Any]]:
         s = self.settings
         header: dict[str, Any] = {"index": self.alias}
+        boosts = Bm25Boosts.from_settings(s)
         body: list[dict[str, Any]] = []
         for query, vector in zip(queries, vectors, strict=True):
             filters = es_filters(query.tenant, query.filters)
@@ -117,12 +138,12 @@ class HybridRetriever:
             knn = knn_clause(vector.tolist(), filters, k, s.knn_num_candidates)
             body += [
                 header,
-                bm25_query(query.query, filters, size),
+                bm25_query(query.query, filters, size, boosts),
                 header,
                 {
                     "size": k,
                     "track_total_hits": False,
-                    "_source": {"excludes": ["embedding"]},
+                    "_source": {"excludes": ["embedding", "text_stemmed", "title_stemmed"]},
                     "knn": knn,
                 },
             ]
@@ -155,7 +176,10 @@ class HybridRetriever:
             for rank, hit in enumerate(hits, start=1):
                 ranks[which].setdefault(hit["_id"], rank)
                 sources.setdefault(hit["_id"], hit.get("_source") or {})
-        fused = reciprocal_rank_fusion([list(r) for r in ranks], k=self.settings.rrf_k)
+        s = self.settings
+        fused = reciprocal_rank_fusion(
+            [list(r) for r in ranks], k=s.rrf_k, weights=(s.bm25_weight, s.knn_weight)
+        )
         return [
             _candidate(chunk_id, score, sources[chunk_id], ranks[0], ranks[1])
             for chunk_id, score in fused[: query.top_n]
