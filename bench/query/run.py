@@ -347,6 +347,7 @@ def _run_mode(
         processes=floor_procs,
         idle_cores=idle,
         full=plan.mode == FULL,
+        embed_threads=s.retrieval.embed_threads,
     )
     parts = ", ".join(f"{x['stage']} {x['core_ms']:g}" for x in floor["stages"])
     echo(f"{plan.mode} floor: {floor['core_ms']} core-ms a request ({parts})")
@@ -424,6 +425,10 @@ def _setup(
             settings, config.index_alias or settings.elasticsearch.index_alias
         ),
         "llm_prompt_cache": "on" if config.llm_prompt_cache else "off (cache_prompt: false)",
+        "floor": f"each stage alone, {config.floor_calls} calls a stage "
+        f"({config.floor_llm_calls} of the LLM in full mode); CPU of this process and the "
+        f"services less their idle background ({config.idle_s:g} s window)",
+        "routes": ", ".join(f"{m} -> {r}" for m, r in ROUTES.items()),
         "rerank_backend": settings.rerank.backend,
         "embed_threads": f"pools {settings.retrieval.embed_threads}, baseline "
         f"{config.baseline_embed_threads} (0: one per core)",

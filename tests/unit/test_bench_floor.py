@@ -49,7 +49,10 @@ def test_a_stage_is_timed_per_call_over_all_its_calls() -> None:
     cost, out = time_stage("msearch", lambda x: x * 2, [1, 2, 3, 4], cpu, {})
     assert out == [2, 4, 6, 8]
     assert cost.calls == 4 and cost.stage == "msearch"
-    assert cost.by_process == {SELF: 50.0, "elasticsearch": 100.0}  # 0.2 s and 0.4 s over 4
+    assert cost.by_process == {SELF: 50.0}  # 0.2 s over 4 calls; ES is not called
+    assert cost.core_ms == 50.0
+    cost, _ = time_stage("msearch", lambda x: x, [1, 2, 3, 4], cpu, {}, services=("elasticsearch",))
+    assert cost.by_process == {SELF: 50.0, "elasticsearch": 100.0}  # 0.4 s over 4
     assert cost.core_ms == 150.0
     with pytest.raises(ValueError, match="no inputs"):
         time_stage("embed", lambda x: x, [], cpu, {})
@@ -92,7 +95,7 @@ class FakePipeline:
         )
         self.router = SimpleNamespace(route=lambda r, vec: self._log("route", "small"))
         self.reranker = SimpleNamespace(score=lambda pairs: [1.0] * len(pairs))
-        self.rerank_settings = SimpleNamespace(max_chunks_per_doc=2)
+        self.rerank_settings = SimpleNamespace(max_chunks_per_doc=2, backend="none")
         self.batches: list[Any] = []
         self.evidence = SimpleNamespace(run=self._evidence)
         self.generators = {"small": SimpleNamespace(run=self._generate)}
