@@ -171,7 +171,10 @@ def plot(payload: dict[str, Any], out: Path) -> None:
     fig, axes = plt.subplots(1, max(1, len(modes)), figsize=(6.5 * max(1, len(modes)), 4.5))
     axes = [axes] if len(modes) <= 1 else list(axes)
     for ax, mode in zip(axes, modes, strict=False):
-        rates = [r for r in mode["rates"] if r["end_to_end_ms"]]
+        # sorted: a searched mode measures its rates out of order
+        rates = sorted(
+            (r for r in mode["rates"] if r["end_to_end_ms"]), key=lambda r: r["offered_per_s"]
+        )
         x = [r["offered_per_s"] for r in rates]
         for q, style in (("p50", "o-"), ("p95", "s--"), ("p99", "^:")):
             ax.plot(x, [r["end_to_end_ms"][q] for r in rates], style, label=q)
