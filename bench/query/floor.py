@@ -65,6 +65,9 @@ class StageCost:
         core_ms: CPU of this process and the services, less the services' idle background
             (core-ms): the stage's cost.
         by_process: ``core_ms`` by process (``bench`` is this one).
+        raw_core_ms: the same without subtracting the services' idle background: an upper
+            bound where a service is shared (another client's requests to the LLM server in
+            the idle window make the background, and so ``core_ms``, unreliable).
         machine_core_ms: the machine's busy cores times the wall time (core-ms); every
             process of the host counts, other work included.
     """
@@ -75,6 +78,7 @@ class StageCost:
     core_ms: float
     by_process: dict[str, float]
     machine_core_ms: float | None
+    raw_core_ms: float | None = None
 
 
 def floor_core_ms(stages: Sequence[StageCost]) -> float:
@@ -110,6 +114,8 @@ def time_stage(
     n = len(inputs)
     used = attributed_ms(start, end, wall_s, idle_cores)
     by = {k: round(v / n, 3) for k, v in used.items() if k == SELF or k in services}
+    raw = attributed_ms(start, end, wall_s, {})
+    raw_ms = sum(v for k, v in raw.items() if k == SELF or k in services) / n
     cores = busy_cores(machine_start, machine_end)
     cost = StageCost(
         stage=stage,
@@ -118,6 +124,7 @@ def time_stage(
         core_ms=round(sum(by.values()), 3),
         by_process=by,
         machine_core_ms=None if cores is None else round(cores * wall_s * 1000 / n, 3),
+        raw_core_ms=round(raw_ms, 3),
     )
     return cost, outputs
 
@@ -167,6 +174,7 @@ def measure_floor(
 
     Returns:
         ``{"stages": [StageCost as dicts], "core_ms": the floor, "machine_core_ms",
+        "raw_core_ms" (the floor without subtracting the services' background),
         "calls": n, "llm_calls", "llm_answered", "idle_background_cores", "embed_threads"}``.
 
     Raises:
@@ -189,6 +197,7 @@ def measure_floor(
         "stages": [asdict(c) for c in costs],
         "core_ms": floor_core_ms(costs),
         "machine_core_ms": total(c.machine_core_ms or 0.0 for c in costs),
+        "raw_core_ms": total(c.raw_core_ms or 0.0 for c in costs),
         "calls": n,
         "llm_calls": n_llm if full else 0,
         "llm_answered": answered,

@@ -85,15 +85,18 @@ def _floor_lines(mode: dict[str, Any]) -> list[str]:
     lines = ["", f"Floor: each stage alone, in one process, {floor['calls']} calls a stage"
              + (f" ({floor['llm_calls']} of the LLM)" if floor.get("llm_calls") else "")
              + "; core-ms = this process + the services it calls, less their idle background.",
-             "", "| stage | wall ms | core-ms | by process | machine core-ms |",
-             "|---|---|---|---|---|"]  # fmt: skip
+             "", "| stage | wall ms | core-ms | by process | without idle subtraction "
+             "| machine core-ms |", "|---|---|---|---|---|---|"]  # fmt: skip
     for st in floor["stages"]:
         by = " ".join(f"{k}={v:g}" for k, v in st["by_process"].items() if v)
         lines.append(
             f"| {st['stage']} | {st['wall_ms']:g} | {st['core_ms']:g} | {by or '-'} "
-            f"| {_num(st['machine_core_ms'])} |"
+            f"| {_num(st.get('raw_core_ms'))} | {_num(st['machine_core_ms'])} |"
         )
-    lines.append(f"| **floor** | | **{floor['core_ms']:g}** | | {_num(floor['machine_core_ms'])} |")
+    lines.append(
+        f"| **floor** | | **{floor['core_ms']:g}** | | {_num(floor.get('raw_core_ms'))} "
+        f"| {_num(floor['machine_core_ms'])} |"
+    )
     return lines
 
 

@@ -46,6 +46,12 @@ def test_attributed_cpu_is_the_delta_less_the_idle_background() -> None:
 
 def test_a_stage_is_timed_per_call_over_all_its_calls() -> None:
     cpu = ScriptedCpu({SELF: 0.2, "elasticsearch": 0.4})
+    # a background larger than the stage's use zeroes the service; the raw bound keeps it
+    cost, _ = time_stage(
+        "msearch", lambda x: x, [1, 2], cpu, {"elasticsearch": 1e6}, services=("elasticsearch",)
+    )
+    assert cost.by_process == {SELF: 100.0, "elasticsearch": 0.0}
+    assert cost.core_ms == 100.0 and cost.raw_core_ms == 300.0
     cost, out = time_stage("msearch", lambda x: x * 2, [1, 2, 3, 4], cpu, {})
     assert out == [2, 4, 6, 8]
     assert cost.calls == 4 and cost.stage == "msearch"

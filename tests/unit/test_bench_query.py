@@ -205,7 +205,7 @@ def test_report_writes_markdown_and_a_png(tmp_path: Path) -> None:
     assert "Maximum sustainable rate: **40/s**" in text and "ratio 5.0x (reported" in text
     # core-ms per request beside the floor, and the floor's stages
     assert "**41** core-ms per request at 40/s" in text and "floor of **44.5**" in text
-    assert "| msearch | 9 | 14.5 | bench=1.5 elasticsearch=13 | 17 |" in text
+    assert "| msearch | 9 | 14.5 | bench=1.5 elasticsearch=13 | - | 17 |" in text
     assert "(step then bisect, 2 rates): **30/s**" in text  # the evidence tier only
     assert text.count("step then bisect") == 1
     old = {**QUERY, "modes": [{k: v for k, v in m.items() if k not in {"floor", "plan"}}
