@@ -19,7 +19,7 @@ from rich.console import Console
 from bench.bus import render_table as render_bus_table
 from bench.bus import run_bus_bench
 from bench.evaluation.questions import SAMPLE_QUESTIONS
-from bench.query.plans import DEFAULT_PLANS, FULL, RETRIEVAL, parse_rates
+from bench.query.plans import DEFAULT_PLANS, EVIDENCE, FULL, MODES, RETRIEVAL, parse_rates
 from ragstream.settings import get_settings
 
 RATES_HELP = (
@@ -90,7 +90,9 @@ def parse_replicas(text: str) -> dict[str, int]:
 @bench_app.command("query")
 def query(
     *,
-    modes: str = typer.Option("retrieval,full", help="Modes to run: retrieval, full."),
+    modes: str = typer.Option(
+        ",".join(MODES), help="Modes to run: retrieval, full (both small LLM tier), evidence."
+    ),
     retrieval_rates: str = typer.Option(
         DEFAULT_PLANS[RETRIEVAL].rates_text(), help=RATES_HELP.format(mode="retrieval")
     ),
@@ -109,6 +111,20 @@ def query(
     full_deadline_s: float = typer.Option(
         DEFAULT_PLANS[FULL].deadline_s, help="Each request's deadline, s."
     ),
+    evidence_start: str = typer.Option(
+        DEFAULT_PLANS[EVIDENCE].rates_text(),
+        help="First rate of the evidence tier's search: requests/s (5) or xN of its baseline.",
+    ),
+    evidence_seconds: float = typer.Option(DEFAULT_PLANS[EVIDENCE].seconds, help="Per rate."),
+    evidence_p99_ms: float = typer.Option(DEFAULT_PLANS[EVIDENCE].p99_ms, help="SLO p99."),
+    evidence_baseline_s: float = typer.Option(DEFAULT_PLANS[EVIDENCE].baseline_s),
+    evidence_deadline_s: float = typer.Option(
+        DEFAULT_PLANS[EVIDENCE].deadline_s, help="Each request's deadline, s."
+    ),
+    evidence_max_steps: int = typer.Option(6, help="Rising steps before the bisection."),
+    evidence_bisections: int = typer.Option(3, help="Bisections of the evidence rate search."),
+    floor_calls: int = typer.Option(20, help="Calls per stage when the floor is measured."),
+    floor_llm_calls: int = typer.Option(3, help="Calls of the LLM stage for the floor."),
     tenant: str = typer.Option("default", help="Tenant whose chunks are searched."),
     index_alias: str | None = typer.Option(None, help="Chunk index alias; default: settings."),
     questions: Path | None = typer.Option(None, help="JSONL with a 'question' per line."),
@@ -127,11 +143,13 @@ def query(
     ),
     out: Path = typer.Option(Path(".local/bench/query.json"), help="JSON; .md and .png beside."),
 ) -> None:
-    """Open-loop load through the query pools vs a sequential baseline; JSON, Markdown, PNG."""
+    """Open-loop load through the query pools; core-ms per request beside the floor of the
+    stages; the evidence tier's sustainable rate; a sequential baseline. JSON, Markdown, PNG."""
     from dataclasses import replace
 
-    from bench.query.report import plot, render_markdown, render_table
+    from bench.query.report import cost_sentence, plot, render_markdown, render_table
     from bench.query.run import QueryBenchConfig, run_query_bench
+    from bench.stats import RateSearch
 
     def rates(text: str, option: str) -> dict[str, Any]:
         try:
@@ -140,9 +158,16 @@ def query(
             raise typer.BadParameter(str(exc), param_hint=option) from exc
         return {"rates": values, "relative": relative}
 
-    chosen = [m for m in modes.split(",") if m]
-    if not chosen or not set(chosen) <= {RETRIEVAL, FULL}:
-        raise typer.BadParameter(f"modes are {RETRIEVAL} and {FULL}", param_hint="--modes")
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    if not chosen or not set(chosen) <= set(MODES):
+        raise typer.BadParameter(f"modes are {', '.join(MODES)}", param_hint="--modes")
+    start = rates(evidence_start, "--evidence-start")
+    if len(start["rates"]) != 1:
+        raise typer.BadParameter("one rate to start from", param_hint="--evidence-start")
+    try:
+        search = RateSearch(1.0, max_steps=evidence_max_steps, bisections=evidence_bisections)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--evidence-max-steps") from exc
 
     plans = {
         RETRIEVAL: replace(DEFAULT_PLANS[RETRIEVAL], **rates(retrieval_rates, "--retrieval-rates"),
@@ -151,6 +176,9 @@ def query(
         FULL: replace(DEFAULT_PLANS[FULL], **rates(full_rates, "--full-rates"),
                       seconds=full_seconds, p99_ms=full_p99_ms, baseline_s=full_baseline_s,
                       deadline_s=full_deadline_s),
+        EVIDENCE: replace(DEFAULT_PLANS[EVIDENCE], **start, seconds=evidence_seconds,
+                          p99_ms=evidence_p99_ms, baseline_s=evidence_baseline_s,
+                          deadline_s=evidence_deadline_s, search=search),
     }  # fmt: skip
     config = QueryBenchConfig(
         plans=tuple(plans[m] for m in chosen),
@@ -164,6 +192,8 @@ def query(
         replicas=parse_replicas(replicas),
         baseline_embed_threads=baseline_embed_threads,
         llm_prompt_cache=llm_prompt_cache,
+        floor_calls=floor_calls,
+        floor_llm_calls=floor_llm_calls,
     )
     from ragstream.errors import ConfigurationError
 
@@ -175,9 +205,10 @@ def query(
     for mode in payload["modes"]:
         console.print(render_table(mode))
         console.print(
-            f"{mode['mode']}: max sustainable {mode['max_sustainable_per_s']:g}/s, sequential "
+            f"{mode['mode']}: max sustainable {mode['max_sustainable_per_s']:g}/s "
+            f"(below the first miss: {mode['sustainable_per_s']:g}/s), sequential "
             f"baseline {mode['baseline']['throughput_per_s']:g}/s, "
-            f"ratio {mode['speedup_vs_sequential']}"
+            f"ratio {mode['speedup_vs_sequential']}. {cost_sentence(mode)}"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2))

@@ -168,3 +168,84 @@ def core_ms_per_request(cores: float | None, seconds: float, requests: int) -> f
     if cores is None or requests <= 0:
         return None
     return round(cores * seconds * 1000 / requests, 1)
+
+
+def _three_digits(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+def bracket(runs: Sequence[tuple[float, bool]]) -> tuple[float | None, float | None]:
+    """``(lo, hi)``: the lowest offered rate that missed the SLO (``hi``) and the highest
+    rate below it that met it (``lo``); either is ``None`` when no such run exists.
+
+    A pass above the lowest failure (noise on a shared machine) is not counted as
+    sustainable: every rate from ``lo`` down was seen to meet the SLO where it was tried.
+    """
+    failed = [rate for rate, ok in runs if not ok]
+    hi = min(failed) if failed else None
+    passed = [rate for rate, ok in runs if ok and (hi is None or rate < hi)]
+    return (max(passed) if passed else None), hi
+
+
+@dataclass(frozen=True, slots=True)
+class RateSearch:
+    """Step then bisect: the highest offered rate meeting an SLO, in few short steps.
+
+    Rates rise from ``start_per_s`` by ``factor`` until one misses the SLO (at most
+    ``max_steps`` steps; if the first misses, they fall by ``factor`` until one meets it or
+    drops under ``min_per_s``); then the bracket ``(lo, hi)`` of :func:`bracket` is bisected
+    at its midpoint ``bisections`` times, or until ``hi - lo <= resolution * lo``. Rates are
+    rounded to three significant digits. Latency against offered load is monotone only up to
+    noise, so the search needs at least one failure to bound the answer; a search whose every
+    step met the SLO reports its top rate as a lower bound (:func:`next_rate` stops).
+
+    Raises:
+        ValueError: a non-positive start or minimum, ``factor <= 1``, ``max_steps < 1`` or
+            ``bisections < 0``.
+    """
+
+    start_per_s: float
+    factor: float = 2.0
+    max_steps: int = 6
+    bisections: int = 3
+    resolution: float = 0.05
+    min_per_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.start_per_s <= 0 or self.min_per_s <= 0 or self.factor <= 1:
+            raise ValueError(f"start, minimum must be > 0 and factor > 1: {self}")
+        if self.max_steps < 1 or self.bisections < 0:
+            raise ValueError(f"max_steps must be >= 1 and bisections >= 0: {self}")
+
+
+def next_rate(search: RateSearch, runs: Sequence[tuple[float, bool]]) -> float | None:
+    """The next rate (requests/s) to offer after ``runs`` (``(offered_per_s, met_slo)`` in the
+    order measured), or ``None`` when the search is done (see :class:`RateSearch`)."""
+    if not runs:
+        return _three_digits(search.start_per_s)
+    tried = {rate for rate, _ in runs}
+    formed = next(
+        (i for i in range(len(runs)) if None not in bracket(runs[: i + 1])), None
+    )  # the run after which a bracket existed
+    lo, hi = bracket(runs)
+    if formed is None:  # stepping
+        if len(runs) >= search.max_steps:
+            return None
+        rate = _three_digits(lo * search.factor) if lo is not None else None
+        if rate is None and hi is not None:
+            rate = _three_digits(hi / search.factor)
+            if rate < search.min_per_s:
+                return None
+        return None if rate is None or rate in tried else rate
+    assert lo is not None and hi is not None  # a bracket exists from `formed` on
+    if len(runs) - 1 - formed >= search.bisections or hi - lo <= search.resolution * lo:
+        return None
+    rate = _three_digits((lo + hi) / 2)
+    return None if rate in tried or not lo < rate < hi else rate
+
+
+def sustainable_rate(runs: Sequence[tuple[float, bool]]) -> float:
+    """The highest rate (requests/s) that met the SLO below the lowest rate that missed it
+    (``lo`` of :func:`bracket`); 0.0 if none did."""
+    lo, _ = bracket(runs)
+    return lo or 0.0

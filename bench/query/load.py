@@ -1,7 +1,8 @@
 """Open-loop load at one rate through running pools, and what came back.
 
 A :class:`Collector` thread reads the result topics (the reranked topics in retrieval-only
-mode, ``rag.responses`` always, ``rag.tokens`` in full mode) and records, per request id, when
+mode, ``rag.responses`` always, ``rag.tokens`` in full mode; the evidence mode's answers
+come on ``rag.responses``) and records, per request id, when
 its result and its first token arrived and the result's trace. :func:`measure_rate` offers
 Poisson arrivals for a fixed time, waits for the stragglers, and summarises.
 """
@@ -15,10 +16,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import structlog
 
-from bench.query.plans import RETRIEVAL
+from bench.query.cpu import ProcessSet, attributed_ms, total
+from bench.query.plans import FULL, RETRIEVAL
 from bench.stats import (
     CpuSample,
     Slo,
@@ -64,8 +67,9 @@ class Collector(threading.Thread):
 
     Args:
         settings: the benchmark's settings (topic prefix applied).
-        mode: ``retrieval`` (finished on ``rag.reranked.*``) or ``full`` (on
-            ``rag.responses``, first token on ``rag.tokens``).
+        mode: ``retrieval`` (finished on ``rag.reranked.*``), ``full`` (on
+            ``rag.responses``, first token on ``rag.tokens``) or ``evidence`` (on
+            ``rag.responses``).
     """
 
     def __init__(self, settings: Settings, mode: str) -> None:
@@ -75,7 +79,7 @@ class Collector(threading.Thread):
         if mode == RETRIEVAL:
             for spec in RERANKED_BY_TIER.values():
                 self.models[registry.name(spec)] = RerankedPassages
-        else:
+        elif mode == FULL:
             self.models[registry.name(TOKENS)] = AnswerToken
         self.consumer = make_consumer(
             settings.kafka,
@@ -165,8 +169,12 @@ class RateResult:
     (its Prometheus ``ragstream_batch_size`` histogram). ``sender_lag_ms`` is how late sends
     were against the Poisson schedule (open-loop fidelity). ``cpu_busy_cores`` is the
     machine's mean busy logical CPUs while the step was offered (every process: pools, Kafka,
-    Elasticsearch, the LLM server, this load generator) and ``core_ms_per_request`` that CPU
-    time over the requests sent.
+    Elasticsearch, the LLM server, this load generator, and any other work on the host) and
+    ``core_ms_per_request`` that CPU time over the requests sent. ``process_core_ms_per_request``
+    counts only the processes that serve the load (the pools with their children, the
+    services the mode uses less their idle background, this load generator;
+    :mod:`bench.query.cpu`), from the first send until the last result or the drain's end,
+    over the requests sent; ``core_ms_by_process`` splits it.
     """
 
     mode: str
@@ -189,6 +197,8 @@ class RateResult:
     met_slo: bool = False
     cpu_busy_cores: float | None = None
     core_ms_per_request: float | None = None
+    process_core_ms_per_request: float | None = None
+    core_ms_by_process: dict[str, float] = field(default_factory=dict)
 
 
 def offer(
@@ -277,7 +287,9 @@ def summarise(
 @dataclass
 class LoadTarget:
     """Where and how to send: the producer, the prefixed queries topic, the collector, a
-    request factory, and a liveness check of the pools (raises if one died)."""
+    request factory, a liveness check of the pools (raises if one died), their batch
+    counters, and the processes whose CPU counts with the services' idle background
+    (``None``: only the machine's CPU is measured)."""
 
     producer: EventProducer
     topic: str
@@ -285,6 +297,8 @@ class LoadTarget:
     make: Callable[[], QueryRequest]
     check: Callable[[], None]
     batch_totals: Callable[[], dict[str, tuple[float, float]]]
+    processes: ProcessSet | None = None
+    idle_cores: dict[str, float] = field(default_factory=dict)
 
 
 def measure_rate(
@@ -301,11 +315,17 @@ def measure_rate(
     last results, and summarise the step (batch sizes from the pools' metrics)."""
     before = target.batch_totals()
     arrivals = poisson_arrivals(rate, seconds, random.Random(f"{seed}:{mode}:{rate}"))
+    procs_start = target.processes.sample() if target.processes else None
     cpu_start, t0 = CpuSample.now(), time.monotonic()
     ids, late = offer(target.producer, target.topic, arrivals, target.make, target.collector)
     cores = busy_cores(cpu_start, CpuSample.now())
     offered_s = time.monotonic() - t0
     _wait(target.collector, ids, time.monotonic() + drain_s, target.check)
+    by: dict[str, float] | None = None
+    if target.processes is not None and procs_start is not None:
+        by = attributed_ms(
+            procs_start, target.processes.sample(), time.monotonic() - t0, target.idle_cores
+        )
     after = target.batch_totals()
     result = summarise(mode, rate, seconds, target.collector.take(ids), slo)
     for pool, (events, batches) in after.items():
@@ -316,6 +336,9 @@ def measure_rate(
     result.sender_lag_ms = percentiles(late)
     result.cpu_busy_cores = cores
     result.core_ms_per_request = core_ms_per_request(cores, offered_s, len(ids))
+    if by is not None and ids:
+        result.core_ms_by_process = {k: round(v / len(ids), 1) for k, v in by.items()}
+        result.process_core_ms_per_request = round(total(by.values()) / len(ids), 1)
     return result
 
 
@@ -336,15 +359,22 @@ def warm_up(target: LoadTarget, timeout_s: float, burst: int) -> None:
 
 
 def request_factory(
-    questions: Sequence[str], tenant: str, deadline_s: float, stream: bool, seed: int
+    questions: Sequence[str],
+    tenant: str,
+    deadline_s: float,
+    stream: bool,
+    seed: int,
+    *,
+    route: Literal["evidence", "small", "large"] = "small",
 ) -> Callable[[], QueryRequest]:
     """A factory of requests: questions drawn at random (seeded), each made unique
-    (:func:`bench.query.questions.unique_query`), with a deadline ``deadline_s`` ahead.
+    (:func:`bench.query.questions.unique_query`), with a deadline ``deadline_s`` ahead,
+    forced to the answer tier ``route``.
 
-    Every request is routed to the ``small`` LLM tier: both modes measure the LLM path as they
-    did before the evidence tier existed (``retrieval`` finishes on ``rag.reranked.small``,
-    ``full`` on the generated answer); the evidence stage still runs in the rerank pool, so its
-    cost is in the rerank stage's numbers."""
+    The LLM modes route to the ``small`` tier: they measure the LLM path as they did before
+    the evidence tier existed (``retrieval`` finishes on ``rag.reranked.small``, ``full`` on
+    the generated answer; the evidence stage still runs in the rerank pool, with a trace entry
+    of its own). The ``evidence`` mode routes to the evidence tier (no LLM)."""
     from bench.query.questions import unique_query
 
     pool = list(questions)
@@ -360,7 +390,7 @@ def request_factory(
             deadline=now + dt.timedelta(seconds=deadline_s),
             created_at=now,
             stream=stream,
-            route="small",
+            route=route,
         )
 
     return make

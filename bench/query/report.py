@@ -9,8 +9,9 @@ from typing import Any
 from rich.table import Table
 
 MODE_TITLES = {
-    "retrieval": "retrieval + rerank (no generation)",
-    "full": "full generation",
+    "retrieval": "retrieval + rerank + evidence, routed to the small LLM tier (no generation)",
+    "full": "full generation (small LLM tier)",
+    "evidence": "evidence tier (no LLM)",
 }
 
 
@@ -35,13 +36,19 @@ def rate_rows(mode: dict[str, Any]) -> list[list[str]]:
             f"{r['offered_per_s']:g}", f"{r['ok']}/{r['sent']}", f"{r['achieved_per_s']:g}",
             _trio(r["end_to_end_ms"]), _trio(r["ttft_ms"]), errors, _batches(r["batch_mean"]),
             _cpu(r.get("cpu_busy_cores"), r.get("core_ms_per_request")),
+            _num(r.get("process_core_ms_per_request")),
             "yes" if r["met_slo"] else "no",
         ])  # fmt: skip
     return rows
 
 
 HEADER = ["offered/s", "ok/sent", "achieved/s", "e2e p50/p95/p99 ms", "TTFT p50/p95/p99 ms",
-          "errors", "mean batch", "CPU busy cores, core-ms/req", "meets SLO"]  # fmt: skip
+          "errors", "mean batch", "machine: busy cores, core-ms/req",
+          "serving processes: core-ms/req", "meets SLO"]  # fmt: skip
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:g}"
 
 
 def _cpu(cores: float | None, per_request: float | None) -> str:
@@ -71,9 +78,53 @@ def _stage_lines(mode: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _floor_lines(mode: dict[str, Any]) -> list[str]:
+    floor = mode.get("floor")
+    if not floor:
+        return []
+    lines = ["", f"Floor: each stage alone, in one process, {floor['calls']} calls a stage"
+             + (f" ({floor['llm_calls']} of the LLM)" if floor.get("llm_calls") else "")
+             + "; core-ms = this process + the services it calls, less their idle background.",
+             "", "| stage | wall ms | core-ms | by process | without idle subtraction "
+             "| machine core-ms |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for st in floor["stages"]:
+        by = " ".join(f"{k}={v:g}" for k, v in st["by_process"].items() if v)
+        lines.append(
+            f"| {st['stage']} | {st['wall_ms']:g} | {st['core_ms']:g} | {by or '-'} "
+            f"| {_num(st.get('raw_core_ms'))} | {_num(st['machine_core_ms'])} |"
+        )
+    lines.append(
+        f"| **floor** | | **{floor['core_ms']:g}** | | {_num(floor.get('raw_core_ms'))} "
+        f"| {_num(floor['machine_core_ms'])} |"
+    )
+    return lines
+
+
+def cost_sentence(mode: dict[str, Any]) -> str:
+    """The mode's core-ms per request at its operating point beside its floor, as a sentence
+    (empty for results without a floor)."""
+    op, floor = mode.get("operating_point") or {}, mode.get("floor")
+    if not floor:
+        return ""
+    b = mode["baseline"]
+    at = (
+        f"**{_num(op.get('core_ms_per_request'))}** core-ms per request at "
+        f"{op['at_offered_per_s']:g}/s ({'meets' if op['met_slo'] else 'misses'} the SLO; "
+        f"machine-wide {_num(op.get('machine_core_ms_per_request'))})"
+        if op
+        else "no rate measured"
+    )
+    return (
+        f"Serving processes: {at}, beside a floor of **{floor['core_ms']:g}** core-ms (the "
+        f"stages alone); sequential baseline {_num(b.get('process_core_ms_per_request'))} "
+        f"(machine-wide {_num(b.get('core_ms_per_request'))})."
+    )
+
+
 def render_markdown(payload: dict[str, Any]) -> str:
-    """The whole run as Markdown: settings, then per mode the baseline, the rates, the
-    maximum sustainable rate and the speed-up, and the per-stage breakdown."""
+    """The whole run as Markdown: settings, then per mode the baseline, the floor, the rates,
+    the maximum sustainable rate (the evidence tier's searched one), the CPU per request
+    beside the floor, and the per-stage breakdown."""
     lines = [f"# Query load benchmark ({payload['at']})", "", f"Machine: {payload['machine']}", ""]
     lines += [f"- {k}: {v}" for k, v in payload["setup"].items()]
     for mode in payload["modes"]:
@@ -88,7 +139,18 @@ def render_markdown(payload: dict[str, Any]) -> str:
             f"{b['throughput_per_s']:g}/s (p50 {b['latency_ms'].get('p50', 0):g} ms, "
             f"{b['requests']} requests; machine CPU busy "
             f"{_cpu(b.get('cpu_busy_cores'), b.get('core_ms_per_request'))} core-ms/request); "
-            f"speed-up **{mode['speedup_vs_sequential']}x**.",
+            f"ratio {mode['speedup_vs_sequential']}x (reported, no target).",
+        ]
+        if mode.get("plan", {}).get("search"):
+            lines += [
+                "",
+                f"Sustainable rate at p99 <= {mode['slo']['p99_ms']:g} ms (step then bisect, "
+                f"{len(mode['rates'])} rates): **{mode['sustainable_per_s']:g}/s**.",
+            ]
+        cost = cost_sentence(mode)
+        lines += ["", cost] if cost else []
+        lines += _floor_lines(mode)
+        lines += [
             "",
             "| " + " | ".join(HEADER) + " |",
             "|" + "---|" * len(HEADER),
@@ -112,7 +174,10 @@ def plot(payload: dict[str, Any], out: Path) -> None:
     fig, axes = plt.subplots(1, max(1, len(modes)), figsize=(6.5 * max(1, len(modes)), 4.5))
     axes = [axes] if len(modes) <= 1 else list(axes)
     for ax, mode in zip(axes, modes, strict=False):
-        rates = [r for r in mode["rates"] if r["end_to_end_ms"]]
+        # sorted: a searched mode measures its rates out of order
+        rates = sorted(
+            (r for r in mode["rates"] if r["end_to_end_ms"]), key=lambda r: r["offered_per_s"]
+        )
         x = [r["offered_per_s"] for r in rates]
         for q, style in (("p50", "o-"), ("p95", "s--"), ("p99", "^:")):
             ax.plot(x, [r["end_to_end_ms"][q] for r in rates], style, label=q)

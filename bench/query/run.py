@@ -1,18 +1,27 @@
-"""``ragstream bench query``: open-loop load through the query pools vs a sequential baseline.
+"""``ragstream bench query``: open-loop load through the query pools, what a request costs in
+CPU beside the floor of its stages, and a sequential baseline.
 
-Per mode (``retrieval``: retrieval + rerank, finished on ``rag.reranked.*``; ``full``: through
-generation, finished on ``rag.responses``, first token on ``rag.tokens``):
+Per mode (``retrieval``: retrieval + rerank + evidence, routed to the ``small`` tier and
+finished on ``rag.reranked.small``; ``full``: through generation, finished on
+``rag.responses``, first token on ``rag.tokens``; ``evidence``: routed to the evidence tier,
+no LLM, finished on ``rag.responses``):
 
 1. the sequential baseline (:mod:`bench.query.baseline`) in this process, while no pool
-   runs: its closed-loop throughput and latency;
-2. the system: ``ragstream worker`` processes of the mode's pools on a topic prefix of their own
+   runs: its closed-loop throughput, latency and CPU per request;
+2. the floor (:mod:`bench.query.floor`): each stage of the mode timed alone, in this process,
+   with the CPU of this process and of the services it calls; their sum is the floor;
+3. the system: ``ragstream worker`` processes of the mode's pools on a topic prefix of their own
    (``bench-<run>-<mode>-``: topics, DLQs and consumer groups are the run's and are deleted
-   afterwards), warmed up, then Poisson arrivals at each rate of a rising sequence for a fixed
-   time, until ``stop_after_failures`` rates in a row miss the SLO;
-3. the baseline again, after the pools have stopped; the throughput of this shared 2-core
+   afterwards), warmed up, then Poisson arrivals for a fixed time per rate: the rates of a
+   rising sequence until ``stop_after_failures`` rates in a row miss the SLO, or (a plan with
+   a ``search``, the evidence mode's) step then bisect (:class:`bench.stats.RateSearch`);
+   per rate the machine's CPU and the serving processes' CPU per request;
+4. the baseline again, after the pools have stopped; the throughput of this shared 2-core
    machine drifts by up to a third between minutes, so the faster of the two baselines is the
    one the ratio uses (the conservative choice);
-4. the maximum sustainable rate (highest rate meeting the SLO) over that baseline throughput.
+5. the maximum sustainable rate (highest rate meeting the SLO), and the mode's core-ms per
+   request at it (:func:`operating_point`) beside the floor. The ratio to the baseline's
+   throughput is reported, not judged: on 2 cores the baseline alone keeps 1.7-2.0 cores busy.
 
 Answer caches are kept out of the measurement: every request's text is unique (an opaque tag,
 so no exact-cache key repeats); every process of the run (pools and baseline) uses a Redis
@@ -31,15 +40,17 @@ import platform
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from elasticsearch import Elasticsearch
 
 from bench.query.baseline import SequentialPipeline, run_baseline
+from bench.query.cpu import ProcessSet, background, listening_pids, service_ports
+from bench.query.floor import measure_floor
 from bench.query.load import (
     Collector,
     LoadTarget,
@@ -48,10 +59,16 @@ from bench.query.load import (
     request_factory,
     warm_up,
 )
-from bench.query.plans import DEFAULT_PLANS, FULL, RETRIEVAL, ModePlan
+from bench.query.plans import DEFAULT_PLANS, EVIDENCE, FULL, RETRIEVAL, ModePlan
 from bench.query.procs import PoolProcesses, apply_overrides
 from bench.query.questions import load_questions
-from bench.stats import Slo, consecutive_failures, max_sustainable_rate
+from bench.stats import (
+    Slo,
+    consecutive_failures,
+    max_sustainable_rate,
+    next_rate,
+    sustainable_rate,
+)
 from ragstream.errors import ConfigurationError
 from ragstream.settings import PROJECT_ROOT, Settings
 from topics.producer import EventProducer, make_producer
@@ -62,6 +79,13 @@ from topics.registry import QUERIES, TopicRegistry
 POOLS = {
     RETRIEVAL: ("retrieval", "rerank"),
     FULL: ("retrieval", "rerank", "generation-small", "generation-large"),
+    EVIDENCE: ("retrieval", "rerank"),
+}
+#: The answer tier each mode's requests are forced to (``QueryRequest.route``).
+ROUTES: dict[str, Literal["evidence", "small", "large"]] = {
+    RETRIEVAL: "small",
+    FULL: "small",
+    EVIDENCE: "evidence",
 }
 #: A semantic-cache threshold no cosine similarity reaches (similarities are at most 1).
 NO_SEMANTIC_HITS = 2.0
@@ -92,6 +116,9 @@ class QueryBenchConfig:
         llm_prompt_cache: let the LLM server reuse cached prompt prefixes. Off by default:
             the load repeats a dozen questions whose prompts (same passages) llama.cpp would
             otherwise serve from its prompt cache, for the baseline and the pools alike.
+        floor_calls: calls per stage when the floor is measured (each its own request).
+        floor_llm_calls: calls of the LLM stage (full mode), each a whole completion.
+        idle_s: the idle window in which the services' background CPU is measured (s).
     """
 
     plans: tuple[ModePlan, ...] = (DEFAULT_PLANS[RETRIEVAL], DEFAULT_PLANS[FULL])
@@ -108,6 +135,9 @@ class QueryBenchConfig:
     replicas: Mapping[str, int] = field(default_factory=dict)
     baseline_embed_threads: int = 0
     llm_prompt_cache: bool = False
+    floor_calls: int = 20
+    floor_llm_calls: int = 3
+    idle_s: float = 2.0
 
 
 def redis_url_with_db(url: str, db: int) -> str:
@@ -186,8 +216,37 @@ def _row(r: RateResult) -> str:
     return (
         f"{r.mode:9} {r.offered_per_s:>6g}/s: {r.ok}/{r.sent} ok, {r.achieved_per_s:g}/s, "
         f"e2e p50 {e2e.get('p50')} p99 {e2e.get('p99')} ms, errors {100 * r.error_rate:.1f}%, "
-        f"batches {r.batch_mean}, SLO {'met' if r.met_slo else 'missed'}"
+        f"batches {r.batch_mean}, core-ms/req {r.process_core_ms_per_request} (machine "
+        f"{r.core_ms_per_request}), SLO {'met' if r.met_slo else 'missed'}"
     )
+
+
+def mode_services(settings: Settings, mode: str) -> tuple[str, ...]:
+    """The services whose CPU a mode's requests use: Elasticsearch, Redis and Kafka always;
+    the LLM server in full mode or when the reranker is the LLM."""
+    llm = mode == FULL or settings.rerank.backend == "llm"
+    return ("elasticsearch", "redis", "kafka", *(("llm",) if llm else ()))
+
+
+def operating_point(rates: list[dict[str, Any]], best: float) -> dict[str, Any]:
+    """Where a mode's core-ms per request are read: the rate ``best`` (the sustainable rate)
+    if it was measured, else the lowest rate measured (``{}`` without rates).
+
+    Returns:
+        ``{"at_offered_per_s", "met_slo", "core_ms_per_request"`` (the serving processes'),
+        ``"machine_core_ms_per_request"``, ``"core_ms_by_process"}``.
+    """
+    if not rates:
+        return {}
+    at = [r for r in rates if r["offered_per_s"] == best]
+    r = at[0] if at else min(rates, key=lambda x: x["offered_per_s"])
+    return {
+        "at_offered_per_s": r["offered_per_s"],
+        "met_slo": r["met_slo"],
+        "core_ms_per_request": r.get("process_core_ms_per_request"),
+        "machine_core_ms_per_request": r.get("core_ms_per_request"),
+        "core_ms_by_process": r.get("core_ms_by_process", {}),
+    }
 
 
 def run_mode(
@@ -199,13 +258,15 @@ def run_mode(
     run: str,
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Baseline, then the pools under load at each rate; the mode's JSON-ready result."""
+    """Baseline, floor, then the pools under load at each rate; the mode's JSON-ready result."""
     prefix = f"bench-{run}-{plan.mode}-"
     overrides = bench_overrides(settings, config, prefix)
     s: Settings = apply_overrides(settings, overrides)
     _flush(s.redis.url)
     full = plan.mode == FULL
-    make = request_factory(questions, config.tenant, plan.deadline_s, full, config.seed)
+    make = request_factory(
+        questions, config.tenant, plan.deadline_s, full, config.seed, route=ROUTES[plan.mode]
+    )
     baseline_settings = apply_overrides(
         s, {"retrieval": {"embed_threads": config.baseline_embed_threads}}
     )
@@ -217,6 +278,44 @@ def run_mode(
         )  # fmt: skip
     finally:
         pipeline.close()
+
+
+def _rates(
+    target: LoadTarget,
+    plan: ModePlan,
+    *,
+    config: QueryBenchConfig,
+    slo: Slo,
+    first: tuple[float, ...],
+    echo: Callable[[str], None],
+) -> list[RateResult]:
+    """Measure the plan's rates: the fixed sequence ``first``, or its search from ``first[0]``."""
+    results: list[RateResult] = []
+    search = replace(plan.search, start_per_s=first[0]) if plan.search else None
+    pending = list(first)
+    while True:
+        if search is not None:
+            rate = next_rate(search, [(r.offered_per_s, r.met_slo) for r in results])
+        else:
+            rate = pending.pop(0) if pending else None
+        if rate is None:
+            return results
+        r = measure_rate(
+            target,
+            mode=plan.mode,
+            rate=rate,
+            seconds=plan.seconds,
+            slo=slo,
+            drain_s=plan.deadline_s + 15,
+            seed=config.seed,
+        )
+        echo(_row(r))
+        results.append(r)
+        if search is None and (
+            consecutive_failures([x.met_slo for x in results]) >= config.stop_after_failures
+        ):
+            return results
+        time.sleep(2.0)
 
 
 def _run_mode(
@@ -231,11 +330,29 @@ def _run_mode(
     echo: Callable[[str], None],
 ) -> dict[str, Any]:
     prefix = s.kafka.topic_prefix
-    before = run_baseline(pipeline, plan.mode, make, plan.baseline_s)
+    services = listening_pids(
+        {k: v for k, v in service_ports(s).items() if k in mode_services(s, plan.mode)}
+    )
+    floor_procs = ProcessSet({k: v for k, v in services.items() if k != "kafka"}, {})
+    idle = background(ProcessSet(services, {}), config.idle_s)
+    before = run_baseline(
+        pipeline, plan.mode, make, plan.baseline_s, processes=floor_procs, idle_cores=idle
+    )
     echo(f"{plan.mode} baseline: {before}")
-    baseline = before
+    floor = measure_floor(
+        pipeline,
+        make,
+        n=config.floor_calls,
+        n_llm=config.floor_llm_calls,
+        processes=floor_procs,
+        idle_cores=idle,
+        full=plan.mode == FULL,
+        embed_threads=s.retrieval.embed_threads,
+    )
+    parts = ", ".join(f"{x['stage']} {x['core_ms']:g}" for x in floor["stages"])
+    echo(f"{plan.mode} floor: {floor['core_ms']} core-ms a request ({parts})")
     slo = Slo(plan.p99_ms)
-    rates = plan.offered(baseline.throughput_per_s)
+    rates = plan.offered(before.throughput_per_s)
     procs = PoolProcesses(
         s,
         overrides,
@@ -251,44 +368,42 @@ def _run_mode(
         collector.start()
         queries = TopicRegistry(prefix).name(QUERIES)
         target = LoadTarget(
-            producer, queries, collector, make, procs.check_alive, procs.batch_totals
-        )
+            producer, queries, collector, make, procs.check_alive, procs.batch_totals,
+            processes=ProcessSet(services, {k: p.pid for k, p in procs.procs.items()}),
+            idle_cores=idle,
+        )  # fmt: skip
         # warm with about what the first step offers in its first two seconds
         warm_up(target, config.warm_up_timeout_s, burst=min(8, max(1, round(2 * rates[0]))))
-        for rate in rates:
-            r = measure_rate(
-                target,
-                mode=plan.mode,
-                rate=rate,
-                seconds=plan.seconds,
-                slo=slo,
-                drain_s=plan.deadline_s + 15,
-                seed=config.seed,
-            )
-            echo(_row(r))
-            results.append(r)
-            if consecutive_failures([x.met_slo for x in results]) >= config.stop_after_failures:
-                break
-            time.sleep(2.0)
+        results = _rates(target, plan, config=config, slo=slo, first=rates, echo=echo)
     finally:
         producer.close()
         collector.close()
         procs.close()
-    after = run_baseline(pipeline, plan.mode, make, plan.baseline_s)
+    after = run_baseline(
+        pipeline, plan.mode, make, plan.baseline_s, processes=floor_procs, idle_cores=idle
+    )
     echo(f"{plan.mode} baseline after the load: {after}")
     baseline = max(before, after, key=lambda b: b.throughput_per_s)
-    best = max_sustainable_rate([(r.offered_per_s, r.met_slo) for r in results])
+    verdicts = [(r.offered_per_s, r.met_slo) for r in results]
+    best = max_sustainable_rate(verdicts)
+    strict = sustainable_rate(verdicts)
+    rows = [asdict(r) for r in results]
     return {
         "mode": plan.mode,
+        "route": ROUTES[plan.mode],
         "pools": list(POOLS[plan.mode]),
         "processes": {p: len(ports) for p, ports in procs.ports.items()},
+        "services": services,
         "topic_prefix": prefix,
         "slo": asdict(slo),
         "plan": asdict(plan),
         "baseline": asdict(baseline),
         "baselines": {"before": asdict(before), "after": asdict(after)},
-        "rates": [asdict(r) for r in results],
+        "floor": floor,
+        "rates": rows,
         "max_sustainable_per_s": best,
+        "sustainable_per_s": strict,
+        "operating_point": operating_point(rows, strict if plan.search else best),
         "speedup_vs_sequential": (
             round(best / baseline.throughput_per_s, 2) if baseline.throughput_per_s else None
         ),
@@ -310,6 +425,10 @@ def _setup(
             settings, config.index_alias or settings.elasticsearch.index_alias
         ),
         "llm_prompt_cache": "on" if config.llm_prompt_cache else "off (cache_prompt: false)",
+        "floor": f"each stage alone, {config.floor_calls} calls a stage "
+        f"({config.floor_llm_calls} of the LLM in full mode); CPU of this process and the "
+        f"services less their idle background ({config.idle_s:g} s window)",
+        "routes": ", ".join(f"{m} -> {r}" for m, r in ROUTES.items()),
         "rerank_backend": settings.rerank.backend,
         "embed_threads": f"pools {settings.retrieval.embed_threads}, baseline "
         f"{config.baseline_embed_threads} (0: one per core)",

@@ -170,15 +170,29 @@ def _rate(offered: float, p50: float, met: bool) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _mode(mode: str, best: float, baseline: float) -> dict[str, Any]:
+def _mode(mode: str, best: float, baseline: float, search: bool = False) -> dict[str, Any]:
+    stages = [
+        {"stage": "embed", "calls": 20, "wall_ms": 20.0, "core_ms": 30.0,
+         "by_process": {"bench": 29.0, "redis": 1.0}, "machine_core_ms": 38.0},
+        {"stage": "msearch", "calls": 20, "wall_ms": 9.0, "core_ms": 14.5,
+         "by_process": {"bench": 1.5, "elasticsearch": 13.0}, "machine_core_ms": 17.0},
+    ]  # fmt: skip
     return {
         "mode": mode,
         "slo": {"p99_ms": 1000.0, "max_error_rate": 0.01},
-        "baseline": {"throughput_per_s": baseline, "latency_ms": {"p50": 90.0}, "requests": 50},
+        "plan": {"search": {"start_per_s": 1.0} if search else None},
+        "baseline": {"throughput_per_s": baseline, "latency_ms": {"p50": 90.0}, "requests": 50,
+                     "core_ms_per_request": 55.0, "process_core_ms_per_request": 48.0},
+        "floor": {"stages": stages, "core_ms": 44.5, "machine_core_ms": 55.0, "calls": 20,
+                  "llm_calls": 0},
         "rates": [_rate(best, 100.0, True), _rate(best * 2, 900.0, False)],
         "max_sustainable_per_s": best,
+        "sustainable_per_s": best,
+        "operating_point": {"at_offered_per_s": best, "met_slo": True,
+                            "core_ms_per_request": 41.0, "machine_core_ms_per_request": 60.0,
+                            "core_ms_by_process": {"bench": 3.0}},
         "speedup_vs_sequential": round(best / baseline, 2),
-    }
+    }  # fmt: skip
 
 
 QUERY = {
@@ -186,7 +200,11 @@ QUERY = {
     "at": "2026-11-29T18:00:00Z",
     "machine": "AMD EPYC, 2 logical CPUs",
     "setup": {"tenant": "default"},
-    "modes": [_mode("retrieval", 40.0, 8.0), _mode("full", 0.4, 0.25)],
+    "modes": [
+        _mode("retrieval", 40.0, 8.0),
+        _mode("full", 0.4, 0.25),
+        _mode("evidence", 30.0, 20.0, search=True),
+    ],
     "api_exact_cache_hit": {"measured": False, "note": "not measured"},
 }
 INGEST = {"bench": "ingest", "results": [
@@ -210,7 +228,15 @@ BUS = {"bench": "bus", "results": [
 
 def test_report_writes_markdown_and_a_png(tmp_path: Path) -> None:
     text = render_markdown(QUERY)
-    assert "Maximum sustainable rate: **40/s**" in text and "speed-up **5.0x**" in text
+    assert "Maximum sustainable rate: **40/s**" in text and "ratio 5.0x (reported" in text
+    # core-ms per request beside the floor, and the floor's stages
+    assert "**41** core-ms per request at 40/s" in text and "floor of **44.5**" in text
+    assert "| msearch | 9 | 14.5 | bench=1.5 elasticsearch=13 | - | 17 |" in text
+    assert "(step then bisect, 2 rates): **30/s**" in text  # the evidence tier only
+    assert text.count("step then bisect") == 1
+    old = {**QUERY, "modes": [{k: v for k, v in m.items() if k not in {"floor", "plan"}}
+                              for m in QUERY["modes"]]}  # fmt: skip
+    assert "floor" not in render_markdown(old)  # results written before the floor existed
     out = tmp_path / "query.png"
     plot(QUERY, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -238,6 +264,15 @@ def test_summary_maps_every_benchmark_to_the_issue_keys(tmp_path: Path) -> None:
     assert s["query"]["retrieval_speedup_vs_sequential"] == 5.0
     assert s["query"]["generation_speedup_vs_sequential"] == 1.6
     assert s["query"]["generation_ttft_p50_ms"] == 50.0
+    assert s["query"]["evidence_sustainable_rate_per_s"] == 30.0
+    for mode in ("retrieval", "full", "evidence"):
+        assert s["query"][mode] == {
+            "core_ms_per_request": 41.0, "floor_core_ms": 44.5,
+            "machine_core_ms_per_request": 60.0, "sequential_core_ms_per_request": 48.0,
+            "at_offered_per_s": {"retrieval": 40.0, "full": 0.4, "evidence": 30.0}[mode],
+        }  # fmt: skip
+    text = (run / "summary.md").read_text()
+    assert "| `query.evidence.floor_core_ms` | 44.5 |" in text
     assert s["eval"] == metrics
     # The speed-ups are reported, not judged: 2 cores leave no 4x to win (issue 13).
     assert "query.retrieval_speedup_vs_sequential" not in s["targets"]
@@ -255,6 +290,8 @@ def test_summary_of_missing_results_says_what_is_missing(tmp_path: Path) -> None
     assert s["bus"]["hop_p50_ms"] == 12.7
     assert s["ingest"]["stream_ratio_to_limit"] is None
     assert s["eval"]["hit_at_5"] is None
+    assert s["query"]["evidence_sustainable_rate_per_s"] is None
+    assert s["query"]["full"]["floor_core_ms"] is None
     assert s["targets"]["eval.answer_accuracy"]["met"] is None
     assert any("ingest.json missing" in n for n in s["notes"])
     assert any("eval/eval.json missing" in n for n in s["notes"])

@@ -13,14 +13,18 @@ import pytest
 from bench.query.load import Outcome, summarise
 from bench.stats import (
     CpuSample,
+    RateSearch,
     Slo,
+    bracket,
     busy_cores,
     consecutive_failures,
     core_ms_per_request,
     max_sustainable_rate,
+    next_rate,
     percentiles,
     poisson_arrivals,
     stage_samples,
+    sustainable_rate,
     trace_end,
 )
 from topics.base import StageTiming
@@ -140,3 +144,58 @@ def test_machine_cpu_is_busy_time_over_wall_time_of_every_cpu(tmp_path: Path) ->
     assert busy_cores(None, end, cpus=2) is None
     assert core_ms_per_request(None, 10.0, 5) is None and core_ms_per_request(1.0, 10.0, 0) is None
     assert CpuSample.now(str(tmp_path / "missing")) is None
+
+
+def _search(search: RateSearch, capacity: float) -> list[tuple[float, bool]]:
+    """Run the search against a system that meets the SLO exactly up to ``capacity``/s."""
+    runs: list[tuple[float, bool]] = []
+    while (rate := next_rate(search, runs)) is not None:
+        runs.append((rate, rate <= capacity))
+        assert len(runs) < 50
+    return runs
+
+
+def test_rate_search_steps_up_then_bisects_the_bracket() -> None:
+    runs = _search(RateSearch(2.0, factor=2.0, bisections=3), capacity=5.0)
+    # 2 and 4 meet it, 8 misses; then the midpoints of the bracket: 6, 5, 5.5
+    assert [r for r, _ in runs] == [2.0, 4.0, 8.0, 6.0, 5.0, 5.5]
+    assert sustainable_rate(runs) == 5.0
+    assert bracket(runs) == (5.0, 5.5)
+
+
+def test_rate_search_steps_down_when_the_first_rate_misses() -> None:
+    runs = _search(RateSearch(8.0, bisections=2), capacity=3.0)
+    assert [r for r, _ in runs] == [8.0, 4.0, 2.0, 3.0, 3.5]
+    assert sustainable_rate(runs) == 3.0
+    # nothing meets it: down to the minimum, then give up with 0
+    runs = _search(RateSearch(1.0, min_per_s=0.3), capacity=0.1)
+    assert [r for r, _ in runs] == [1.0, 0.5]
+    assert sustainable_rate(runs) == 0.0
+
+
+def test_rate_search_stops_at_its_step_budget_and_its_resolution() -> None:
+    # never missed within max_steps: the top rate is a lower bound, and no bisection runs
+    runs = _search(RateSearch(1.0, max_steps=3), capacity=100.0)
+    assert runs == [(1.0, True), (2.0, True), (4.0, True)]
+    assert sustainable_rate(runs) == 4.0 and bracket(runs) == (4.0, None)
+    # a bracket already within 5% is not bisected further
+    search = RateSearch(10.0, bisections=5, resolution=0.05)
+    assert next_rate(search, [(10.0, True), (10.4, False)]) is None
+    # rates keep three significant digits
+    assert next_rate(RateSearch(1.0), [(1.0, True), (1.234, False)]) == 1.12
+
+
+def test_sustainable_rate_never_counts_a_pass_above_a_miss() -> None:
+    noisy = [(5.0, True), (10.0, False), (20.0, True), (40.0, False)]
+    assert sustainable_rate(noisy) == 5.0
+    assert max_sustainable_rate(noisy) == 20.0  # the lenient reading, reported beside it
+    assert bracket(noisy) == (5.0, 10.0)
+    assert sustainable_rate([]) == 0.0 and bracket([]) == (None, None)
+    for bad in (
+        {"start_per_s": 0.0},
+        {"start_per_s": 1.0, "factor": 1.0},
+        {"start_per_s": 1.0, "max_steps": 0},
+        {"start_per_s": 1.0, "bisections": -1},
+    ):
+        with pytest.raises(ValueError):
+            RateSearch(**bad)  # type: ignore[arg-type]

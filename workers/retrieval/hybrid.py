@@ -106,7 +106,7 @@ class HybridRetriever:
                 names the request.
         """
         return [
-            self._fuse(query, _hits(bm25), _hits(knn))
+            self.fuse(query, hits(bm25), hits(knn))
             for query, (bm25, knn) in zip(queries, self.search_pairs(queries, vectors), strict=True)
         ]
 
@@ -167,9 +167,12 @@ class HybridRetriever:
             )
         return responses
 
-    def _fuse(
+    def fuse(
         self, query: QueryRequest, bm25: list[Mapping[str, Any]], knn: list[Mapping[str, Any]]
     ) -> list[Candidate]:
+        """One query's candidates from its BM25 and kNN hits (each best first, as
+        :func:`hits` returns them): RRF over the two rankings, at most ``query.top_n``, best
+        first (see :meth:`search_batch`)."""
         sources: dict[str, Mapping[str, Any]] = {}
         ranks: list[dict[str, int]] = [{}, {}]
         for which, hits in enumerate((bm25, knn)):
@@ -216,7 +219,8 @@ def check_responses(
     )
 
 
-def _hits(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def hits(response: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The hits of one search's response, best first."""
     return list(response["hits"]["hits"])
 
 
