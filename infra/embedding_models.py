@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import shutil
 import urllib.request
 import zipfile
@@ -32,6 +31,7 @@ from pathlib import Path
 import structlog
 
 from infra.errors import InstallError
+from infra.models import sha256_file
 
 log = structlog.get_logger(__name__)
 
@@ -162,15 +162,6 @@ def http_fetch(url: str, target: Path) -> None:
             shutil.copyfileobj(resp, out, _BLOCK)
     except OSError as exc:
         raise InstallError(f"downloading {url} failed: {exc}") from exc
-
-
-def sha256_file(path: Path) -> str:
-    """The hex sha256 of the file at ``path``."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager
