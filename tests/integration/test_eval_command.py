@@ -123,4 +123,5 @@ def test_eval_command_measures_modes_and_answers(
     assert set(answers["tiers"]) == {"small", "evidence"}
     assert "### Answer configurations" in (out / "eval.md").read_text()
     md = (out / "eval.md").read_text()
-    assert "| hybrid+llm | 3 |" in md and f"## Answers (`{default}`, top 5 passages" in md
+    top_k = settings.rerank.top_k
+    assert "| hybrid+llm | 3 |" in md and f"## Answers (`{default}`, top {top_k} passages" in md
