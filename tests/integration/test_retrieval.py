@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -208,3 +208,9 @@ def test_optimize_merges_the_index_into_one_segment(
     [cands] = _search(acme, [_request("write-ahead log replay after power loss")])
     assert cands and "wal" not in _docs(cands)
     assert segment_stats(acme.es, "no-such-alias-anywhere") == {}
+
+
+def test_no_index_yet_is_no_model_mismatch(kit: Kit, unique_name: Callable[[str], str]) -> None:
+    # A fresh deployment starts the retrieval pool before the first ingest creates the index.
+    retriever = HybridRetriever(kit.es, unique_name("noindex"), RetrievalSettings())
+    retriever.check_model("all-MiniLM-L6-v2@x", 384)  # no error: nothing to compare with

@@ -66,19 +66,21 @@ class HybridRetriever:
 
     def check_model(self, model_id: str, dims: int) -> None:
         """Refuse to search an index built with another embedding model (the mapping's
-        ``_meta``, :func:`ingest.index.check_index_model`).
+        ``_meta``, :func:`ingest.index.check_index_model`). No index yet is no mismatch: a
+        fresh deployment starts its pools before the first ingest creates the index with the
+        configured model (ingest checks the model too); searches find nothing until then.
 
         Raises:
             EmbeddingModelMismatchError: (a ``ConfigurationError``) the index records another
                 model id or dimension.
             TransientError: Elasticsearch unreachable.
-            PermanentError: no such index or alias.
         """
         try:
             check_index_model(self.es, self.alias, model_id, dims)
         except ApiError as exc:
             if exc.meta.status == 404:
-                raise PermanentError(f"no chunk index {self.alias!r}") from exc
+                log.warning("retrieval.no_index_yet", alias=self.alias, model=model_id)
+                return
             raise TransientError(f"reading the mapping of {self.alias!r} failed: {exc}") from exc
         except TransportError as exc:
             raise TransientError(f"reading the mapping of {self.alias!r} failed: {exc}") from exc
