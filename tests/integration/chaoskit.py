@@ -223,6 +223,10 @@ class Private:
         started = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: self.kafka.running_pid() is None, 30, what="broker gone")
+        # A killed JVM with a large heap holds its listening sockets until its exit has
+        # finished unmapping memory, after its PID looks gone: wait for the ports themselves.
+        host = self.kafka.infra.host
+        wait_for(lambda: all(_bindable(host, p) for p in self.kafka.ports), 30, what="ports free")
         self.kafka.ensure_up()
         return time.monotonic() - started
 
@@ -235,6 +239,17 @@ class Private:
             time.sleep(seconds)
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+def _bindable(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be listened on now (nobody holds it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass
