@@ -113,3 +113,15 @@ def dead_letter_hook(stage: str) -> Callable[[Any, BaseException], Sequence[Emit
         return [Emit(RESPONSES, error_response(event, code_of(error), message, stage))]
 
     return hook
+
+
+def llm_outcome(error: BaseException | None) -> str:
+    """The ``outcome`` label of an LLM request: ``ok``, ``timeout`` (the request's own time
+    limits: time to first token or the gap between tokens) or the error's code."""
+    import httpx
+
+    if error is None:
+        return "ok"
+    if isinstance(error.__cause__, TimeoutError | httpx.TimeoutException):
+        return "timeout"
+    return code_of(error).value

@@ -107,17 +107,3 @@ def count_answers(responses: Iterable[QueryResponse]) -> None:
     """Count final responses (call once per ``request_id``: the delivery pool's written ones)."""
     for r in responses:
         ANSWERS.labels(*answer_labels(r)).inc()
-
-
-def llm_outcome(error: BaseException | None) -> str:
-    """The ``outcome`` label of an LLM request: ``ok``, ``timeout`` (the request's own time
-    limits: time to first token or the gap between tokens) or the error's code."""
-    import httpx
-
-    from workers.errors import code_of
-
-    if error is None:
-        return "ok"
-    if isinstance(error.__cause__, TimeoutError | httpx.TimeoutException):
-        return "timeout"
-    return code_of(error).value

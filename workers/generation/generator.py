@@ -49,6 +49,7 @@ from workers.errors import (
     PromptTooLongError,
     code_of,
     error_response,
+    llm_outcome,
 )
 from workers.evidence.answer import AnswerPolicy, quote
 from workers.generation.backend import (
@@ -65,7 +66,6 @@ from workers.metrics import (
     LLM_TOKENS,
     LLM_TTFT,
     init_llm_labels,
-    llm_outcome,
 )
 from workers.runtime.handler import Emit, Outcome, derive_event_id
 from workers.runtime.metrics import ERRORS, MODEL_CALLS
