@@ -311,6 +311,11 @@ def optimize_command(
     )
 
 
+#: Seconds a writer's bulk request may take beyond the model check interval before the old
+#: index is write-blocked after a rebuild's swap (a later write fails there, with its reason).
+REWRITE_GRACE_S = 5.0
+
+
 @index_app.command("rebuild")
 def rebuild_command(
     delete_old: bool = typer.Option(
@@ -333,11 +338,17 @@ def rebuild_command(
     ),
 ) -> None:
     """Build a new physical index from the stored chunks (re-embedded with the configured
-    model, stemmed fields added) and swap the alias; queries are answered throughout."""
+    model, stemmed fields added) and swap the alias; queries are answered throughout. After
+    the swap it waits ``embedding.model_check_interval_s`` + 5 s for running pools and writers
+    to follow the new model, then write-blocks the old index and catches up."""
     from ingest.factory import build_index_and_embedder
     from ingest.rebuild import rebuild
 
-    index, embedder = build_index_and_embedder(get_settings(), for_rebuild=True)
+    settings = get_settings()
+    index, embedder = build_index_and_embedder(settings, for_rebuild=True)
+    # Every pool and writer re-reads the alias's model within the check interval; a bulk write
+    # already under way gets REWRITE_GRACE_S more before the old index is write-blocked.
+    grace_s = settings.embedding.model_check_interval_s + REWRITE_GRACE_S
     with console.status("copying chunks...") as status:
         report = rebuild(
             index,
@@ -348,6 +359,7 @@ def rebuild_command(
             target=target,
             swap=swap,
             reuse_vectors=reuse_vectors,
+            grace_s=grace_s,
         )
     swapped = f"alias {index.alias}: " if swap else "no swap: "
     console.print(

@@ -19,6 +19,7 @@ from ingest.embedding import (
     SentenceTransformerEmbedder,
 )
 from ingest.index import ChunkIndex, check_index_model, force_merge
+from ingest.model_follow import ModelFollower
 from ingest.onnx_embedding import OnnxEmbedder, Role, get_onnx_model
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
@@ -127,15 +128,23 @@ def build_index_and_embedder(
 
 
 def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -> IngestPipeline:
-    """A ready pipeline: chunker, cached embedder, index, SQL registry, version counters.
+    """A ready pipeline: chunker, cached embedder (following the model the index alias
+    records, :class:`~ingest.model_follow.ModelFollower`), index, SQL registry, version counters.
 
     The SQL store must be migrated (``ragstream db upgrade``).
     """
     embedder = embedder or build_embedder(settings)
     chunker = build_chunker(settings)
-    index = build_index(settings, embedder.dim, embedder.model_id)
+    es = Elasticsearch(
+        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+    )
+    index = ChunkIndex(es, settings.elasticsearch, embedder.dim, model_id=embedder.model_id)
+    index.ensure()
+    # Embed with the model the alias records, whichever was configured (ingest/model_follow.py).
+    follower = ModelFollower.from_settings(settings, embedder, es, role="passage")
+    follower.start()  # a model it cannot build: every document fails with the reason
     sessions = make_session_factory(make_engine(settings.database_url))
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=5)
     return IngestPipeline(
-        chunker, embedder, index, DocumentRegistry(sessions), IndexVersions(client)
+        chunker, follower, index, DocumentRegistry(sessions), IndexVersions(client)
     )

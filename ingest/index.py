@@ -48,6 +48,8 @@ class EmbeddingModelMismatchError(ConfigurationError):
         model_id, dims: the configured embedder's.
     """
 
+    code = "EMBEDDING_MODEL_MISMATCH"
+
     def __init__(
         self,
         index: str,
@@ -67,6 +69,23 @@ class EmbeddingModelMismatchError(ConfigurationError):
         self.index_dims = index_dims
         self.model_id = model_id
         self.dims = dims
+
+
+class EmbeddingModelUnavailableError(EmbeddingModelMismatchError):
+    """The index records a model that this deployment cannot build (not installed, or torch
+    missing): a running pool or writer cannot follow it (``ingest/model_follow.py``)."""
+
+    def __init__(
+        self, index: str, index_model: str, index_dims: int | None, model_id: str, dims: int
+    ) -> None:
+        super().__init__(index, index_model, index_dims, model_id, dims)
+        name = index_model.split("@", 1)[0]
+        self.args = (
+            f"index {index!r} was built with embedding model {index_model} ({index_dims}-d), "
+            f"which this deployment cannot build (still embedding with {model_id}); install it "
+            f"(`ragstream infra models install {name}` for an ONNX model) or rebuild the index "
+            "with an installed model (`ragstream index rebuild`)",
+        )
 
 
 def mapping(
@@ -233,9 +252,10 @@ class ChunkIndex:
         ]
         return self._bulk(actions)
 
-    def delete_ids(self, ids: Iterable[str]) -> BulkReport:
-        """Delete chunks by ``_id``; a missing id counts as deleted."""
-        actions = [{"_op_type": "delete", "_index": self.alias, "_id": i} for i in ids]
+    def delete_ids(self, ids: Iterable[str], index: str | None = None) -> BulkReport:
+        """Delete chunks by ``_id`` from the alias or ``index``; a missing id counts as deleted."""
+        target = index or self.alias
+        actions = [{"_op_type": "delete", "_index": target, "_id": i} for i in ids]
         return self._bulk(actions)
 
     def chunk_ids_of(self, tenant: str, doc_id: str) -> list[str]:
@@ -309,7 +329,11 @@ def index_model(es: Elasticsearch, index: str) -> tuple[str | None, int | None]:
         elasticsearch.NotFoundError: no such index or alias.
     """
     body = es.indices.get_mapping(index=index).body
-    mappings = next(iter(body.values()))["mappings"]
+    return recorded_model(next(iter(body.values()))["mappings"])
+
+
+def recorded_model(mappings: dict[str, Any]) -> tuple[str | None, int | None]:
+    """``(model_id, dims)`` of one index's ``mappings`` (see :func:`index_model`)."""
     meta = (mappings.get("_meta") or {}).get("embedding") or {}
     dims = meta.get("dims")
     if dims is None:

@@ -15,6 +15,7 @@ Operations on the same ``(tenant, doc_id)`` within one call apply in order (in w
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -24,13 +25,15 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from ingest.index import ChunkIndex
+from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
+from ingest.model_follow import ModelFollower
 from ingest.parsers import parse
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, MetaValue, ParsedDocument, ParseError
 from ingest.versions import IndexVersions
 from ragstream.db.models import Document, utcnow
+from ragstream.errors import RagstreamError, TransientError
 
 Status = Literal["indexed", "unchanged", "deleted", "failed"]
 
@@ -269,15 +272,56 @@ class IngestPipeline:
             d.chunk_ids = [chunk_id(d.op.tenant, d.doc_id, d.version, c.chunk_no) for c in d.chunks]
         timings["chunk"] = _ms(t)
         t = time.perf_counter()
-        vectors = self.embedder.embed([c.embed_text for d in changed for c in d.chunks])
+        try:
+            vectors, target = self._embed_for_write(
+                [c.embed_text for d in changed for c in d.chunks]
+            )
+        except EmbeddingModelMismatchError as exc:
+            for d in changed:  # recorded failed with the reason; `jobs retry` re-runs them
+                d.finish("failed", f"embedding model mismatch: {exc}")
+            return []
         timings["embed"] = _ms(t)
         t = time.perf_counter()
-        self._index_changed(changed, vectors, touched)
+        self._index_changed(changed, vectors, touched, target)
         timings["index"] = _ms(t)
         return [d for d in changed if d.outcome and d.outcome.status == "indexed"]
 
+    def _embed_for_write(self, texts: list[str]) -> tuple[np.ndarray[Any, Any], str | None]:
+        """The vectors of ``texts`` and the index to write them into: with a
+        :class:`~ingest.model_follow.ModelFollower`, the physical index of the model that
+        embedded them, checked again right before the write (embedded again if the alias
+        changed model meanwhile); otherwise the alias (``None``).
+
+        Raises:
+            EmbeddingModelMismatchError: the alias records a model this process cannot build.
+            TransientError: the alias could not be read, or changed model on every attempt.
+        """
+        follower = self.embedder
+        if not isinstance(follower, ModelFollower):
+            return follower.embed(texts), None
+        for _ in range(3):
+            vectors, model_id, _ = follower.embed_for_index(texts)
+            target = follower.write_index(model_id)
+            if target is not None:
+                return vectors, target
+        raise TransientError("the index alias changed embedding model on every attempt")
+
+    def _write(self, bodies: list[dict[str, Any]], target: str | None) -> BulkReport:
+        """Bulk-index ``bodies`` into ``target`` (``None``: the alias). After a failed item the
+        alias is read again at once (e.g. the index was retired and write-blocked by a
+        rebuild), so the next batch follows it."""
+        report = self.index.bulk_index(bodies, index=target)
+        if report.failed and isinstance(self.embedder, ModelFollower):
+            with contextlib.suppress(RagstreamError):  # the next batch meets (and reports) it
+                self.embedder.follow(force=True)
+        return report
+
     def _index_changed(
-        self, changed: list[_Doc], vectors: np.ndarray[Any, Any], touched: set[str]
+        self,
+        changed: list[_Doc],
+        vectors: np.ndarray[Any, Any],
+        touched: set[str],
+        target: str | None = None,
     ) -> None:
         bodies: list[dict[str, Any]] = []
         row = 0
@@ -286,7 +330,7 @@ class IngestPipeline:
             for c, cid in zip(d.chunks, d.chunk_ids, strict=True):
                 bodies.append(_body(d, c, cid, vectors[row], now))
                 row += 1
-        report = self.index.bulk_index(bodies)
+        report = self._write(bodies, target)
         rollback: list[str] = []
         stale: dict[str, _Doc] = {}
         for d in changed:
@@ -303,7 +347,7 @@ class IngestPipeline:
             d.finish("indexed")
             touched.add(d.op.tenant)
         if rollback:
-            self.index.delete_ids(rollback)
+            self.index.delete_ids(rollback, index=target)
         if stale:
             for cid, reason in self.index.delete_ids(sorted(stale)).failed.items():
                 # The new version is in but an old chunk lingers: report it, keep the ids.

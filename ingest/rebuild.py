@@ -7,8 +7,17 @@ cache when the model did not change; a source that records the same model has it
 copied instead), and its client-stemmed BM25 fields are computed. A model change is therefore
 ``RAGSTREAM_EMBEDDING__...=<new model> ragstream index rebuild``: queries keep being answered
 from the old index until the alias swap. Writes that land in the old index while the copy runs
-are caught up after the swap: chunks written since the copy started are copied again, and
-chunks deleted from the old index meanwhile are deleted from the new one.
+are caught up after the swap: chunks written since the copy started are copied again
+(re-embedded with the new model, unless a newer version of their document is already in the
+new index), and chunks copied but deleted from the old index meanwhile are deleted from the
+new one.
+
+Running pools and writers follow the alias's model (``ingest/model_follow.py``) within
+``grace_s``, and write into the physical index of the model that embedded their vectors: a
+writer that has not yet seen the swap still writes into the old index. So the catch-up waits
+until ``grace_s`` after the swap, then blocks writes on the old index (a late write fails
+there with its reason instead of being lost) and copies what was written: the new index only
+ever receives vectors of its own model.
 """
 
 from __future__ import annotations
@@ -52,6 +61,8 @@ def rebuild(
     target: str | None = None,
     swap: bool = True,
     reuse_vectors: bool | None = None,
+    grace_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> RebuildReport:
     """Build ``<alias>-v<N+1>`` (or ``target``) from the current index (or ``source``), swap the
     alias, catch up.
@@ -72,6 +83,10 @@ def rebuild(
         reuse_vectors: copy the stored vectors instead of embedding again. ``None``: when the
             source records the same model as ``index.model_id``. ``True`` for a source that
             records no model but is known to match (its dimension is still checked).
+        grace_s: seconds between the swap and the catch-up, for every process to notice the
+            swap (``embedding.model_check_interval_s`` plus a write's duration); the old index
+            is write-blocked after it (and deleted after the catch-up with ``delete_old``).
+        sleep: waits seconds (a fake in tests).
 
     Raises:
         elasticsearch.ApiError: Elasticsearch refused an operation (nothing is swapped unless
@@ -96,16 +111,24 @@ def rebuild(
             reuse = True
     index.create_physical(new)
     started = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
-    copy = functools.partial(_copy, index, embedder, old, new, reuse=reuse)
+    copied_ids: set[str] = set()
+    copy = functools.partial(_copy, index, embedder, old, new, reuse=reuse, ids=copied_ids)
     copied = copy(since=None, on_progress=on_progress) if old else 0
     caught_up = deleted = 0
     # Searchable before the swap: a search right after it must not meet unrefreshed segments.
     index.es.indices.refresh(index=new)
     if swap:
         index.swap_alias(new)
+        swapped_at = time.monotonic()
         if old is not None:
+            wait = grace_s - (time.monotonic() - swapped_at)
+            if wait > 0:
+                sleep(wait)
+            index.es.indices.add_block(index=old, block="write")
+            index.es.indices.refresh(index=old)
             caught_up = copy(since=started, on_progress=None)
-            stale = _ids(index, new) - _ids(index, old)
+            # Only chunks that came from the old index: writers write into the new one now.
+            stale = copied_ids - _ids(index, old)
             if stale:
                 index.es.bulk(
                     operations=[{"delete": {"_index": new, "_id": i}} for i in sorted(stale)],
@@ -129,12 +152,17 @@ def _copy(
     reuse: bool,
     since: str | None,
     on_progress: Callable[[int], None] | None,
+    ids: set[str],
 ) -> int:
     query: dict[str, Any] = {"match_all": {}}
     if since is not None:
         query = {"range": {"indexed_at": {"gte": since}}}
     total = 0
-    for batch in _batches(index, source, query, with_vectors=reuse):
+    for scanned in _batches(index, source, query, with_vectors=reuse):
+        # A catch-up never brings back a version a writer has already replaced in the target.
+        batch = scanned if since is None else _not_superseded(index, target, scanned)
+        if not batch:
+            continue
         if not reuse:
             vectors = embedder.embed([_embed_text(d) for d in batch])
             for d, v in zip(batch, vectors, strict=True):
@@ -146,9 +174,25 @@ def _copy(
             first = next(iter(report.failed.items()))
             raise RuntimeError(f"rebuild: {len(report.failed)} chunk(s) not written, e.g. {first}")
         total += len(batch)
+        ids.update(str(d["chunk_id"]) for d in batch)
         if on_progress is not None:
             on_progress(total)
     return total
+
+
+def _not_superseded(
+    index: ChunkIndex, target: str, batch: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The chunks of ``batch`` whose document has no newer version in ``target`` (a writer that
+    followed the swap may have written one there already)."""
+    newest: dict[tuple[str, str], int] = {}
+    query = {"bool": {"filter": [{"terms": {"doc_id": sorted({d["doc_id"] for d in batch})}}]}}
+    body = {"query": query, "_source": ["tenant", "doc_id", "version"]}
+    for hit in helpers.scan(index.es, index=target, query=body, size=1000):
+        src = hit["_source"]
+        key = (src["tenant"], src["doc_id"])
+        newest[key] = max(newest.get(key, 0), int(src["version"]))
+    return [d for d in batch if int(d["version"]) >= newest.get((d["tenant"], d["doc_id"]), 0)]
 
 
 def _batches(

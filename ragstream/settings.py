@@ -343,6 +343,10 @@ class EmbeddingSettings(BaseModel):
     #: Expiry of cached vectors in Redis; 0 keeps them forever.
     cache_ttl_s: int = Field(default=30 * 86400, ge=0)
     cache_key_prefix: str = "ragstream:emb:"
+    #: How often a running pool or ingest writer re-reads the model the index alias records
+    #: (``ingest/model_follow.py``): after ``index rebuild`` swaps the alias to an index of
+    #: another model, each process embeds with that model within this many seconds.
+    model_check_interval_s: float = Field(default=10.0, gt=0)
 
 
 class RetrievalSettings(BaseModel):

@@ -24,6 +24,9 @@ class ErrorCode(StrEnum):
     INTERNAL = "INTERNAL"
     #: The client disconnected and generation was stopped (``workers/cancel.py``).
     CANCELLED = "CANCELLED"
+    #: The index was built with an embedding model this deployment cannot build
+    #: (``ingest/model_follow.py``): no query vector comparable with its vectors.
+    EMBEDDING_MODEL_MISMATCH = "EMBEDDING_MODEL_MISMATCH"
 
 
 class ErrorInfo(Contract):

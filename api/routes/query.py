@@ -57,6 +57,7 @@ FAILED_STATUS = {
     ErrorCode.BACKEND_UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
     ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
+    ErrorCode.EMBEDDING_MODEL_MISMATCH: 503,  # the deployment lacks the index's model
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+import numpy as np
 import redis
 from elasticsearch import Elasticsearch
 
 from ingest.embedding import CachedEmbedder
 from ingest.factory import build_embedder
+from ingest.model_follow import ModelFollower
 from ingest.versions import IndexVersions
 from ragstream.settings import Settings
 from workers.caches import AnswerCache, answer_config
@@ -20,8 +23,12 @@ from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
 def build_router(embedder: CachedEmbedder) -> Router:
     """A router fitted on the labelled example questions."""
     router = Router()
-    router.fit(embedder.embed(list(EASY_EXAMPLES)), embedder.embed(list(HARD_EXAMPLES)))
+    router.fit(*_router_examples(embedder))
     return router
+
+
+def _router_examples(embedder: CachedEmbedder) -> tuple[np.ndarray[Any, Any], ...]:
+    return embedder.embed(list(EASY_EXAMPLES)), embedder.embed(list(HARD_EXAMPLES))
 
 
 def build_answer_cache(settings: Settings) -> AnswerCache:
@@ -38,26 +45,39 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
 
 def build_retrieval_components(
     settings: Settings,
-) -> tuple[CachedEmbedder, HybridRetriever, AnswerCache, IndexVersions, Router]:
-    """Query embedder (``settings.retrieval.embed_threads`` threads), hybrid retriever, answer
-    cache, index versions and router.
+) -> tuple[ModelFollower, HybridRetriever, AnswerCache, IndexVersions, Router]:
+    """Query embedder (``settings.retrieval.embed_threads`` threads) following the model the
+    index alias records (:class:`~ingest.model_follow.ModelFollower`, checked at start and every
+    ``embedding.model_check_interval_s``), hybrid retriever searching that model's index,
+    answer cache, index versions and router (fitted again after a model switch).
+
+    A model the pool cannot build is logged at start and answered per query
+    (``EMBEDDING_MODEL_MISMATCH``), not a refusal to start.
 
     Raises:
-        EmbeddingModelMismatchError: the index was built with another embedding model.
+        TransientError: Elasticsearch unreachable at start.
     """
-    embedder = build_embedder(settings, num_threads=settings.retrieval.embed_threads, role="query")
+    threads = settings.retrieval.embed_threads
+    embedder = build_embedder(settings, num_threads=threads, role="query")
     es = Elasticsearch(
         settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
     )
-    retriever = HybridRetriever(es, settings.elasticsearch.index_alias, settings.retrieval)
-    retriever.check_model(embedder.model_id, embedder.dim)
+    follower = ModelFollower.from_settings(
+        settings, embedder, es, role="query", num_threads=threads
+    )
+    follower.start()  # a model it cannot build: each query is answered with the error
+    retriever = HybridRetriever(
+        es, settings.elasticsearch.index_alias, settings.retrieval, target=lambda: follower.index
+    )
+    router = build_router(follower.embedder)
+    follower.on_switch.append(lambda new: router.fit(*_router_examples(new)))
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
     return (
-        embedder,
+        follower,
         retriever,
         build_answer_cache(settings),
         IndexVersions(client),
-        build_router(embedder),
+        router,
     )
 
 

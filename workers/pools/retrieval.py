@@ -1,6 +1,8 @@
 """The retrieval pool: ``rag.queries`` in, fused candidates (or a cached answer) out.
 
-Per batch: exact answer-cache lookups; ONE embedding call for every remaining query; semantic
+Per batch: exact answer-cache lookups; ONE embedding call for every remaining query (with the
+model the index records, followed across alias swaps; a model this pool cannot build answers
+each query ``EMBEDDING_MODEL_MISMATCH``, and the pool keeps consuming); semantic
 cache lookups; ONE ``_msearch`` with a BM25 and a kNN search per query, fused client-side with
 reciprocal rank fusion; the router picks each query's generation tier.
 """
@@ -14,15 +16,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ingest.index import EmbeddingModelMismatchError
 from ingest.versions import IndexVersions
 from ragstream.settings import PoolSettings, Settings
 from topics.base import StageTiming
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, RESPONSES, RETRIEVED
-from topics.responses import QueryResponse
+from topics.responses import ErrorCode, QueryResponse
 from topics.retrieved import Candidate, RetrievedCandidates
 from workers.caches import AnswerCache, CacheHit
-from workers.errors import dead_letter_hook, expired_hook
+from workers.errors import dead_letter_hook, error_response, expired_hook
 from workers.registry import register_pool
 from workers.routing import Router
 from workers.runtime.build import pool_handler
@@ -61,6 +64,12 @@ def cached_response(request: QueryRequest, hit: CacheHit, started: dt.datetime) 
     )
 
 
+def model_mismatch(request: QueryRequest, error: EmbeddingModelMismatchError) -> QueryResponse:
+    """The typed ``EMBEDDING_MODEL_MISMATCH`` response of a query whose index was built with a
+    model this pool cannot embed with (``ingest/model_follow.py``)."""
+    return error_response(request, ErrorCode.EMBEDDING_MODEL_MISMATCH, str(error), "retrieval")
+
+
 def retrieval_handler(
     embedder: Embeds,
     retriever: Retrieves,
@@ -87,7 +96,10 @@ def retrieval_handler(
                 live.append(e)
         if not live:
             return out
-        vectors = embedder.embed([e.query for e in live])
+        try:
+            vectors = embedder.embed([e.query for e in live])
+        except EmbeddingModelMismatchError as exc:  # the index's model is not here: say so
+            return [*out, *(Emit(RESPONSES, model_mismatch(e, exc)) for e in live)]
         MODEL_CALLS.labels("embed").inc()
         todo: list[int] = []
         for i, e in enumerate(live):

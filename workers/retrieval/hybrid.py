@@ -8,7 +8,7 @@ Büttcher 2009), keyed by ``chunk_id`` (the Elasticsearch ``_id``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,14 +54,26 @@ class HybridRetriever:
         alias: the chunk index alias to search.
         settings: the ``retrieval`` settings section (list lengths, HNSW candidates, RRF k).
 
+        target: returns the index to search instead of the alias, or ``None`` for the alias:
+            the physical index of the query embedder's model
+            (:attr:`ingest.model_follow.ModelFollower.index`), so query vectors never meet an
+            index of another model in the moments after an alias swap.
+
     Attributes:
         msearch_calls: ``_msearch`` requests sent so far (one per non-empty batch).
     """
 
-    def __init__(self, es: Elasticsearch, alias: str, settings: RetrievalSettings) -> None:
+    def __init__(
+        self,
+        es: Elasticsearch,
+        alias: str,
+        settings: RetrievalSettings,
+        target: Callable[[], str | None] | None = None,
+    ) -> None:
         self.es = es
         self.alias = alias
         self.settings = settings
+        self.target = target
         self.msearch_calls = 0
 
     def check_model(self, model_id: str, dims: int) -> None:
@@ -130,7 +142,7 @@ class HybridRetriever:
         self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
     ) -> list[dict[str, Any]]:
         s = self.settings
-        header: dict[str, Any] = {"index": self.alias}
+        header: dict[str, Any] = {"index": (self.target and self.target()) or self.alias}
         boosts = Bm25Boosts.from_settings(s)
         body: list[dict[str, Any]] = []
         for query, vector in zip(queries, vectors, strict=True):
