@@ -4,8 +4,10 @@
   the response JSON. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
   punctuation dropped.
 - Semantic: one hash per ``(tenant, index_version)`` whose fields are request ids and whose
-  values hold the query embedding and the response. A lookup takes the entry with the highest
-  cosine similarity; it is a hit only at or above ``threshold`` (conservative by default).
+  values hold the query embedding (tagged with its model id, ``<model id>|<base64>``) and the
+  response. A lookup takes the entry of the same model with the highest cosine similarity; it
+  is a hit only at or above ``threshold`` (conservative by default). Vectors of another model
+  (the pool followed a model change, ``ingest/model_follow.py``) are never compared.
 
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
@@ -39,6 +41,8 @@ CACHE_LOOKUPS = Counter(
 PREFIX = "ragstream:answer:"
 SEM_PREFIX = "ragstream:semcache:"
 PENDING_PREFIX = "ragstream:semcache-pending:"
+#: Separates a semantic entry's model id from its base64 vector.
+VECTOR_TAG = "|"
 
 
 def normalise_query(text: str) -> str:
@@ -124,9 +128,14 @@ class AnswerCache:
         return CacheHit(QueryResponse.model_validate_json(raw), "exact")
 
     def get_semantic(
-        self, request: QueryRequest, vector: np.ndarray[Any, Any], index_version: int
+        self,
+        request: QueryRequest,
+        vector: np.ndarray[Any, Any],
+        index_version: int,
+        model_id: str = "",
     ) -> CacheHit | None:
-        """The best cached response whose query embedding is within ``threshold``."""
+        """The best cached response whose query embedding, made by ``model_id``, is within
+        ``threshold``."""
         try:
             raw: dict[Any, Any] = self._r.hgetall(_sem_key(request, index_version, self.config))
         except redis.RedisError as exc:
@@ -135,7 +144,10 @@ class AnswerCache:
         best: tuple[float, Any] | None = None
         for value in raw.values():
             entry = json.loads(value)
-            cached = np.frombuffer(base64.b64decode(entry["v"]), dtype=np.float32)
+            tag, _, data = str(entry["v"]).rpartition(VECTOR_TAG)  # base64 has no "|"
+            cached = np.frombuffer(base64.b64decode(data), dtype=np.float32)
+            if tag != model_id or cached.shape != vector.shape:
+                continue
             sim = float(np.dot(cached, vector))
             if sim >= self.threshold and (best is None or sim > best[0]):
                 best = (sim, value)
@@ -145,9 +157,13 @@ class AnswerCache:
         response = QueryResponse.model_validate(json.loads(best[1])["r"])
         return CacheHit(response, "semantic", round(best[0], 4))
 
-    def remember_query_vector(self, request: QueryRequest, vector: np.ndarray[Any, Any]) -> None:
-        """Keep the query's embedding until its answer arrives (see :meth:`put`)."""
-        data = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
+    def remember_query_vector(
+        self, request: QueryRequest, vector: np.ndarray[Any, Any], model_id: str = ""
+    ) -> None:
+        """Keep the query's embedding, tagged with the ``model_id`` that made it, until its
+        answer arrives (see :meth:`put`)."""
+        encoded = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
+        data = model_id.encode() + VECTOR_TAG.encode() + encoded if model_id else encoded
         try:
             self._r.set(PENDING_PREFIX + request.request_id, data, ex=3600)
         except redis.RedisError as exc:

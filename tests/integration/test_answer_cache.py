@@ -68,3 +68,23 @@ def test_exact_and_semantic_hits_are_tenant_and_version_scoped(
     cache.put(q2, errors, 7)
     assert cache.get_exact(q2, 7) is None  # errors are never cached
     client.close()
+
+
+def test_a_semantic_entry_is_only_compared_with_vectors_of_its_own_model(
+    settings: Settings, unique_name: Callable[[str], str]
+) -> None:
+    """After a model switch (``ingest/model_follow.py``) the cached query vectors of the old
+    model are in another space: never a hit, however close the numbers."""
+    client = redis.Redis.from_url(settings.redis.url)
+    cache = AnswerCache(client, threshold=0.95)
+    tenant = unique_name("tm")
+    q = _q("What is the default port?", tenant)
+    answer = QueryResponse(tenant=tenant, request_id=q.request_id, status="answered", answer="5432")
+    cache.remember_query_vector(q, _unit([1.0, 0.0, 0.0]), "minilm@1")
+    cache.put(q, answer, index_version=1)
+    paraphrase = _q("Which port is used by default?", tenant)
+    assert cache.get_semantic(paraphrase, _unit([1.0, 0.0, 0.0]), 1, "bge@2") is None
+    assert cache.get_semantic(paraphrase, _unit([1.0, 0.0, 0.0]), 1) is None  # untagged
+    hit = cache.get_semantic(paraphrase, _unit([1.0, 0.0, 0.0]), 1, "minilm@1")
+    assert hit is not None and hit.response.answer == "5432"
+    client.close()

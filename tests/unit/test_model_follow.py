@@ -257,10 +257,10 @@ class NoCache:
     def get_exact(self, request: QueryRequest, version: int) -> None:
         return None
 
-    def get_semantic(self, request: QueryRequest, vector: Any, version: int) -> None:
+    def get_semantic(self, request: QueryRequest, vector: Any, version: int, model: str) -> None:
         return None
 
-    def remember_query_vector(self, request: QueryRequest, vector: Any) -> None:
+    def remember_query_vector(self, request: QueryRequest, vector: Any, model: str) -> None:
         pass
 
 

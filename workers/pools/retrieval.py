@@ -34,7 +34,10 @@ from workers.runtime.metrics import MODEL_CALLS
 
 
 class Embeds(Protocol):
-    """``(n, dim)`` float32 unit vectors for ``n`` texts."""
+    """``(n, dim)`` float32 unit vectors for ``n`` texts, from model ``model_id``."""
+
+    @property
+    def model_id(self) -> str: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]: ...
 
@@ -101,9 +104,10 @@ def retrieval_handler(
         except EmbeddingModelMismatchError as exc:  # the index's model is not here: say so
             return [*out, *(Emit(RESPONSES, model_mismatch(e, exc)) for e in live)]
         MODEL_CALLS.labels("embed").inc()
+        model_id = embedder.model_id  # the model of these vectors (read after a switch in embed)
         todo: list[int] = []
         for i, e in enumerate(live):
-            hit = cache.get_semantic(e, vectors[i], version[e.tenant])
+            hit = cache.get_semantic(e, vectors[i], version[e.tenant], model_id)
             if hit is not None:
                 out.append(Emit(RESPONSES, cached_response(e, hit, started)))
             else:
@@ -116,7 +120,7 @@ def retrieval_handler(
         for i, candidates in zip(todo, results, strict=True):
             e = live[i]
             route = router.route(e, vectors[i])
-            cache.remember_query_vector(e, vectors[i])
+            cache.remember_query_vector(e, vectors[i], model_id)
             retrieved = RetrievedCandidates(
                 event_id=derive_event_id(e.event_id, "retrieval"),
                 tenant=e.tenant,
