@@ -11,6 +11,11 @@ an update a search finds at least one version; the outcome is returned only afte
 and the refresh, so once acknowledged a search finds exactly one version. If any new chunk
 fails to index, the chunks already written for it are removed and the old version stays.
 Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves).
+
+With a :class:`~ingest.model_follow.ModelFollower` as embedder (``build_pipeline``), chunks are
+embedded with the model the index alias records and written into that model's physical index,
+checked again right before the bulk write; documents of a model the process cannot build fail
+with the reason.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def rebuild(
         RuntimeError: a chunk could not be written into the new index.
     """
     t0 = time.perf_counter()
-    old = source or index.physical_index()
+    # A source alias is resolved now: after the swap the alias means the new index.
+    old = _concrete(index, source) if source else index.physical_index()
     new = target or index.next_physical_name()
     reuse = False
     if old is not None:
@@ -178,6 +179,13 @@ def _copy(
         if on_progress is not None:
             on_progress(total)
     return total
+
+
+def _concrete(index: ChunkIndex, name: str) -> str:
+    """The one index ``name`` (an index or an alias) stands for; ``name`` itself when it
+    stands for several (a pattern: read as given)."""
+    found = sorted(index.es.indices.get(index=name).body)
+    return found[0] if len(found) == 1 else name
 
 
 def _not_superseded(
