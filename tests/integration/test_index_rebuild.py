@@ -120,3 +120,36 @@ def test_a_side_index_copies_the_vectors_and_leaves_the_alias(
         assert _hits(kit.es, target, bm25_query("os.getcwd", filters, 5, stem))[0] == "d2"
     finally:
         kit.es.indices.delete(index=target, ignore_unavailable=True)
+
+
+def test_the_catch_up_never_brings_back_a_version_replaced_after_the_swap(kit: Kit) -> None:
+    """d0 is updated in the old index during the copy (v2), then again after the swap, in the
+    new index (v3, as a writer that followed the swap writes): the catch-up copies what changed
+    in the old index but not v2, and the copied v1 is deleted; the old index is write-blocked."""
+    _load(kit)
+    old = kit.index.physical_index()
+    assert old is not None
+
+    def update(text: str) -> None:
+        op = IngestOp("acme", "d0", data=text.encode(), content_type="markdown")
+        [[outcome]] = kit.pipeline.apply([op])
+        assert outcome.status == "indexed"
+
+    def during_copy(copied: int) -> None:
+        update("# Locks\n\nLock waits end after lock_timeout.")  # v2, into the old index
+
+    waited: list[float] = []
+
+    def after_swap(seconds: float) -> None:  # the grace: writers now write into the new index
+        waited.append(seconds)
+        update("# Locks\n\nAdvisory locks are held until released.")  # v3
+
+    report = rebuild(kit.index, kit.embedder, on_progress=during_copy, grace_s=5, sleep=after_swap)
+    assert waited and 0 < waited[0] <= 5
+    kit.index.refresh()
+    chunks = kit.chunks("acme", "d0")
+    assert {c["version"] for c in chunks} == {3}, chunks
+    assert "Advisory" in chunks[0]["text"]
+    assert report.deleted_after_swap >= 1  # v1, copied before the update deleted it
+    blocks = kit.es.indices.get_settings(index=old)[old]["settings"]["index"]["blocks"]
+    assert blocks["write"] == "true"
