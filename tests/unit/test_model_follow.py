@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from ingest.embedding import CachedEmbedder, Embedder, EmbeddingCache
 from ingest.index import BulkReport, EmbeddingModelMismatchError, EmbeddingModelUnavailableError
-from ingest.model_follow import MODEL_SWITCHES, AliasModel, ModelFollower, model_builder
+from ingest.model_follow import AliasModel, ModelFollower, model_builder
 from ingest.onnx_embedding import ONNX_MODELS
 from ingest.pipeline import IngestOp, IngestPipeline
 from ingest.types import Chunk, ParsedDocument
@@ -93,8 +94,8 @@ def _follower(
 
 
 def _switches(outcome: str) -> float:
-    value = MODEL_SWITCHES.labels("query", outcome)._value.get()
-    return float(value)
+    labels = {"role": "query", "outcome": outcome}
+    return REGISTRY.get_sample_value("ragstream_embedding_model_switches_total", labels) or 0.0
 
 
 def test_the_alias_is_read_at_most_once_per_interval() -> None:
