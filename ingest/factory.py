@@ -25,6 +25,7 @@ from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.versions import IndexVersions
 from ragstream.db.engine import make_engine, make_session_factory
+from ragstream.extras import require_torch
 from ragstream.settings import Settings
 
 
@@ -46,7 +47,8 @@ def build_model(settings: Settings, num_threads: int = 0, role: Role = "passage"
         role: ``passage`` for chunks, ``query`` for questions (the ONNX models' prefixes).
 
     Raises:
-        ConfigurationError: unknown ONNX model name.
+        ConfigurationError: unknown ONNX model name, or the sentence-transformers backend without
+            the ``torch`` extra installed (the message names ``pip install -e '.[torch]'``).
     """
     emb = settings.embedding
     if emb.backend == "onnx":
@@ -57,6 +59,7 @@ def build_model(settings: Settings, num_threads: int = 0, role: Role = "passage"
             batch_size=emb.batch_size,
             num_threads=num_threads,
         )
+    require_torch("embedding.backend=sentence-transformers", "embedding.backend=onnx (the default)")
     return SentenceTransformerEmbedder.from_settings(emb, num_threads=num_threads)
 
 

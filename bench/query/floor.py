@@ -26,14 +26,18 @@ savings).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from bench.query.baseline import SequentialPipeline
 from bench.query.cpu import SELF, ProcessSet, attributed_ms, total
 from bench.stats import CpuSample, busy_cores
+from ingest.embedding import CachedEmbedder, SentenceTransformerEmbedder
+from ingest.onnx_embedding import OnnxEmbedder
 from topics.queries import QueryRequest
 from topics.reranked import RerankedPassages
 
@@ -168,9 +172,9 @@ def measure_floor(
         processes: the processes whose CPU counts (this one and the services).
         idle_cores: their idle background (:func:`bench.query.cpu.background`).
         full: whether the mode generates.
-        embed_threads: torch threads while the ``embed`` stage is timed, as the retrieval pool
-            runs them (``settings.retrieval.embed_threads``; torch's setting is process-wide,
-            and the baseline may use more); ``0`` leaves the current setting.
+        embed_threads: intra-op threads of the query embedder while the ``embed`` stage is
+            timed, as the retrieval pool runs them (``settings.retrieval.embed_threads``; the
+            baseline may use more; :func:`pool_embedder`); ``0`` leaves the embedder as it is.
 
     Returns:
         ``{"stages": [StageCost as dicts], "core_ms": the floor, "machine_core_ms",
@@ -181,16 +185,13 @@ def measure_floor(
         ValueError: ``n`` or, in full mode, ``n_llm`` below 1.
         RuntimeError: an LLM-stage input came back without passages for an LLM tier.
     """
-    import torch
-
     if n < 1 or (full and n_llm < 1):
         raise ValueError(f"floor calls must be >= 1: n={n}, n_llm={n_llm}")
     services = dict(STAGE_SERVICES)
     if pipeline.rerank_settings.backend == "llm":
         services["rerank"] = ("llm",)
     timer = _Timer(processes, idle_cores, services, [])
-    threads = torch.get_num_threads()
-    _query_stages(pipeline, [make() for _ in range(n)], timer, embed_threads)
+    threads = _query_stages(pipeline, [make() for _ in range(n)], timer, embed_threads)
     answered = _llm_stage(pipeline, make, n_llm, timer) if full else None
     costs = timer.costs
     return {
@@ -202,27 +203,61 @@ def measure_floor(
         "llm_calls": n_llm if full else 0,
         "llm_answered": answered,
         "idle_background_cores": dict(idle_cores),
-        "embed_threads": embed_threads or threads,
+        "embed_threads": threads,
     }
+
+
+@contextlib.contextmanager
+def pool_embedder(embedder: Any, threads: int) -> Iterator[tuple[Any, int]]:
+    """``embedder`` running with ``threads`` intra-op threads, as the retrieval pool runs it
+    (``settings.retrieval.embed_threads``), and the thread count it runs with.
+
+    An ONNX model (:class:`ingest.onnx_embedding.OnnxEmbedder`, bare or behind a
+    :class:`ingest.embedding.CachedEmbedder`) fixes its session's ``intra_op_num_threads`` when
+    it loads, so a second session of the same files with ``threads`` threads is loaded (before
+    the block, outside any timing) behind the same cache. torch's setting is process-wide: set
+    for the block, restored after. ``threads`` 0, or another embedder (a test's fake): as it
+    is. The count reported for 0 is the runtime's default, one thread per core.
+    """
+    inner = embedder.inner if isinstance(embedder, CachedEmbedder) else embedder
+    if isinstance(inner, SentenceTransformerEmbedder):
+        import torch
+
+        before = torch.get_num_threads()
+        if threads > 0:
+            torch.set_num_threads(threads)
+        try:
+            yield embedder, threads or before
+        finally:
+            torch.set_num_threads(before)
+        return
+    if isinstance(inner, OnnxEmbedder) and threads > 0 and threads != inner.num_threads:
+        model = OnnxEmbedder(
+            inner.model_dir,
+            inner.spec,
+            role=inner.role,
+            batch_size=inner.batch_size,
+            num_threads=threads,
+        )
+        model.warm_up()
+        cached = isinstance(embedder, CachedEmbedder)
+        yield (CachedEmbedder(model, embedder.cache) if cached else model), threads
+        return
+    own = inner.num_threads if isinstance(inner, OnnxEmbedder) else 0
+    yield embedder, threads or own or os.cpu_count() or 1
 
 
 def _query_stages(
     p: SequentialPipeline, requests: list[QueryRequest], timer: _Timer, embed_threads: int
-) -> None:
-    """Embed, caches and route, msearch, fusion, rerank and evidence, each for all requests."""
-    import torch
-
+) -> int:
+    """Embed, caches and route, msearch, fusion, rerank and evidence, each for all requests;
+    the query embedder's thread count."""
     from workers.evidence.stage import promote_identifiers
     from workers.rerank.select import select_top_k
     from workers.retrieval.hybrid import hits
 
-    threads = torch.get_num_threads()
-    if embed_threads > 0:
-        torch.set_num_threads(embed_threads)
-    try:
-        vectors = timer.timed("embed", lambda r: p.embedder.embed([r.query]), requests)
-    finally:
-        torch.set_num_threads(threads)
+    with pool_embedder(p.embedder, embed_threads) as (embedder, threads):
+        vectors = timer.timed("embed", lambda r: embedder.embed([r.query]), requests)
 
     def caches_route(x: tuple[QueryRequest, Any]) -> None:
         request, vector = x
@@ -256,6 +291,7 @@ def _query_stages(
             lambda x: stage.run([(x[0], x[1], "small")]),
             list(zip(requests, tops, strict=True)),
         )
+    return threads
 
 
 def _llm_stage(

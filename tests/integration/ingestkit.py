@@ -12,7 +12,8 @@ import redis
 from elasticsearch import Elasticsearch
 
 from ingest.chunking import Chunker
-from ingest.embedding import CachedEmbedder, EmbeddingCache, SentenceTransformerEmbedder
+from ingest.embedding import CachedEmbedder, Embedder, EmbeddingCache
+from ingest.factory import build_chunker, build_model
 from ingest.index import ChunkIndex
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
@@ -24,7 +25,7 @@ from ragstream.settings import Settings
 class Counting:
     """Wraps an embedder and records every batch sent to the model."""
 
-    def __init__(self, inner: SentenceTransformerEmbedder | Any) -> None:
+    def __init__(self, inner: Embedder | Any) -> None:
         self.inner = inner
         self.calls: list[list[str]] = []
 
@@ -50,15 +51,18 @@ class Counting:
 
 
 @pytest.fixture(scope="session")
-def model() -> SentenceTransformerEmbedder:
-    m = SentenceTransformerEmbedder()
+def model() -> Embedder:
+    """The configured passage embedder (``settings.embedding``, as the ingest pool builds it:
+    the ONNX default, or sentence-transformers with the torch extra), loaded."""
+    m = build_model(Settings())
     m.warm_up()
     return m
 
 
 @pytest.fixture(scope="session")
 def chunker() -> Chunker:
-    return Chunker.from_model_path()
+    """The configured model's chunker (its own tokenizer and input length)."""
+    return build_chunker(Settings())
 
 
 class Kit:
@@ -67,7 +71,7 @@ class Kit:
     def __init__(
         self,
         settings: Settings,
-        model: SentenceTransformerEmbedder,
+        model: Embedder,
         chunker: Chunker,
         name: str,
         tmp: Path,
@@ -112,7 +116,7 @@ class Kit:
 @pytest.fixture
 def kit(
     settings: Settings,
-    model: SentenceTransformerEmbedder,
+    model: Embedder,
     chunker: Chunker,
     unique_name: Callable[[str], str],
     tmp_path: Path,

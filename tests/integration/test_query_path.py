@@ -15,7 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client import REGISTRY
 
 from ingest.chunking import Chunker
-from ingest.embedding import SentenceTransformerEmbedder
+from ingest.embedding import Embedder
 from ingest.pipeline import IngestOp
 from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
@@ -96,7 +96,7 @@ def _query(text: str, tenant: str = "acme", **kw: Any) -> QueryRequest:
 
 @pytest.fixture(scope="module")
 def qp(
-    model: SentenceTransformerEmbedder, chunker: Chunker, tmp_path_factory: pytest.TempPathFactory
+    model: Embedder, chunker: Chunker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[QueryPath]:
     settings = Settings()
     name = f"t-qp-{int(time.time() * 1000) % 10_000_000}"

@@ -3,7 +3,8 @@
 The packaged all-MiniLM-L6-v2 encoder loads as a ``CrossEncoder`` with ``num_labels=1``; its
 classification head is randomly initialised, so torch is seeded first and the scores carry no
 meaning beyond being deterministic. The tests prove batching, truncation, ordering with the
-per-document cap, and determinism, not relevance.
+per-document cap, and determinism, not relevance. They need the torch extra
+(``pip install -e '.[torch]'``) and are skipped without it.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import warnings
 from typing import Any
 
 import pytest
-import torch
 
 from ingest.embedding import resolve_model_path
 from topics.retrieved import Candidate
 from workers.rerank.backends import CrossEncoderReranker, Reranker
 from workers.rerank.select import select_top_k
 
+torch = pytest.importorskip("torch", reason="the cross-encoder needs the torch extra")
+pytest.importorskip("sentence_transformers", reason="the cross-encoder needs the torch extra")
 MAX_LENGTH = 128
 
 

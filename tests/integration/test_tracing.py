@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind
 
 from api.auth import create_key
 from ingest.chunking import Chunker
-from ingest.embedding import SentenceTransformerEmbedder
+from ingest.embedding import Embedder
 from ingest.pipeline import IngestOp
 from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
 from tests.integration.ingestkit import Kit
@@ -114,7 +114,7 @@ def _wait_for_span(exporter: InMemorySpanExporter, name: str, timeout_s: float =
 
 def test_one_trace_spans_the_api_every_pool_hop_and_the_response(
     spans: InMemorySpanExporter,
-    model: SentenceTransformerEmbedder,
+    model: Embedder,
     chunker: Chunker,
     tmp_path: Path,
     unique_name: Any,

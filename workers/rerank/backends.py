@@ -17,17 +17,30 @@ import numpy as np
 import structlog
 
 from ragstream.errors import ConfigurationError
+from ragstream.extras import require_torch
 from workers.rerank.llm import LlmReranker
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
 
-__all__ = ["CrossEncoderReranker", "LlmReranker", "NoneReranker", "Pair", "Reranker"]
+__all__ = [
+    "CROSS_ENCODER",
+    "CROSS_ENCODER_INSTEAD",
+    "CrossEncoderReranker",
+    "LlmReranker",
+    "NoneReranker",
+    "Pair",
+    "Reranker",
+]
 
 log = structlog.get_logger(__name__)
 
 #: ``(question, passage)``.
 Pair = tuple[str, str]
+#: The cross-encoder and the choices without torch, in :func:`ragstream.extras.require_torch`'s
+#: message.
+CROSS_ENCODER = "rerank.backend=cross-encoder"
+CROSS_ENCODER_INSTEAD = "rerank.backend=none or llm"
 
 
 @runtime_checkable
@@ -60,7 +73,8 @@ class NoneReranker:
 
 
 class CrossEncoderReranker:
-    """A sentence-transformers ``CrossEncoder`` scoring each pair jointly (one logit).
+    """A sentence-transformers ``CrossEncoder`` scoring each pair jointly (one logit); needs the
+    ``torch`` extra (``pip install -e '.[torch]'``).
 
     Cross-encoder reranking of BM25/dense candidates: Nogueira & Cho 2019 ("Passage
     Re-ranking with BERT"). The score is the model's single output passed through its
@@ -110,13 +124,15 @@ class CrossEncoderReranker:
         """Load the model once (thread-safe, idempotent), offline.
 
         Raises:
-            ConfigurationError: the model cannot be loaded or has more than one output.
+            ConfigurationError: the ``torch`` extra is not installed, or the model cannot be
+                loaded or has more than one output.
         """
         if self._model is not None:
             return
         with self._lock:
             if self._model is not None:
                 return
+            require_torch(CROSS_ENCODER, CROSS_ENCODER_INSTEAD)
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a model hub
             from sentence_transformers import CrossEncoder
 

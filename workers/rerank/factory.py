@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from ragstream.errors import ConfigurationError
+from ragstream.extras import require_torch
 from ragstream.settings import RerankSettings
-from workers.rerank.backends import CrossEncoderReranker, LlmReranker, NoneReranker, Reranker
+from workers.rerank.backends import (
+    CROSS_ENCODER,
+    CROSS_ENCODER_INSTEAD,
+    CrossEncoderReranker,
+    LlmReranker,
+    NoneReranker,
+    Reranker,
+)
 
 
 def make_reranker(settings: RerankSettings, llm_base_url: str | None) -> Reranker:
@@ -16,13 +24,16 @@ def make_reranker(settings: RerankSettings, llm_base_url: str | None) -> Reranke
         llm_base_url: base URL of the OpenAI-compatible server (``backend="llm"`` only).
 
     Raises:
-        ConfigurationError: ``cross-encoder`` without ``model``, or ``llm`` without a base URL.
+        ConfigurationError: ``cross-encoder`` without ``model`` or without the ``torch`` extra
+            installed (the message names ``pip install -e '.[torch]'``), or ``llm`` without a
+            base URL.
     """
     if settings.backend == "none":
         return NoneReranker()
     if settings.backend == "cross-encoder":
         if not settings.model:
             raise ConfigurationError("rerank.backend=cross-encoder needs rerank.model")
+        require_torch(CROSS_ENCODER, CROSS_ENCODER_INSTEAD)
         return CrossEncoderReranker(
             settings.model, batch_size=settings.batch_size, max_length=settings.max_length
         )
