@@ -136,7 +136,7 @@ def query(
         "", help="Processes per pool, e.g. retrieval=2 (they share its consumer group)."
     ),
     baseline_embed_threads: int = typer.Option(
-        0, help="Torch threads of the baseline's embedder (0: one per core)."
+        0, help="Intra-op threads of the baseline's embedder (0: one per core)."
     ),
     llm_prompt_cache: bool = typer.Option(
         False, help="Let the LLM server reuse cached prompts (repeated questions hit it)."

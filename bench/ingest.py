@@ -3,7 +3,8 @@
 One run over a fixed slice of the real corpus (the first ``--docs`` pages of the Python 3.11
 manual's ``library/``, copied under ``.local/ingest/`` so they can be edited):
 
-(a) the hardware limit: sentence-transformers encoding of exactly the slice's chunks;
+(a) the hardware limit: the configured model (``settings.embedding``) encoding exactly the
+    slice's chunks;
 (b) the stream path: ingest events through a ``ragstream worker ingest`` process;
 (c) the Celery batch path: a bulk job on a ``ragstream celery-worker`` process;
 (d) a naive baseline: one document at a time: parse, embed, index, refresh;
@@ -126,19 +127,18 @@ def prepare_slice(n_docs: int, root: Path) -> list[Path]:
 
 
 def measure_hardware(settings: Settings, files: list[Path]) -> tuple[PathResult, int]:
-    """(a): encode exactly the slice's chunks with the raw model (no cache)."""
-    from ingest.chunking import Chunker
-    from ingest.embedding import SentenceTransformerEmbedder
+    """(a): encode exactly the slice's chunks with the configured raw model (no cache)."""
+    from ingest.factory import build_chunker, build_model
     from ingest.parsers import parse
 
-    chunker = Chunker.from_model_path(settings.embedding.model_path, settings.chunking)
+    chunker = build_chunker(settings)
     texts = [
         c.embed_text
         for f in files
         for d in parse(f.read_bytes(), filename=str(f))
         for c in chunker.chunk(d)
     ]
-    model = SentenceTransformerEmbedder.from_settings(settings.embedding)
+    model = build_model(settings)
     model.warm_up()
     model.embed(texts[:64])  # warm the kernels
     t0 = time.perf_counter()
@@ -150,19 +150,17 @@ def measure_hardware(settings: Settings, files: list[Path]) -> tuple[PathResult,
 
 def measure_naive(env: _Env, files: list[Path]) -> PathResult:
     """(d): one document at a time, embed (no cache), index, refresh."""
-    from ingest.chunking import Chunker
-    from ingest.embedding import SentenceTransformerEmbedder
-    from ingest.factory import build_index
+    from ingest.factory import build_chunker, build_index, build_model
     from ingest.pipeline import IngestOp, IngestPipeline
     from ingest.registry import DocumentRegistry
     from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 
     s = env.settings
     upgrade_head(s.database_url)
-    model = SentenceTransformerEmbedder.from_settings(s.embedding)
+    model = build_model(s)
     model.warm_up()
     pipeline = IngestPipeline(
-        Chunker.from_model_path(s.embedding.model_path, s.chunking),
+        build_chunker(s),
         model,
         build_index(s, model.dim),
         DocumentRegistry(make_session_factory(make_engine(s.database_url))),

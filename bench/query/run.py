@@ -110,7 +110,7 @@ class QueryBenchConfig:
         api_url: a running gateway for the exact-cache probe; ``None`` skips it.
         api_key: its API key.
         replicas: processes per pool (e.g. ``{"retrieval": 2}``); pools not named run one.
-        baseline_embed_threads: torch threads of the baseline's query embedder (``0``: one per
+        baseline_embed_threads: intra-op threads of the baseline's query embedder (``0``: one per
             core, its fastest for one request at a time); the pools use
             ``settings.retrieval.embed_threads``.
         llm_prompt_cache: let the LLM server reuse cached prompt prefixes. Off by default:
