@@ -70,7 +70,10 @@ def test_serving_modules_import_no_torch() -> None:
     without them (checked in a fresh interpreter, where the shared venv has torch too)."""
     modules = (
         "entry.cli",
+        "api.app",
         "ingest.factory",
+        "ingest.model_follow",
+        "ingest.jobs",
         "workers.pools.retrieval",
         "workers.pools.rerank",
         "workers.pools.ingest",
@@ -202,3 +205,13 @@ def test_models_install_embedding_installs_the_configured_onnx_model(
     monkeypatch.setenv("RAGSTREAM_EMBEDDING__BACKEND", "sentence-transformers")
     assert runner.invoke(app, ["infra", "models", "install", "--embedding"]).exit_code == 0
     assert len(installed) == 2
+
+
+def test_the_floor_sets_torch_threads_for_the_torch_backend_and_restores_them() -> None:
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    before = torch.get_num_threads()
+    cached = CachedEmbedder(SentenceTransformerEmbedder(), EmbeddingCache(None))  # not loaded
+    want = 1 if before != 1 else 2
+    with pool_embedder(cached, want) as (embedder, threads):
+        assert embedder is cached and threads == want == torch.get_num_threads()
+    assert torch.get_num_threads() == before
