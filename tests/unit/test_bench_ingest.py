@@ -80,7 +80,8 @@ def test_ratios_are_to_the_raw_encode_rate_and_reingests_to_their_first_ingest()
 @pytest.mark.parametrize(
     "page",
     [
-        "<html><body><div role='main'><h1>T</h1><p>Alpha beta.</p><p>Gamma.</p></div>"
+        "<html><body><div class='sphinxsidebar'><h3>Previous</h3><p>Glossary</p></div>"
+        "<div role='main'><h1>T</h1><p>Alpha beta.</p><p>Gamma.</p></div>"
         "<div class='footer'><p>Copyright.</p></div></body></html>",
         "<html><body><div class='navheader'>nav</div><div class='sect1'><h2>T</h2>"
         "<p>Alpha beta.</p></div><div class='navfooter'>nav</div></body></html>",
@@ -95,7 +96,7 @@ def test_the_edit_lands_in_the_text_the_parser_keeps(page: str) -> None:
     assert "Alpha beta. Edited for the benchmark." in text(edited)
     assert edited.count("Edited") == 1
     with pytest.raises(ValueError, match="no paragraph"):
-        edit_page("<html><body><pre>x</pre></body></html>")
+        edit_page("<html><body><p>x</p><h1>T</h1><pre>x</pre></body></html>")
 
 
 def test_each_stage_of_each_query_is_timed_on_its_own() -> None:
