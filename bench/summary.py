@@ -63,7 +63,9 @@ def ingest_numbers(data: dict[str, Any]) -> dict[str, Any]:
         "stream_unchanged_reingest_time_ratio": (
             round(g["seconds"] / b["seconds"], 4) if g else None
         ),
-        "limit_chunks_per_s": by["(a)"]["chunks_per_s"],
+        "limit_chunks_per_s": max(
+            r["chunks_per_s"] for r in data["results"] if r["name"].startswith(("(a)", "(a')"))
+        ),
         "backend": data.get("backend"),
         "load_avg_1m_start": (data.get("load_avg_1m") or {}).get("start"),
     }
