@@ -462,11 +462,24 @@ def fill_ratios(results: list[PathResult]) -> None:
 
 
 def _cleanup(settings: Settings, run: str) -> None:
+    """Delete the run's indices (``bench-<run>-*``) and its embedding-cache keys
+    (``bench:<run>-*``, one prefix per path: :class:`_Env`)."""
+    import redis
     from elasticsearch import Elasticsearch
 
     es = Elasticsearch(settings.elasticsearch.url)
     es.indices.delete(index=f"bench-{run}-*", allow_no_indices=True, expand_wildcards="all")
     es.close()
+    client = redis.Redis.from_url(settings.redis.url, socket_timeout=10)
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"bench:{run}-*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            client.delete(*batch)
+            batch.clear()
+    if batch:
+        client.delete(*batch)
+    client.close()
 
 
 def render(results: list[PathResult], facts: dict[str, Any] | None = None) -> Table:
