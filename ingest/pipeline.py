@@ -2,19 +2,15 @@
 
 ``apply(ops)`` takes upserts and deletes in order and, per batch: parses, hashes, skips
 unchanged documents (same content hash as the registry: no embedding, no ES write), chunks the
-changed ones, embeds their new chunks in groups of whole documents (at least
-``embed_group_chunks`` chunks a call, through the content-hash cache) and bulk-indexes each
-group on a writer thread while the next group is embedded (the model and Elasticsearch work at
-the same time instead of in turn), deletes the old version's chunks by id, refreshes once,
-records the registry rows and bumps each touched tenant's index version.
+changed ones, embeds every new chunk in one batched call (through the content-hash cache),
+bulk-indexes the new version, deletes the old version's chunks by id, refreshes once, records
+the registry rows and bumps each touched tenant's index version.
 
 Consistency: a document's new chunks are written before its old chunks are deleted, so during
 an update a search finds at least one version; the outcome is returned only after the deletes
 and the refresh, so once acknowledged a search finds exactly one version. If any new chunk
 fails to index, the chunks already written for it are removed and the old version stays.
-Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves). If
-embedding or a bulk request raises, the chunks already written in that call are deleted (best
-effort) before the error propagates, so nothing half-written stays behind unacknowledged.
+Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves).
 """
 
 from __future__ import annotations
@@ -23,14 +19,12 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
 import numpy as np
-import structlog
 
-from ingest.index import BulkReport, ChunkIndex
+from ingest.index import ChunkIndex
 from ingest.parsers import parse
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
@@ -39,31 +33,15 @@ from ingest.versions import IndexVersions
 from ragstream.db.models import Document, utcnow
 
 Status = Literal["indexed", "unchanged", "deleted", "failed"]
-log = structlog.get_logger(__name__)
 
 #: Content types whose files hold many documents (records ``<doc_id>#<record id>``).
 RECORD_TYPES = frozenset({"json", "jsonl"})
-#: Chunks per embedding call (whole documents, so a group may hold more): 4 batches of 32.
-#: Big enough that a call still sorts its texts by length and fills its batches, small enough
-#: that a wave of 16 pages (~300 chunks) makes 2-3 groups whose bulk writes overlap the next
-#: group's embedding.
-EMBED_GROUP_CHUNKS = 128
 
 
 class Chunks(Protocol):
     """Splits a parsed document into chunks (see :class:`ingest.chunking.Chunker`)."""
 
     def chunk(self, doc: ParsedDocument) -> list[Chunk]: ...
-
-
-class HasChunks(Protocol):
-    """Anything with a list of chunks (a document being ingested)."""
-
-    @property
-    def chunks(self) -> Sequence[Chunk]: ...
-
-
-_DocT = TypeVar("_DocT", bound=HasChunks)
 
 
 class Embeds(Protocol):
@@ -153,17 +131,12 @@ class IngestPipeline:
         index: ChunkIndex,
         registry: DocumentRegistry,
         versions: IndexVersions | None = None,
-        *,
-        embed_group_chunks: int = EMBED_GROUP_CHUNKS,
     ) -> None:
-        if embed_group_chunks < 1:
-            raise ValueError(f"embed_group_chunks must be >= 1, got {embed_group_chunks}")
         self.chunker = chunker
         self.embedder = embedder
         self.index = index
         self.registry = registry
         self.versions = versions
-        self.embed_group_chunks = embed_group_chunks
 
     def apply(self, ops: Sequence[IngestOp]) -> list[list[IngestOutcome]]:
         """Apply ``ops`` in order; return the outcomes of each op (one per document).
@@ -295,82 +268,25 @@ class IngestPipeline:
             d.version = (d.previous.version if d.previous else 0) + 1
             d.chunk_ids = [chunk_id(d.op.tenant, d.doc_id, d.version, c.chunk_no) for c in d.chunks]
         timings["chunk"] = _ms(t)
-        report = self._embed_and_write(changed, timings)
         t = time.perf_counter()
-        self._settle(changed, report, touched)
-        timings["settle"] = _ms(t)
+        vectors = self.embedder.embed([c.embed_text for d in changed for c in d.chunks])
+        timings["embed"] = _ms(t)
+        t = time.perf_counter()
+        self._index_changed(changed, vectors, touched)
+        timings["index"] = _ms(t)
         return [d for d in changed if d.outcome and d.outcome.status == "indexed"]
 
-    def _embed_and_write(self, changed: list[_Doc], timings: dict[str, float]) -> BulkReport:
-        """Embed ``changed``'s chunks group by group (:func:`embed_groups`), each group's
-        bulk write running on a writer thread while the next group is embedded.
-
-        Timings: ``embed`` (the embedding calls), ``index`` (the bulk writes, on the writer
-        thread, overlapping ``embed``) and ``index_wait`` (waiting for the writes after the
-        last group was embedded: the part not hidden behind embedding).
-
-        Raises:
-            Whatever embedding or a bulk write raises, after deleting the chunks the call
-            already wrote (best effort).
-        """
-        now = utcnow().isoformat()
-        embed_s = 0.0
-        writes: list[tuple[list[_Doc], Future[tuple[BulkReport, float]]]] = []
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-bulk") as writer:
-            try:
-                for group in embed_groups(changed, self.embed_group_chunks):
-                    texts = [c.embed_text for d in group for c in d.chunks]
-                    if not texts:  # documents without text fail in _settle
-                        continue
-                    t = time.perf_counter()
-                    vectors = self.embedder.embed(texts)
-                    embed_s += time.perf_counter() - t
-                    writes.append((group, writer.submit(self._write_group, group, vectors, now)))
-                t = time.perf_counter()
-                results = [f.result() for _, f in writes]
-            except BaseException:
-                self._remove_written(writes)
-                raise
-        timings["embed"] = round(embed_s * 1000, 2)
-        timings["index"] = round(sum(seconds for _, seconds in results) * 1000, 2)
-        timings["index_wait"] = _ms(t)
-        report = BulkReport()
-        for r, _ in results:
-            report.succeeded.extend(r.succeeded)
-            report.failed.update(r.failed)
-        return report
-
-    def _write_group(
-        self, group: list[_Doc], vectors: np.ndarray[Any, Any], now: str
-    ) -> tuple[BulkReport, float]:
-        """Bulk-index one group's chunks (runs on the writer thread); the report and seconds."""
-        t = time.perf_counter()
+    def _index_changed(
+        self, changed: list[_Doc], vectors: np.ndarray[Any, Any], touched: set[str]
+    ) -> None:
         bodies: list[dict[str, Any]] = []
         row = 0
-        for d in group:
+        now = utcnow().isoformat()
+        for d in changed:
             for c, cid in zip(d.chunks, d.chunk_ids, strict=True):
                 bodies.append(_body(d, c, cid, vectors[row], now))
                 row += 1
         report = self.index.bulk_index(bodies)
-        return report, time.perf_counter() - t
-
-    def _remove_written(
-        self, writes: list[tuple[list[_Doc], Future[tuple[BulkReport, float]]]]
-    ) -> None:
-        """Delete the chunks of every group whose write went through (an error is propagating:
-        none of these documents will be acknowledged or recorded)."""
-        wait([f for _, f in writes])  # a write may still be running; a failed one may
-        # have written part of its group, so every group's ids are deleted
-        written = [cid for group, _ in writes for d in group for cid in d.chunk_ids]
-        if written:
-            try:
-                self.index.delete_ids(written)
-            except Exception as exc:  # the original error matters more than this one
-                log.warning("ingest_rollback_failed", chunks=len(written), error=str(exc)[:200])
-
-    def _settle(self, changed: list[_Doc], report: BulkReport, touched: set[str]) -> None:
-        """Each document's outcome from the bulk report: roll back the chunks of documents
-        that failed to index, delete the old versions' chunks of those that succeeded."""
         rollback: list[str] = []
         stale: dict[str, _Doc] = {}
         for d in changed:
@@ -414,29 +330,6 @@ class IngestPipeline:
         )
         touched.add(op.tenant)
         return IngestOutcome(op.tenant, op.doc_id, "deleted", prev.version if prev else 0, 0)
-
-
-def embed_groups(docs: Sequence[_DocT], min_chunks: int) -> list[list[_DocT]]:
-    """``docs`` in order, cut into groups of whole documents holding at least ``min_chunks``
-    chunks each (the last group may hold fewer); documents without chunks ride along.
-
-    Raises:
-        ValueError: ``min_chunks`` < 1.
-    """
-    if min_chunks < 1:
-        raise ValueError(f"min_chunks must be >= 1, got {min_chunks}")
-    groups: list[list[_DocT]] = []
-    current: list[_DocT] = []
-    count = 0
-    for d in docs:
-        current.append(d)
-        count += len(d.chunks)
-        if count >= min_chunks:
-            groups.append(current)
-            current, count = [], 0
-    if current:
-        groups.append(current)
-    return groups
 
 
 def _row_fields(d: _Doc) -> dict[str, Any]:
