@@ -8,6 +8,7 @@ the summary ``make bench`` writes). ``ragstream eval`` is :mod:`bench.evaluation
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -58,15 +59,60 @@ def bus(
 
 @bench_app.command("ingest")
 def ingest(
-    docs: int = typer.Option(80, help="Pages of the Python manual's library/ in the slice."),
+    docs: int = typer.Option(
+        120, min=0, help="Pages in the sample, spread evenly over both manuals (0: every page)."
+    ),
+    naive: bool = typer.Option(False, help="Also time (d), one document at a time."),
     out: Path = typer.Option(Path(".local/bench/ingest.json"), help="Where to write the JSON."),
 ) -> None:
-    """Benchmark the write path: (a) encode-only limit vs stream, Celery, naive, re-ingests."""
+    """Benchmark the write path in one run: (a) the configured model's raw encode rate on the
+    sample's chunks vs (b) the Kafka stream path and (c) a Celery bulk job, each on a private
+    index with an empty embedding cache; unchanged and edited re-ingests."""
     from bench.ingest import render, run_ingest_bench, write_json
 
-    results = run_ingest_bench(get_settings(), docs)
-    console.print(render(results))
-    write_json(results, out)
+    results, facts = run_ingest_bench(get_settings(), docs, naive=naive)
+    console.print(render(results, facts))
+    write_json(results, out, facts)
+    console.print(f"wrote {out}")
+
+
+@bench_app.command("retrieval-stage")
+def retrieval_stage(  # noqa: PLR0917 - typer options
+    queries: int = typer.Option(200, min=1, help="Queries timed, one at a time."),
+    warmup: int = typer.Option(10, min=0, help="Untimed queries first."),
+    tenant: str = typer.Option("default", help="Tenant whose chunks are searched."),
+    index_alias: str | None = typer.Option(None, help="Chunk index alias; default: settings."),
+    questions: Path | None = typer.Option(None, help="JSONL with a 'question' per line."),
+    out: Path = typer.Option(
+        Path(".local/bench/retrieval_stage.json"), help="Where to write the JSON."
+    ),
+) -> None:
+    """Time the retrieval stage (query embedding + BM25/kNN _msearch + RRF fusion) for one
+    query at a time on the retrieval pool's components, read-only; p50/p95 per stage."""
+    from bench.query.questions import load_questions
+    from bench.query.run import machine
+    from bench.query.stage_latency import measure_retrieval_stage
+    from bench.query.stage_latency import render as render_stages
+
+    settings = get_settings()
+    if index_alias:
+        es = settings.elasticsearch.model_copy(update={"index_alias": index_alias})
+        settings = settings.model_copy(update={"elasticsearch": es})
+    texts, source = load_questions(questions)
+    load_start = round(os.getloadavg()[0], 2)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result = measure_retrieval_stage(settings, texts, n=queries, warmup=warmup, tenant=tenant)
+    payload: dict[str, Any] = {
+        "bench": "retrieval_stage",
+        "at": started,
+        "machine": machine(),
+        "questions": source,
+        "load_avg_1m": {"start": load_start, "end": round(os.getloadavg()[0], 2)},
+        **result,
+    }
+    console.print(render_stages(payload))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
     console.print(f"wrote {out}")
 
 
