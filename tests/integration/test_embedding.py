@@ -108,8 +108,10 @@ def test_similar_texts_are_closer_than_unrelated_ones(model: Embedder) -> None:
     v = model.embed(TEXTS)
     similar, unrelated, other = float(v[0] @ v[1]), float(v[0] @ v[2]), float(v[0] @ v[3])
     assert similar > 0.5
-    assert similar > unrelated + 0.3
-    assert similar > other + 0.3
+    # 0.2, not 0.3: bge-small's cosines of unrelated texts sit around 0.5-0.6 (its model card:
+    # the similarity distribution is about [0.6, 1]); MiniLM's near 0 (margin 0.6-0.8 there).
+    assert similar > unrelated + 0.2
+    assert similar > other + 0.2
 
 
 def test_no_texts_give_an_empty_matrix(model: Embedder) -> None:
