@@ -108,6 +108,7 @@ bench: install docs up
 	$(RAGSTREAM) bench bus --out $(BENCH_DIR)/bus.json
 	$(RAGSTREAM) index optimize
 	$(RAGSTREAM) bench query --replicas retrieval=2 --out $(BENCH_DIR)/query.json
+	$(RAGSTREAM) bench retrieval-stage --queries 200 --out $(BENCH_DIR)/retrieval_stage.json
 	$(if $(wildcard $(DEMO_KEY)),-$(RAGSTREAM) bench api $(BENCH_API_ARGS) --out $(BENCH_DIR)/api.json,)
 	$(RAGSTREAM) eval $(EVAL_QUESTIONS) --out $(BENCH_DIR)/eval
 	$(RAGSTREAM) bench summary $(BENCH_DIR) --latest bench/results/latest
