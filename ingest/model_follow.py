@@ -25,7 +25,6 @@ ever meet an index of that model, even in the interval before a process notices 
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from ingest.index import (
 )
 from ingest.onnx_embedding import ONNX_MODELS, OnnxEmbedder, Role
 from ragstream.errors import ConfigurationError, TransientError
+from ragstream.extras import TORCH_MODULES, missing_modules
 from ragstream.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -117,7 +117,7 @@ def model_builder(
                 candidates[name] = OnnxEmbedder(
                     folder, spec, role=role, batch_size=emb.batch_size, num_threads=num_threads
                 )
-            elif _torch_installed():
+            elif not missing_modules(TORCH_MODULES):
                 candidates[name] = SentenceTransformerEmbedder.from_settings(
                     emb, num_threads=num_threads
                 )
@@ -136,10 +136,6 @@ def _id_or_none(model: Embedder) -> str | None:
         return model.model_id
     except ConfigurationError:  # files not installed
         return None
-
-
-def _torch_installed() -> bool:
-    return all(importlib.util.find_spec(m) for m in ("torch", "sentence_transformers"))
 
 
 class ModelFollower:
