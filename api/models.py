@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,6 +39,13 @@ class QueryBody(Body):
     timeout_s: float | None = Field(default=None, gt=0, le=600, description="Sync wait, s.")
     callback_url: str | None = Field(
         default=None, max_length=2048, description="Signed webhook target for the answer."
+    )
+    history: list[Annotated[str, Field(max_length=4000)]] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Earlier questions of the conversation, oldest first (questions only, not "
+        "answers): a follow-up such as 'And how do I change it?' is rewritten from them into a "
+        "standalone question before retrieval.",
     )
 
 

@@ -14,7 +14,9 @@ class Candidate(Contract):
     """One retrieved chunk with its provenance and scores.
 
     ``score`` is the fused (RRF) score; ``bm25_rank``/``knn_rank`` are 1-based ranks in each
-    list, ``None`` when the chunk was not in it; ``rerank_score`` is set by the rerank stage.
+    list, ``None`` when the chunk was not in it; ``bm25_score``/``knn_score`` are the raw
+    Elasticsearch scores of those lists (BM25, unbounded; kNN cosine as ``(1 + cos) / 2`` in
+    [0, 1]), ``None`` when absent; ``rerank_score`` is set by the rerank stage.
     """
 
     chunk_id: str
@@ -25,6 +27,8 @@ class Candidate(Contract):
     score: float
     bm25_rank: int | None = None
     knn_rank: int | None = None
+    bm25_score: float | None = None
+    knn_score: float | None = None
     rerank_score: float | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 

@@ -4,18 +4,12 @@ Models: the answer tiers. ``evidence`` (the quoted evidence, no LLM), ``small`` 
 (an LLM over the evidence) force that tier; ``auto`` (listed first, the default) and any other
 name let the router pick. ``ragstream-small`` / ``ragstream-large`` are accepted as aliases.
 
-The question: the last ``user`` message. Earlier ``user``/``assistant`` messages are passed as
-context by rewriting the question (retrieval and the prompt are per question, so this is the
-only way they reach the pipeline): the last :data:`HISTORY_TURNS` of them, each cut to
-:data:`HISTORY_TURN_CHARS` characters (keeping its end), are prefixed as::
-
-    Conversation so far:
-    User: <earlier question>
-    Assistant: <earlier answer>
-
-    Question: <last user message>
-
-The prefix is dropped (never the question) when the whole would exceed ``api.max_query_chars``.
+The question: the last ``user`` message. Earlier ``user`` messages make a follow-up standalone
+(:func:`workers.conversation.standalone_question`: "And how do I change it?" after "Which TCP port
+does the server listen on?" becomes "How do I change the TCP port? | context: Which TCP port does
+the server listen on?"); earlier ``assistant`` messages are not used: quoting an answer's text
+makes retrieval find the same passages again. The context is dropped (never the question) when
+the whole would exceed ``api.max_query_chars``.
 ``system``, ``developer`` and ``tool`` messages are ignored.
 
 The answer is ``choices[0].message.content``; the cited passages and the quoted evidence ride
@@ -63,14 +57,12 @@ from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
 from topics.tokens import AnswerToken
+from workers.conversation import standalone_question
 
 router = APIRouter(tags=["openai"])
 #: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.
 MODELS = ("auto", "evidence", "small", "large")
 ALIASES = {"ragstream-small": "small", "ragstream-large": "large"}
-#: Earlier user/assistant messages passed as context, and the characters kept of each.
-HISTORY_TURNS = 2
-HISTORY_TURN_CHARS = 500
 #: Seconds the route answers before the client's own timeout would fire.
 CLIENT_MARGIN_S = 1.0
 #: Request headers that carry the client's timeout in seconds, first match wins.
@@ -124,29 +116,18 @@ def _last_question(body: ChatBody) -> int:
 
 
 def question_of(body: ChatBody, max_chars: int = 4000) -> str:
-    """The question sent down the pipeline: the last user message, with the last
-    :data:`HISTORY_TURNS` earlier user/assistant messages prefixed as context (see the module
-    docstring), at most ``max_chars`` characters (the context goes first, then the question's
-    start).
+    """The question sent down the pipeline: the last user message, made standalone from the
+    earlier user messages (see the module docstring), at most ``max_chars`` characters.
 
     Raises:
         ApiError: 422 when there is no user message with text.
     """
     last = _last_question(body)
     question = _text(body.messages[last]).strip()
-    earlier = [
-        (m.role, " ".join(_text(m).split()))
-        for m in body.messages[:last]
-        if m.role in {"user", "assistant"} and _text(m).strip()
-    ][-HISTORY_TURNS:]
-    if earlier:
-        lines = [
-            f"{'User' if role == 'user' else 'Assistant'}: {text[-HISTORY_TURN_CHARS:]}"
-            for role, text in earlier
-        ]
-        rewritten = "Conversation so far:\n" + "\n".join(lines) + f"\n\nQuestion: {question}"
-        if len(rewritten) <= max_chars:
-            return rewritten
+    earlier = [_text(m) for m in body.messages[:last] if m.role == "user" and _text(m).strip()]
+    rewritten = standalone_question(earlier, question)
+    if len(rewritten) <= max_chars:
+        return rewritten
     return question[-max_chars:]
 
 

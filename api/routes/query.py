@@ -45,6 +45,7 @@ from topics.queries import QueryRequest
 from topics.responses import ErrorCode, QueryResponse
 from topics.tokens import AnswerToken
 from workers import query_log
+from workers.conversation import standalone_question
 from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 
 router = APIRouter(tags=["query"])
@@ -105,10 +106,13 @@ def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryR
         )
     if not body.query.strip():
         raise ApiError(422, "INVALID_REQUEST", "query: must not be blank")
+    query = standalone_question(body.history, body.query)
+    if len(query) > settings.api.max_query_chars:
+        query = body.query  # the context goes, never the question
     now = dt.datetime.now(dt.UTC)
     return QueryRequest(
         tenant=who.tenant,
-        query=body.query,
+        query=query,
         deadline=now + dt.timedelta(seconds=settings.api.query_deadline_s),
         top_n=body.top_n or settings.retrieval.top_n,
         top_k=body.top_k or settings.rerank.top_k,

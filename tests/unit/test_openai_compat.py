@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 
-from api.routes.openai_compat import HISTORY_TURN_CHARS
 from tests.unit.apikit import FakeQueries, answered, make_app
 from topics.queries import QueryRequest
+from workers.conversation import CONTEXT_MARKER
 
 
 def _client(app: FastAPI, **kwargs: Any) -> AsyncOpenAI:
@@ -63,13 +63,15 @@ def test_the_model_picks_the_route(
     assert app[1].asked[-1].route == route
 
 
-def test_earlier_turns_are_prefixed_as_capped_context(app: tuple[FastAPI, FakeQueries]) -> None:
+def test_a_follow_up_is_made_standalone_from_earlier_questions_only(
+    app: tuple[FastAPI, FakeQueries],
+) -> None:
     long_answer = "x" * 2000 + " autovacuum runs every minute."
     messages: list[Any] = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is VACUUM?"},
         {"role": "assistant", "content": "It reclaims storage."},
-        {"role": "user", "content": "And autovacuum?"},
+        {"role": "user", "content": "What is the autovacuum launcher?"},
         {"role": "assistant", "content": long_answer},
         {"role": "user", "content": "How often does it run?"},
     ]
@@ -79,10 +81,11 @@ def test_earlier_turns_are_prefixed_as_capped_context(app: tuple[FastAPI, FakeQu
 
     _run(app[0], call)
     query = app[1].asked[-1].query
-    assert query.startswith("Conversation so far:\nUser: And autovacuum?\nAssistant: x")
-    assert query.endswith("every minute.\n\nQuestion: How often does it run?")
-    assert "What is VACUUM" not in query and "Be brief" not in query  # last 2 turns only
-    assert len(query) < HISTORY_TURN_CHARS * 2 + 100
+    assert query == (
+        "How often does the autovacuum launcher run?"
+        f"{CONTEXT_MARKER}What is VACUUM? What is the autovacuum launcher?"
+    )
+    assert "x" * 10 not in query and "reclaims" not in query and "Be brief" not in query
 
 
 def test_a_single_question_is_sent_unchanged(app: tuple[FastAPI, FakeQueries]) -> None:

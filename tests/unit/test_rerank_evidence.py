@@ -106,3 +106,10 @@ def test_a_forced_route_wins() -> None:
     [emit] = _run([_event("How long is the deadlock timeout?", route="large")])
     assert emit.topic == RERANKED_BY_TIER["large"]
     assert isinstance(emit.event, RerankedPassages) and emit.event.route_reason == "forced"
+
+
+def test_a_forced_llm_tier_never_skips_the_refusal_gate() -> None:
+    [emit] = _run([_event("How do I use the pg_stat_io view?", route="small")])
+    assert emit.topic == RESPONSES
+    assert isinstance(emit.event, QueryResponse) and emit.event.tier == "evidence"
+    assert emit.event.answer == NOT_IN_DOCUMENTS

@@ -40,10 +40,14 @@ from workers.evidence.lexical import (
     terms,
     type_match,
 )
+from workers.conversation import split_context
 from workers.evidence.segment import Unit, segment
 
 Vectors = npt.NDArray[np.float32]
 
+#: Share of its IDF that a term only the conversation's context holds counts for (see
+#: :mod:`workers.conversation`): it says what the question is about, not what it asks.
+CONTEXT_WEIGHT = 0.5
 #: Units with fewer words than this take the next unit of their block as context.
 SHORT_UNIT_WORDS = 6
 #: A quoted sentence of a definition carries its term as context ("checkpoint_timeout (integer) /
@@ -216,17 +220,26 @@ class EvidenceSelector:
         self, question: str, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
     ) -> tuple[list[_Scored], tuple[str, ...]]:
         w = self.weights
-        q_terms = terms(question)
+        # A follow-up made standalone (workers.conversation) carries its earlier questions as
+        # context: what kind of answer is wanted comes from the question alone, and the
+        # context's terms count at CONTEXT_WEIGHT of their IDF.
+        own, context = split_context(question)
+        own_terms = terms(own)
+        extra = [t for t in terms(context) if t not in set(own_terms)]
+        q_terms = own_terms + extra
         q_ids = set(identifiers(question))
         id_terms = {t for i in q_ids for t in terms(i)}
         q_rest = [t for t in q_terms if t not in id_terms]
-        kind = answer_type(question)
+        kind = answer_type(own)
         asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
+        if extra:
+            default = max(weights.values(), default=1.0)
+            weights.update({t: CONTEXT_WEIGHT * weights.get(t, default) for t in set(extra)})
         haystack = "\n".join(f"{p.title}\n{p.text}" for p in passages).lower()
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
-        strong = set(strong_identifiers(question))
+        strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):

@@ -118,12 +118,17 @@ def choose_tier(
     answer_policy: AnswerPolicy,
     policy: TierPolicy,
 ) -> tuple[AnswerTier, str]:
-    """The answer tier of one question and the reason (see :class:`TierPolicy`)."""
-    if request.route != "auto":
-        return request.route, "forced"
+    """The answer tier of one question and the reason (see :class:`TierPolicy`).
+
+    The refusal gate comes first: weak evidence is refused by the evidence tier whatever tier
+    the request forces (``route``), so a forced LLM tier never answers what the documents do
+    not hold.
+    """
     weak = weakness(evidence, answer_policy)
     if weak:
         return "evidence", weak
+    if request.route != "auto":
+        return request.route, "forced"
     if policy.mode == "evidence":
         return "evidence", "policy"
     if policy.mode == "llm":

@@ -189,16 +189,19 @@ class HybridRetriever:
         first (see :meth:`search_batch`)."""
         sources: dict[str, Mapping[str, Any]] = {}
         ranks: list[dict[str, int]] = [{}, {}]
+        raw: list[dict[str, float]] = [{}, {}]
         for which, hits in enumerate((bm25, knn)):
             for rank, hit in enumerate(hits, start=1):
                 ranks[which].setdefault(hit["_id"], rank)
+                if hit.get("_score") is not None:
+                    raw[which].setdefault(hit["_id"], float(hit["_score"]))
                 sources.setdefault(hit["_id"], hit.get("_source") or {})
         s = self.settings
         fused = reciprocal_rank_fusion(
             [list(r) for r in ranks], k=s.rrf_k, weights=(s.bm25_weight, s.knn_weight)
         )
         return [
-            _candidate(chunk_id, score, sources[chunk_id], ranks[0], ranks[1])
+            _candidate(chunk_id, score, sources[chunk_id], ranks, raw)
             for chunk_id, score in fused[: query.top_n]
         ]
 
@@ -250,8 +253,8 @@ def _candidate(
     chunk_id: str,
     score: float,
     source: Mapping[str, Any],
-    bm25_ranks: Mapping[str, int],
-    knn_ranks: Mapping[str, int],
+    ranks: Sequence[Mapping[str, int]],
+    raw: Sequence[Mapping[str, float]],
 ) -> Candidate:
     return Candidate(
         chunk_id=chunk_id,
@@ -260,7 +263,9 @@ def _candidate(
         title=str(source.get("title") or ""),
         source=str(source.get("source") or ""),
         score=score,
-        bm25_rank=bm25_ranks.get(chunk_id),
-        knn_rank=knn_ranks.get(chunk_id),
+        bm25_rank=ranks[0].get(chunk_id),
+        knn_rank=ranks[1].get(chunk_id),
+        bm25_score=raw[0].get(chunk_id),
+        knn_score=raw[1].get(chunk_id),
         metadata=dict(source.get("metadata") or {}),
     )

@@ -1,0 +1,59 @@
+"""Follow-up questions made standalone from the conversation's earlier questions."""
+
+from __future__ import annotations
+
+import pytest
+
+from workers.conversation import (
+    CONTEXT_MARKER,
+    is_follow_up,
+    split_context,
+    standalone_question,
+    topic_of,
+)
+
+
+def test_a_follow_up_takes_the_topic_of_the_earlier_question() -> None:
+    out = standalone_question(
+        ["Which TCP port does the PostgreSQL server listen on by default?"],
+        "And how do I change it?",
+    )
+    question, context = split_context(out)
+    assert question == "How do I change the TCP port?"
+    assert context == "Which TCP port does the PostgreSQL server listen on by default?"
+
+
+def test_a_what_is_topic_replaces_a_closing_that() -> None:
+    out = standalone_question(["What is the default isolation level?"], "How do I change that?")
+    assert out.startswith("How do I change the default isolation level?" + CONTEXT_MARKER)
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "I need a scratch folder that gets wiped automatically when I'm done. What should I use?",
+        "How can I launch another program from my script and get whatever it printed back?",
+        "Which pickle protocol version does Python 3.11 use by default?",
+    ],
+)
+def test_a_question_that_stands_alone_is_unchanged(question: str) -> None:
+    assert not is_follow_up(question)
+    assert standalone_question(["What is VACUUM?"], question) == question
+
+
+def test_no_history_leaves_the_question_alone_and_answers_are_never_history() -> None:
+    assert standalone_question([], "And how do I change it?") == "And how do I change it?"
+    # Only the last two earlier questions are carried, their own context removed.
+    out = standalone_question(
+        ["What is VACUUM?", "What is autovacuum?", f"What is ANALYZE?{CONTEXT_MARKER}old"],
+        "What about it?",
+    )
+    assert split_context(out)[1] == "What is autovacuum? What is ANALYZE?"
+
+
+def test_topics_of_the_common_question_forms() -> None:
+    assert topic_of("What is the default maxsize of the lru_cache?") == (
+        "the default maxsize of the lru_cache"
+    )
+    assert topic_of("Which TCP port does the server listen on?") == "the TCP port"
+    assert topic_of("How do I create a database?") == ""

@@ -1,0 +1,128 @@
+"""Follow-up questions: a conversation's last question rewritten into a standalone one.
+
+Retrieval and evidence are per question, so a follow-up such as "And how do I change it?" has to
+carry what "it" is. It is rewritten from the conversation's earlier *questions* only (never the
+answers' text: quoting an earlier answer makes retrieval find the same passages again and the
+same quotes come back re-ordered), in the manner of the "condense question" step of
+conversational retrieval (e.g. LlamaIndex's ``CondenseQuestionChatEngine``; Vakulenko et al.
+2021, "Question Rewriting for Conversational Question Answering"), here without a model:
+
+1. A question that stands on its own (no anaphor such as "it", "that", "them"; no leading "and",
+   "what about"; at least :data:`MIN_CONTENT_WORDS` content words) is returned as it is.
+2. Otherwise the anaphor is replaced with the topic of the last earlier question when that
+   question names one in the common "What is <topic> ...?" / "Which <topic> does ...?" forms,
+   and the earlier questions follow after :data:`CONTEXT_MARKER`::
+
+       How do I change the TCP port? | context: Which TCP port does the PostgreSQL server
+       listen on by default?
+
+The part before the marker is the question asked (what kind of answer it wants comes from it
+alone, :func:`split_context`); the context's words help retrieval and evidence scoring find what
+the question is about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from workers.evidence.lexical import STOPWORDS
+
+#: Separates the rewritten question from the earlier questions it follows.
+CONTEXT_MARKER = " | context: "
+#: Earlier questions carried as context, most recent last.
+MAX_CONTEXT_QUESTIONS = 2
+#: A question with fewer content words than this leans on the conversation.
+MIN_CONTENT_WORDS = 3
+#: A question with an anaphor but at least this many content words says what it is about
+#: ("How can I launch another program and get whatever it printed?").
+SELF_CONTAINED_WORDS = 5
+#: Characters kept of the context (the question itself is never cut).
+MAX_CONTEXT_CHARS = 600
+
+#: Words that point back at something earlier ("that" and "this" only closing a clause, where
+#: they are no relative pronoun or determiner: "change that?", not "a folder that gets wiped").
+_ANAPHOR = re.compile(
+    r"\b(?:it|its|them|they|their|the same|the former|the latter|which one|that one)\b"
+    r"|\b(?:that|this|these|those|there)(?=\s*(?:[?.!,;]|$))",
+    re.IGNORECASE,
+)
+_LEADING = re.compile(
+    r"^\s*(?:and|but|also|so|then|ok(?:ay)?|what about|how about|and what about|"
+    r"and how about|what if|and if)\b[\s,]*",
+    re.IGNORECASE,
+)
+#: "What is the default maxsize of the cache ...?" -> "the default maxsize of the cache ...";
+#: "Which TCP port does the server listen on?" -> "TCP port".
+_TOPIC_FORMS = (
+    re.compile(r"^\s*(?:what|which)\s+(?:is|are|was|were)\s+(?P<topic>.+?)\s*\??\s*$", re.I),
+    re.compile(
+        r"^\s*(?:what|which)\s+(?P<topic>(?:\S+\s+){0,4}?\S+)\s+"
+        r"(?:does|do|did|is|are|can|should|will|would|has|have)\b",
+        re.I,
+    ),
+)
+_WORD = re.compile(r"[A-Za-z_][\w.\-]*")
+#: Function and question words (the evidence stage's stop words and a few of conversation).
+_FUNCTION_WORDS = STOPWORDS | {"ok", "okay", "please", "thanks"}
+
+
+def content_words(text: str) -> list[str]:
+    """Words of ``text`` that are not function or question words (lower-case)."""
+    return [w.lower() for w in _WORD.findall(text) if w.lower() not in _FUNCTION_WORDS]
+
+
+def is_follow_up(question: str) -> bool:
+    """Whether ``question`` leans on earlier turns (see the module docstring, step 1)."""
+    if _LEADING.match(question):
+        return True
+    words = len(content_words(question))
+    if _ANAPHOR.search(question) and words < SELF_CONTAINED_WORDS:
+        return True
+    return words < MIN_CONTENT_WORDS
+
+
+def topic_of(question: str) -> str:
+    """The topic a question names in the forms of :data:`_TOPIC_FORMS`, else ""."""
+    for form in _TOPIC_FORMS:
+        match = form.match(question)
+        if match:
+            topic = match["topic"].strip().rstrip("?").strip()
+            if not content_words(topic):
+                continue
+            if not re.match(r"(?:the|a|an|my|its|this|that)\b", topic, re.I):
+                topic = f"the {topic}"
+            return topic
+    return ""
+
+
+def split_context(text: str) -> tuple[str, str]:
+    """``(question, context)`` of a rewritten question (``context`` "" when there is none)."""
+    question, _, context = text.partition(CONTEXT_MARKER)
+    return question, context
+
+
+def standalone_question(history: Sequence[str], question: str) -> str:
+    """``question`` rewritten to stand alone, given the earlier questions of its conversation.
+
+    Args:
+        history: the earlier *user questions* of the conversation, oldest first (answers are
+            not taken). Blank entries are ignored.
+        question: the last question.
+
+    Returns:
+        ``question`` itself (stripped) when it stands alone or there is no history; else the
+        rewritten question followed by :data:`CONTEXT_MARKER` and the last
+        :data:`MAX_CONTEXT_QUESTIONS` earlier questions (their own context removed).
+    """
+    question = " ".join(question.split())
+    earlier = [split_context(" ".join(h.split()))[0] for h in history if h.strip()]
+    if not earlier or not is_follow_up(question):
+        return question
+    rewritten = _LEADING.sub("", question, count=1) or question
+    rewritten = rewritten[:1].upper() + rewritten[1:]
+    topic = topic_of(earlier[-1])
+    if topic:
+        rewritten = _ANAPHOR.sub(lambda _m: topic, rewritten, count=1)
+    context = " ".join(earlier[-MAX_CONTEXT_QUESTIONS:])[-MAX_CONTEXT_CHARS:]
+    return f"{rewritten}{CONTEXT_MARKER}{context}"
