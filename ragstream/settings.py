@@ -449,6 +449,8 @@ class EvidenceSettings(BaseModel):
     prompt_words: int = Field(default=260, ge=10)
     answer_spans: int = Field(default=4, ge=1)
     answer_words: int = Field(default=100, ge=5, le=110)
+    #: Further spans of an answer only from the passage or document of its first span.
+    answer_same_document: bool = True
     keep_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
     #: Below this best-unit score the evidence is refused. 0: the score does not separate absent
     #: from answerable questions (absent 0.65-1.09, answerable from 0.30 on the shared set and

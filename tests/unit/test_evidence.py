@@ -310,3 +310,18 @@ def test_a_section_or_table_number_is_no_value() -> None:
     ref = "The server negotiates SSL with the client; see Section 21.1 and Table 19.2."
     val = "Port number 5432 has been registered with IANA as the customary TCP port."
     assert type_match(kind, ref, terms(ref), False) < type_match(kind, val, terms(val), False)
+
+
+def test_an_answer_quotes_further_spans_only_from_the_first_ones_document() -> None:
+    passages = [
+        P(LOCKS, title="Lock Management", chunk_id="locks-1", doc_id="locks"),
+        P("The default is 128 connections for pools. " * 2, chunk_id="pool-1", doc_id="pool"),
+        P(LIMITS, title="Limits", chunk_id="locks-2", doc_id="locks"),
+    ]
+    [ev] = EvidenceSelector(None).select([("What does deadlock_timeout default to?", passages)])
+    assert ev.spans[0].doc_id == "locks" and any(s.doc_id == "pool" for s in ev.spans)
+    answer = compose(ev, AnswerPolicy(max_spans=10, max_words=1000))
+    assert answer.spans[0] == ev.spans[0]
+    assert answer.spans == tuple(s for s in ev.spans if s.doc_id == "locks")
+    mixed = compose(ev, AnswerPolicy(max_spans=10, max_words=1000, same_document=False))
+    assert mixed.spans == ev.spans

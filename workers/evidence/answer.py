@@ -30,6 +30,7 @@ class AnswerPolicy:
         min_confidence: below this best-span score the evidence is too weak to answer
             (chosen on the shared evaluation set; see the README).
         refuse_missing: refuse when an identifier of the question is in no passage.
+        same_document: further spans only from the best span's passage or document.
     """
 
     max_words: int = 100
@@ -37,6 +38,7 @@ class AnswerPolicy:
     keep_ratio: float = 0.0
     min_confidence: float = 0.0
     refuse_missing: bool = True
+    same_document: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +97,31 @@ def _words(span: Quotable) -> int:
     return len(span.text.split()) + len(span.context.split())
 
 
+def supports(lead: Quotable, span: Quotable) -> bool:
+    """Whether ``span`` can follow ``lead`` in an answer: it comes from the same passage or the
+    same document (a sentence of another document is no support of the first one's claim)."""
+    return span.n == lead.n or _doc(span) == _doc(lead)
+
+
+def _doc(span: Quotable) -> str:
+    return str(getattr(span, "doc_id", "") or f"passage:{span.n}")
+
+
 def quote(spans: Sequence[S], policy: AnswerPolicy) -> tuple[str, tuple[S, ...]]:
-    """The quoted answer over ``spans`` (best first, at least one) and the spans it quotes."""
+    """The quoted answer over ``spans`` (best first, at least one) and the spans it quotes.
+
+    The best span comes first: it states the answer. Further spans follow only while they
+    support it (:func:`supports`, with ``policy.same_document``), score at least
+    ``keep_ratio`` of it, and fit ``max_spans`` and ``max_words``.
+    """
     best = spans[0]
     chosen = [best]
     words = _words(best)
     for span in spans[1:]:
         if len(chosen) >= policy.max_spans or span.score < best.score * policy.keep_ratio:
             break
+        if policy.same_document and not supports(best, span):
+            continue
         n_words = _words(span)
         if words + n_words > policy.max_words:
             continue

@@ -205,6 +205,7 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         keep_ratio=settings.keep_ratio,
         min_confidence=settings.min_confidence,
         refuse_missing=settings.refuse_missing,
+        same_document=settings.answer_same_document,
     )
 
 
