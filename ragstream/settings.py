@@ -458,6 +458,14 @@ class EvidenceSettings(BaseModel):
     #: rule refuses every absent question of both sets.
     min_confidence: float = 0.0
     refuse_missing: bool = True
+    #: Off-topic gate (``workers.evidence.answer.weakness``): refuse when the passages hold less
+    #: than this IDF-weighted share of the question's terms ...
+    min_coverage: float = Field(default=0.0, ge=0.0, le=1.0)
+    #: ... or when their best kNN score, ``(1 + cos) / 2``, is under this.
+    min_relevance: float = Field(default=0.0, ge=0.0, le=1.0)
+    #: Refuse a question that names something other than code (``Paris``, ``MongoDB``) that no
+    #: passage names.
+    refuse_unknown_names: bool = False
     tier_mode: Literal["evidence", "llm", "auto"] = "evidence"
     evidence_min_confidence: float = 1.0
 

@@ -31,6 +31,13 @@ class AnswerPolicy:
             (chosen on the shared evaluation set; see the README).
         refuse_missing: refuse when an identifier of the question is in no passage.
         same_document: further spans only from the best span's passage or document.
+        min_coverage: below this share of the question's terms held by the passages
+            (:attr:`~workers.evidence.select.Evidence.coverage`) the passages are about
+            something else: an off-topic question.
+        min_relevance: below this best kNN score of the passages
+            (:attr:`~workers.evidence.select.Evidence.relevance`) the same.
+        refuse_unknown_names: refuse when the question names something that is not code
+            (``Paris``, ``MongoDB``) and no passage names it.
     """
 
     max_words: int = 100
@@ -39,6 +46,9 @@ class AnswerPolicy:
     min_confidence: float = 0.0
     refuse_missing: bool = True
     same_document: bool = True
+    min_coverage: float = 0.0
+    min_relevance: float = 0.0
+    refuse_unknown_names: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +75,14 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
         return "no_evidence"
     if policy.refuse_missing and evidence.missing:
         return f"missing:{evidence.missing[0]}"
+    if policy.refuse_unknown_names and evidence.unknown_names:
+        return f"unknown:{evidence.unknown_names[0]}"
     if evidence.confidence < policy.min_confidence:
         return f"weak:{evidence.confidence:.3f}"
+    if evidence.coverage < policy.min_coverage:
+        return f"off_topic:coverage={evidence.coverage:.3f}"
+    if evidence.relevance is not None and evidence.relevance < policy.min_relevance:
+        return f"off_topic:relevance={evidence.relevance:.3f}"
     return ""
 
 

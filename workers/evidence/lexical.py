@@ -104,6 +104,33 @@ def strong_identifiers(text: str) -> list[str]:
     return [name for name in names if len(name) >= 3 and name not in ABBREVIATIONS]
 
 
+#: A name as prose writes it: a capitalised word (``Paris``, ``MongoDB``), a word with an inner
+#: capital (``iPhone``) or an acronym (``NBA``).
+_NAME = re.compile(r"\b(?:[A-Z][a-z]+[A-Z]?\w*|[a-z]+[A-Z]\w*|[A-Z]{2,}[a-z]?)\b")
+
+
+def proper_names(text: str) -> list[str]:
+    """Names a question mentions that are not code (lower-case): capitalised words other than
+    a sentence's first, words with an inner capital, acronyms; stop words and the names of
+    :func:`strong_identifiers` left out. A question about ``MongoDB`` or ``Paris`` over passages that
+    never name it is about something else (the named-entity check of open-domain QA systems'
+    answer validation, e.g. Magnini et al. 2002)."""
+    code = set(strong_identifiers(text))
+    out: list[str] = []
+    for match in _NAME.finditer(text):
+        word = match.group(0)
+        before = text[: match.start()].rstrip()
+        first = not before or before.endswith((".", "?", "!", ":", '"', "(")) or before[-1:] == ","
+        inner = bool(re.search(r"[a-z][A-Z]", word))
+        if first and not inner and not word.isupper():
+            continue
+        low = word.lower()
+        if low in STOPWORDS or low in code or len(low) < 2:
+            continue
+        out.append(low)
+    return out
+
+
 def identifiers(text: str) -> list[str]:
     """The code-like tokens of ``text`` (lower-case, ``()`` and leading dashes removed), of three
     characters or more (``-X`` is an option, but ``x`` matches everything)."""

@@ -22,6 +22,7 @@ passages are then about something else, the signature of a question the document
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,18 +30,19 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from workers.conversation import split_context
 from workers.evidence.lexical import (
     answer_type,
     coverage,
     declares,
     identifiers,
     idf,
+    proper_names,
     question_tokens,
     strong_identifiers,
     terms,
     type_match,
 )
-from workers.conversation import split_context
 from workers.evidence.segment import Unit, segment
 
 Vectors = npt.NDArray[np.float32]
@@ -148,12 +150,22 @@ class Evidence:
         confidence: the best unit's score; ``-inf`` when there was no unit.
         missing: identifiers of the question found in no passage.
         units: how many units were scored.
+        coverage: IDF-weighted share of the question's own terms (not its conversation
+            context) that the passages hold anywhere, titles included, in [0, 1]; a term no
+            passage holds weighs as the rarest term that one does.
+        relevance: the best raw kNN score of the passages (Elasticsearch's cosine form
+            ``(1 + cos) / 2``, in [0, 1]); ``None`` when no passage came from the kNN list.
+        unknown_names: names of the question that are not code (``Paris``, ``MongoDB``,
+            :func:`workers.evidence.lexical.proper_names`) that no passage holds as a word.
     """
 
     spans: tuple[Span, ...]
     confidence: float
     missing: tuple[str, ...] = ()
     units: int = 0
+    coverage: float = 1.0
+    relevance: float | None = None
+    unknown_names: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -209,16 +221,29 @@ class EvidenceSelector:
         if self.dense_top > 0:
             self._add_cosine(batch, scored)
         out = []
-        for (_, passages), per_passage, (ranked, missing) in zip(batch, units, scored, strict=True):
+        for (_, passages), per_passage, (ranked, missing, covered, unknown) in zip(
+            batch, units, scored, strict=True
+        ):
             ranked.sort(key=lambda s: -s.score)
             confidence = ranked[0].score if ranked else -math.inf
             spans = self._spans(ranked, passages, per_passage)
-            out.append(Evidence(spans, round(confidence, 4), missing, len(ranked)))
+            knn = [k for p in passages if (k := getattr(p, "knn_score", None)) is not None]
+            out.append(
+                Evidence(
+                    spans,
+                    round(confidence, 4),
+                    missing,
+                    len(ranked),
+                    coverage=round(covered, 4),
+                    relevance=round(max(knn), 4) if knn else None,
+                    unknown_names=unknown,
+                )
+            )
         return out
 
     def _lexical(
         self, question: str, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
-    ) -> tuple[list[_Scored], tuple[str, ...]]:
+    ) -> tuple[list[_Scored], tuple[str, ...], float, tuple[str, ...]]:
         w = self.weights
         # A follow-up made standalone (workers.conversation) carries its earlier questions as
         # context: what kind of answer is wanted comes from the question alone, and the
@@ -241,6 +266,14 @@ class EvidenceSelector:
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
+        unknown = tuple(
+            n
+            for n in dict.fromkeys(proper_names(own))
+            if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", haystack)
+        )
+        held = {t for plist in unit_terms for ut in plist for t in ut}
+        held.update(t for p in passages for t in terms(p.title))
+        covered = coverage(own_terms, held, weights)
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             title_terms = terms(passage.title)
@@ -263,17 +296,17 @@ class EvidenceSelector:
                     + w.rest * coverage(q_rest, ut, weights)
                 )
                 scored.append(_Scored(unit, pi, score))
-        return scored, missing
+        return scored, missing, covered, unknown
 
     def _add_cosine(
         self,
         batch: Sequence[tuple[str, Sequence[PassageLike]]],
-        scored: list[tuple[list[_Scored], tuple[str, ...]]],
+        scored: list[tuple[list[_Scored], tuple[str, ...], float, tuple[str, ...]]],
     ) -> None:
         assert self.embedder is not None
         texts: list[str] = []
         picks: list[tuple[int, list[_Scored]]] = []
-        for (question, _), (ranked, _) in zip(batch, scored, strict=True):
+        for (question, _), (ranked, *_) in zip(batch, scored, strict=True):
             top = sorted(ranked, key=lambda s: -s.score)[: self.dense_top]
             picks.append((len(texts), top))
             texts.append(question)

@@ -206,6 +206,9 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         min_confidence=settings.min_confidence,
         refuse_missing=settings.refuse_missing,
         same_document=settings.answer_same_document,
+        min_coverage=settings.min_coverage,
+        min_relevance=settings.min_relevance,
+        refuse_unknown_names=settings.refuse_unknown_names,
     )
 
 
