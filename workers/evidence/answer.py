@@ -70,20 +70,35 @@ class EvidenceAnswer:
 
 
 def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
-    """Why ``evidence`` is too weak to answer from, or "" when it is strong enough."""
+    """Why ``evidence`` is too weak to answer from, or "" when it is strong enough.
+
+    Reasons, first match wins: ``no_evidence``; ``missing:<identifier>`` (a code name of the
+    question no passage holds); ``unknown:<name>`` (a name no passage holds); ``weak:<score>``
+    (best span under ``min_confidence``); ``off_topic:coverage=<share>`` and
+    ``off_topic:relevance=<score>`` (the passages are about something else).
+    """
     if not evidence.spans:
         return "no_evidence"
-    if policy.refuse_missing and evidence.missing:
-        return f"missing:{evidence.missing[0]}"
-    if policy.refuse_unknown_names and evidence.unknown_names:
-        return f"unknown:{evidence.unknown_names[0]}"
-    if evidence.confidence < policy.min_confidence:
-        return f"weak:{evidence.confidence:.3f}"
-    if evidence.coverage < policy.min_coverage:
-        return f"off_topic:coverage={evidence.coverage:.3f}"
-    if evidence.relevance is not None and evidence.relevance < policy.min_relevance:
-        return f"off_topic:relevance={evidence.relevance:.3f}"
-    return ""
+    checks = (
+        (policy.refuse_missing and bool(evidence.missing), "missing:{}", evidence.missing[:1]),
+        (
+            policy.refuse_unknown_names and bool(evidence.unknown_names),
+            "unknown:{}",
+            evidence.unknown_names[:1],
+        ),
+        (evidence.confidence < policy.min_confidence, "weak:{:.3f}", (evidence.confidence,)),
+        (
+            evidence.coverage < policy.min_coverage,
+            "off_topic:coverage={:.3f}",
+            (evidence.coverage,),
+        ),
+        (
+            evidence.relevance is not None and evidence.relevance < policy.min_relevance,
+            "off_topic:relevance={:.3f}",
+            (evidence.relevance,),
+        ),
+    )
+    return next((form.format(*args) for hit, form, args in checks if hit), "")
 
 
 class Quotable(Protocol):

@@ -112,9 +112,9 @@ _NAME = re.compile(r"\b(?:[A-Z][a-z]+[A-Z]?\w*|[a-z]+[A-Z]\w*|[A-Z]{2,}[a-z]?)\b
 def proper_names(text: str) -> list[str]:
     """Names a question mentions that are not code (lower-case): capitalised words other than
     a sentence's first, words with an inner capital, acronyms; stop words and the names of
-    :func:`strong_identifiers` left out. A question about ``MongoDB`` or ``Paris`` over passages that
-    never name it is about something else (the named-entity check of open-domain QA systems'
-    answer validation, e.g. Magnini et al. 2002)."""
+    :func:`strong_identifiers` left out. A question about ``MongoDB`` or ``Paris`` over
+    passages that never name it is about something else (the named-entity check of
+    open-domain QA systems' answer validation, e.g. Magnini et al. 2002)."""
     code = set(strong_identifiers(text))
     out: list[str] = []
     for match in _NAME.finditer(text):
