@@ -113,8 +113,8 @@ def proper_names(text: str) -> list[str]:
     """Names a question mentions that are not code (lower-case): capitalised words other than
     a sentence's first, words with an inner capital, acronyms; stop words and the names of
     :func:`strong_identifiers` left out. A question about ``MongoDB`` or ``Paris`` over
-    passages that never name it is about something else (the named-entity check of
-    open-domain QA systems' answer validation, e.g. Magnini et al. 2002)."""
+    passages that never name it is about something else: the passages were found for its
+    other, common words."""
     code = set(strong_identifiers(text))
     out: list[str] = []
     for match in _NAME.finditer(text):
