@@ -451,6 +451,9 @@ class EvidenceSettings(BaseModel):
     answer_words: int = Field(default=100, ge=5, le=110)
     #: Further spans of an answer only from the passage or document of its first span.
     answer_same_document: bool = True
+    #: The answer opens with the best span that fits the asked answer type (a value, a name)
+    #: when it scores at least this share of the best span; 1.0: always the best span.
+    lead_ratio: float = Field(default=1.0, gt=0.0, le=1.0)
     keep_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
     #: Below this best-unit score the evidence is refused. 0: the score does not separate absent
     #: from answerable questions (absent 0.65-1.09, answerable from 0.30 on the shared set and

@@ -38,6 +38,8 @@ class AnswerPolicy:
             (:attr:`~workers.evidence.select.Evidence.relevance`) the same.
         refuse_unknown_names: refuse when the question names something that is not code
             (``Paris``, ``MongoDB``) and no passage names it.
+        lead_ratio: the answer opens with the best span that fits the asked answer type when
+            it scores at least this share of the best span (1.0: always the best span).
     """
 
     max_words: int = 100
@@ -49,6 +51,7 @@ class AnswerPolicy:
     min_coverage: float = 0.0
     min_relevance: float = 0.0
     refuse_unknown_names: bool = False
+    lead_ratio: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +141,35 @@ def _doc(span: Quotable) -> str:
     return str(getattr(span, "doc_id", "") or f"passage:{span.n}")
 
 
+def lead_of(spans: Sequence[S], policy: AnswerPolicy) -> int:
+    """Index of the span that opens the answer: the best-scoring span that fits the question's
+    answer type fully (a value for "how long", a name for "which function"; ``fit`` 1.0) when
+    it scores at least ``policy.lead_ratio`` of the best, else the best (index 0)."""
+    best = spans[0].score
+    for i, span in enumerate(spans):
+        if span.score < best * policy.lead_ratio:
+            break
+        if getattr(span, "fit", 1.0) >= 1.0:
+            return i
+    return 0
+
+
 def quote(spans: Sequence[S], policy: AnswerPolicy) -> tuple[str, tuple[S, ...]]:
     """The quoted answer over ``spans`` (best first, at least one) and the spans it quotes.
 
-    The best span comes first: it states the answer. Further spans follow only while they
-    support it (:func:`supports`, with ``policy.same_document``), score at least
-    ``keep_ratio`` of it, and fit ``max_spans`` and ``max_words``.
+    The lead (:func:`lead_of`) comes first: it states the answer. Further spans follow, best
+    first, only while they support it (:func:`supports`, with ``policy.same_document``),
+    score at least ``keep_ratio`` of it, and fit ``max_spans`` and ``max_words``.
     """
-    best = spans[0]
+    at = lead_of(spans, policy)
+    best = spans[at]
     chosen = [best]
     words = _words(best)
-    for span in spans[1:]:
-        if len(chosen) >= policy.max_spans or span.score < best.score * policy.keep_ratio:
+    for span in [*spans[:at], *spans[at + 1 :]]:
+        if len(chosen) >= policy.max_spans:
             break
+        if span.score < best.score * policy.keep_ratio:
+            continue
         if policy.same_document and not supports(best, span):
             continue
         n_words = _words(span)

@@ -124,6 +124,9 @@ class Span:
         score: the unit score (see :class:`Weights`).
         context: text that frames the span: a table row's header, or the definition term heading
             a sentence of a description; else "".
+        fit: how well the span's first unit fits the question's expected answer type
+            (:func:`workers.evidence.lexical.type_match`), in [0, 1]; 1.0 when the question
+            asks for no particular type.
     """
 
     n: int
@@ -134,6 +137,7 @@ class Span:
     text: str
     score: float
     context: str = ""
+    fit: float = 1.0
 
     @property
     def words(self) -> int:
@@ -173,6 +177,7 @@ class _Scored:
     unit: Unit
     passage: int
     score: float
+    fit: float = 0.0
 
 
 class EvidenceSelector:
@@ -285,17 +290,19 @@ class EvidenceSelector:
                 ut = unit_terms[pi][ui]
                 low = unit.text.lower()
                 head = unit.head.lower() if HEAD_NAMES else ""
+                fit = type_match(kind, unit.text, ut, unit.kind == "code", asked)
+                typed = kind.value or kind.name or bool(kind.focus)
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
                     + w.identifier * (1.0 if any(i in low or i in head for i in q_ids) else 0.0)
                     + w.rank / (1 + pi)
-                    + w.answer_type * type_match(kind, unit.text, ut, unit.kind == "code", asked)
+                    + w.answer_type * fit
                     + w.block * block_cover[unit.block]
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
                 )
-                scored.append(_Scored(unit, pi, score))
+                scored.append(_Scored(unit, pi, score, fit if typed else 1.0))
         return scored, missing, covered, unknown
 
     def _add_cosine(
@@ -348,6 +355,7 @@ class EvidenceSelector:
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
+                    fit=s.fit,
                 )
             )
             used.update((s.passage, u.start) for u in units)

@@ -209,6 +209,7 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         min_coverage=settings.min_coverage,
         min_relevance=settings.min_relevance,
         refuse_unknown_names=settings.refuse_unknown_names,
+        lead_ratio=settings.lead_ratio,
     )
 
 
