@@ -59,12 +59,14 @@ status: install
 	$(RAGSTREAM) infra status
 	$(RAGSTREAM) demo status
 
-# The last step is the import direction of README's Layout (tests/unit/test_layering.py).
+# Then the import direction of docs/architecture.md, Layout (tests/unit/test_layering.py), and the
+# documentation site: every page, link and anchor checked (mkdocs.yml), built into site/.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q tests/unit/test_layering.py
+	$(BIN)/mkdocs build --strict --quiet
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
@@ -78,7 +80,7 @@ test: install docs browser
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-# The chaos suite in its full size (README, Chaos): a private broker and Elasticsearch node,
+# The chaos suite in its full size (docs/operations.md, Chaos): a private broker and Elasticsearch node,
 # every pool killed in turn, broker restart, 30 s freeze, webhook receiver away 60 s, 1% poison;
 # prints the counts (~5 min). `make test` runs the same test in its CI size (2.5-3.5 min).
 chaos: install docs up

@@ -202,7 +202,7 @@ def test_optimize_merges_the_index_into_one_segment(
     after = segment_stats(acme.es, acme.index.alias)
     assert after["segments"] == 1 and after["docs"] == before["docs"]
     # Soft deletes younger than the shard's retention lease (seconds here) survive a merge;
-    # the manuals' 20k deletes, hours old, all went (README, Performance).
+    # the manuals' 20k deletes, hours old, all went (docs/operations.md, Ingest jobs and the index).
     assert after["deleted_docs"] <= before["deleted_docs"]
     assert f"-> {after['segments']} segments" in " ".join(result.output.split())
     [cands] = _search(acme, [_request("write-ahead log replay after power loss")])

@@ -1,4 +1,4 @@
-"""Imports point one way (DESIGN.md, Layout; README, Layout).
+"""Imports point one way (docs/architecture.md, Layout).
 
 Every ``import`` and ``from ... import`` of every module under the packages is read with
 :mod:`ast` (function-local and ``TYPE_CHECKING`` imports included, relative imports resolved)
@@ -139,7 +139,9 @@ def test_every_top_level_package_has_a_place_in_the_direction() -> None:
         for p in ROOT.glob("*/__init__.py")
         if p.parent.name not in ("tests",) and not p.parent.name.startswith(".")
     }
-    assert packages == set(ALLOWED), "add the new package to ALLOWED (and to the README Layout)"
+    assert packages == set(ALLOWED), (
+        "add the new package to ALLOWED (and to docs/architecture.md, Layout)"
+    )
 
 
 # -- the checker itself, on small synthetic modules -----------------------------------------
