@@ -52,12 +52,15 @@ _LEADING = re.compile(
     r"and how about|what if|and if)\b[\s,]*",
     re.IGNORECASE,
 )
+#: Words that add to what was asked before ("How do I also see ...", "remove it again").
+_ALSO = re.compile(r"\b(?:also|too|again|instead|as well)\b", re.IGNORECASE)
 #: "What is the default maxsize of the cache ...?" -> "the default maxsize of the cache ...";
 #: "Which TCP port does the server listen on?" -> "TCP port".
 _TOPIC_FORMS = (
     re.compile(r"^\s*(?:what|which)\s+(?:is|are|was|were)\s+(?P<topic>.+?)\s*\??\s*$", re.I),
     re.compile(
-        r"^\s*(?:what|which)\s+(?P<topic>(?:\S+\s+){0,4}?\S+)\s+"
+        r"^\s*(?:what|which)\s+(?!(?:does|do|did|is|are|can|should|will|would|has|have)\b)"
+        r"(?P<topic>(?:\S+\s+){0,4}?\S+)\s+"
         r"(?:does|do|did|is|are|can|should|will|would|has|have)\b",
         re.I,
     ),
@@ -74,7 +77,7 @@ def content_words(text: str) -> list[str]:
 
 def is_follow_up(question: str) -> bool:
     """Whether ``question`` leans on earlier turns (see the module docstring, step 1)."""
-    if _LEADING.match(question):
+    if _LEADING.match(question) or _ALSO.search(question):
         return True
     words = len(content_words(question))
     if _ANAPHOR.search(question) and words < SELF_CONTAINED_WORDS:
@@ -121,7 +124,7 @@ def standalone_question(history: Sequence[str], question: str) -> str:
         return question
     rewritten = _LEADING.sub("", question, count=1) or question
     rewritten = rewritten[:1].upper() + rewritten[1:]
-    topic = topic_of(earlier[-1])
+    topic = next((t for t in map(topic_of, reversed(earlier)) if t), "")
     if topic:
         rewritten = _ANAPHOR.sub(lambda _m: topic, rewritten, count=1)
     context = " ".join(earlier[-MAX_CONTEXT_QUESTIONS:])[-MAX_CONTEXT_CHARS:]

@@ -121,8 +121,17 @@ S = TypeVar("S", bound=Quotable)
 
 
 def render_span(span: Quotable) -> str:
-    """``text [n]``; a table row is preceded by its header row (``header / row``)."""
-    body = f"{span.context} / {span.text}" if span.context else span.text
+    """``text [n]`` on one line; a table row is preceded by its header row (``header / row``),
+    a sentence of a description by its term (``term / sentence``), and a term quoted with the
+    start of its description reads ``term: description``. Code keeps its lines."""
+    text = span.text
+    if getattr(span, "kind", "sentence") != "code":
+        first, sep, rest = text.partition("\n")
+        if sep and getattr(span, "kind", "") == "term":
+            text = f"{first.strip()}: {' '.join(rest.split())}"
+        else:
+            text = " ".join(text.split())
+    body = f"{span.context} / {text}" if span.context else text
     return f"{body} [{span.n}]"
 
 

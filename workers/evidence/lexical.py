@@ -203,6 +203,8 @@ _REFERENCE = re.compile(
     r"[\s\xa0-]*\d+(?:\.\d+)*",
     re.IGNORECASE,
 )
+#: Most words of a table row's first cell that still make it a name of its own.
+LABEL_NAME_WORDS = 3
 #: Whether :func:`type_match` counts SQL keywords as names.
 SQL_KEYWORDS = True
 #: Whether :func:`type_match` ignores values and names the question already holds.
@@ -275,6 +277,7 @@ def type_match(
     unit_terms: Iterable[str],
     is_code: bool,
     asked: frozenset[str] = frozenset(),
+    label: str = "",
 ) -> float:
     """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
     number, in digits or words, for a value; an identifier or code for a name; the focus words).
@@ -283,6 +286,10 @@ def type_match(
     extraction, e.g. Prager et al. 2000; Harabagiu et al. 2000): a value or a name the question
     already holds (``asked``: its lower-case tokens, as :func:`question_tokens` gives them, such
     as "3.11" in "In Python 3.11, ...") does not count.
+
+    A table row's ``label`` (its first cell, e.g. ``allballs`` in a table of special input
+    strings) is a name of its own. A question for an option or a flag ("Which pg_dumpall
+    option ...") wants an option (``--globals-only``), not any name.
     """
     checks: list[bool] = []
     if kind.value:
@@ -296,7 +303,15 @@ def type_match(
         }
         if SQL_KEYWORDS:
             names |= {k.lower() for k in _KEYWORD.findall(text)}
-        checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))
+        if label and len(label.split()) <= LABEL_NAME_WORDS:
+            names.add(label.lower().strip())
+        if kind.named in ("option", "flag"):
+            names = {
+                t.lower().lstrip("-") for t in _TOKEN.findall(text) if t.startswith("-")
+            }
+            checks.append(bool(names - asked))
+        else:
+            checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))
     if kind.focus:
         checks.append(bool(kind.focus & set(unit_terms)))
     return sum(checks) / len(checks) if checks else 0.0

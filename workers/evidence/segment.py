@@ -52,8 +52,9 @@ class Unit:
         start: offset of the first character in the chunk text.
         end: offset one past the last character (``chunk_text[start:end] == text``).
         text: the unit as written.
-        kind: ``sentence``, ``code``, ``row``, ``item`` or ``term`` (a definition term that heads
-            the block after it).
+        kind: ``sentence``, ``code``, ``row``, ``header`` (a table's first row, which the
+            other rows carry as their context), ``item`` or ``term`` (a definition term that
+            heads the block after it).
         context: text that frames it when scored and quoted (a table row's header row), or "".
         block: index of the blank-line block it belongs to (neighbours share a block; a
             definition term shares the block of its description).
@@ -171,7 +172,7 @@ def segment(text: str) -> list[Unit]:
             # first line without cells is no header, and the rows are quoted without one.
             first = lines[0][1]
             header = first if "|" in first else ""
-            kind = "row" if header else "item"
+            kind = "header" if header else "item"
             units.append(Unit(lines[0][0], lines[0][0] + len(first), first, kind, "", block_no))
             units.extend(
                 Unit(off, off + len(line), line, "row", header, block_no) for off, line in lines[1:]

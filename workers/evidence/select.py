@@ -50,6 +50,15 @@ Vectors = npt.NDArray[np.float32]
 #: Share of its IDF that a term only the conversation's context holds counts for (see
 #: :mod:`workers.conversation`): it says what the question is about, not what it asks.
 CONTEXT_WEIGHT = 0.5
+#: Stems of the words that say what kind of answer a question wants ("the number of columns",
+#: "the maximum size", "by default") rather than what it is about: the answer-type score
+#: (:func:`workers.evidence.lexical.type_match`) judges them; in the coverage of the
+#: question's terms they count at CUE_WEIGHT of their IDF.
+CUE_TERMS = frozenset(
+    {"number", "amount", "size", "count", "valu", "maximum", "minimum", "max", "min", "limit"}
+    | {"long", "mani", "much", "kind", "type"}
+)
+CUE_WEIGHT = 0.3
 #: Units with fewer words than this take the next unit of their block as context.
 SHORT_UNIT_WORDS = 6
 #: A quoted sentence of a definition carries its term as context ("checkpoint_timeout (integer) /
@@ -98,6 +107,11 @@ class Weights:
         rest: IDF-weighted coverage in the unit of the question's terms that are not part of an
             identifier it names, in [0, 1]: the identifier says what the question is about (the
             passage, title or term often says it too), the other words what it asks about it.
+        label: IDF-weighted coverage of the question's terms in the unit's label, in [0, 1]:
+            the definition term heading it (``deadlock_timeout (integer)`` over "The default is
+            one second."), a table row's first cell (``columns per table``), or a term itself.
+            Many sentences of one page fit the asked type ("The default is ..."); the label
+            says which thing each is about.
     """
 
     cosine: float = 0.5
@@ -108,6 +122,7 @@ class Weights:
     answer_type: float = 0.3
     block: float = 0.8
     rest: float = 0.0
+    label: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +139,7 @@ class Span:
         score: the unit score (see :class:`Weights`).
         context: text that frames the span: a table row's header, or the definition term heading
             a sentence of a description; else "".
+        kind: the kind of its first unit (:attr:`workers.evidence.segment.Unit.kind`).
         fit: how well the span's first unit fits the question's expected answer type
             (:func:`workers.evidence.lexical.type_match`), in [0, 1]; 1.0 when the question
             asks for no particular type.
@@ -138,6 +154,7 @@ class Span:
     score: float
     context: str = ""
     fit: float = 1.0
+    kind: str = "sentence"
 
     @property
     def words(self) -> int:
@@ -264,9 +281,11 @@ class EvidenceSelector:
         asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
+        default = max(weights.values(), default=1.0)
         if extra:
-            default = max(weights.values(), default=1.0)
             weights.update({t: CONTEXT_WEIGHT * weights.get(t, default) for t in set(extra)})
+        cues = {t for t in q_terms if t in CUE_TERMS}
+        weights.update({t: CUE_WEIGHT * weights.get(t, default) for t in cues})
         haystack = "\n".join(f"{p.title}\n{p.text}" for p in passages).lower()
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
@@ -290,7 +309,8 @@ class EvidenceSelector:
                 ut = unit_terms[pi][ui]
                 low = unit.text.lower()
                 head = unit.head.lower() if HEAD_NAMES else ""
-                fit = type_match(kind, unit.text, ut, unit.kind == "code", asked)
+                label = _label(unit)
+                fit = type_match(kind, unit.text, ut, unit.kind == "code", asked, _cell(unit))
                 typed = kind.value or kind.name or bool(kind.focus)
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
@@ -301,6 +321,7 @@ class EvidenceSelector:
                     + w.block * block_cover[unit.block]
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
+                    + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
                 )
                 scored.append(_Scored(unit, pi, score, fit if typed else 1.0))
         return scored, missing, covered, unknown
@@ -337,8 +358,8 @@ class EvidenceSelector:
         for s in ranked:
             if len(chosen) >= self.max_spans:
                 break
-            if (s.passage, s.unit.start) in used:
-                continue
+            if (s.passage, s.unit.start) in used or s.unit.kind == "header":
+                continue  # a header row frames its rows; alone it answers nothing
             units = _with_context(s.unit, per_passage[s.passage])
             n_words = sum(len(u.text.split()) for u in units)
             if chosen and words + n_words > self.max_words:
@@ -356,6 +377,7 @@ class EvidenceSelector:
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
                     fit=s.fit,
+                    kind=first.kind,
                 )
             )
             used.update((s.passage, u.start) for u in units)
@@ -375,6 +397,21 @@ def _declared(named: str, unit: Unit) -> float:
     if not named or unit.kind != "term":
         return 0.0
     return 1.0 if declares(named, unit.text) else 0.0
+
+
+def _label(unit: Unit) -> str:
+    """What ``unit`` is about by its layout: its heading term, its row's first cell, or itself
+    when it is a term (see :attr:`Weights.label`)."""
+    if unit.kind == "term":
+        return unit.text
+    if unit.kind == "row":
+        return _cell(unit)
+    return unit.head
+
+
+def _cell(unit: Unit) -> str:
+    """A table row's first cell ("" for other units)."""
+    return unit.text.split(" | ", 1)[0].strip() if unit.kind == "row" else ""
 
 
 def _scored_text(unit: Unit) -> str:

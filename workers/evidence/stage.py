@@ -226,6 +226,7 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
             answer_type=settings.w_answer_type,
             block=settings.w_block,
             rest=settings.w_rest,
+            label=settings.w_label,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
