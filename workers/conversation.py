@@ -47,6 +47,8 @@ _ANAPHOR = re.compile(
     r"|\b(?:that|this|these|those|there)(?=\s*(?:[?.!,;]|$))",
     re.IGNORECASE,
 )
+#: The anaphors the topic replaces (a possessive such as "its" stays: the context carries it).
+_REPLACEABLE = re.compile(r"\b(?:it|them)\b|\b(?:that|this)(?=\s*(?:[?.!,;]|$))", re.IGNORECASE)
 _LEADING = re.compile(
     r"^\s*(?:and|but|also|so|then|ok(?:ay)?|what about|how about|and what about|"
     r"and how about|what if|and if)\b[\s,]*",
@@ -54,10 +56,22 @@ _LEADING = re.compile(
 )
 #: Words that add to what was asked before ("How do I also see ...", "remove it again").
 _ALSO = re.compile(r"\b(?:also|too|again|instead|as well)\b", re.IGNORECASE)
-#: "What is the default maxsize of the cache ...?" -> "the default maxsize of the cache ...";
-#: "Which TCP port does the server listen on?" -> "TCP port".
+#: The topic a question names, by its form: "What is the default maxsize of the cache ...?" ->
+#: "the default maxsize of the cache ..."; "Which TCP port does the server listen on?" ->
+#: "TCP port".
 _TOPIC_FORMS = (
     re.compile(r"^\s*(?:what|which)\s+(?:is|are|was|were)\s+(?P<topic>.+?)\s*\??\s*$", re.I),
+    # "What does the VACUUM command do?" -> "the VACUUM command"
+    re.compile(
+        r"^\s*what\s+(?:does|do|did)\s+(?P<topic>.+?)\s+"
+        r"(?:do|mean|return|contain|produce|hold|show)\s*\??\s*$",
+        re.I,
+    ),
+    # "How do I create a new database from the command line?" -> "a new database from ..."
+    re.compile(
+        r"^\s*how\s+(?:do|can|should|would)\s+(?:i|you|we|one)\s+\w+\s+(?P<topic>.+?)\s*\??\s*$",
+        re.I,
+    ),
     re.compile(
         r"^\s*(?:what|which)\s+(?!(?:does|do|did|is|are|can|should|will|would|has|have)\b)"
         r"(?P<topic>(?:\S+\s+){0,4}?\S+)\s+"
@@ -126,6 +140,6 @@ def standalone_question(history: Sequence[str], question: str) -> str:
     rewritten = rewritten[:1].upper() + rewritten[1:]
     topic = next((t for t in map(topic_of, reversed(earlier)) if t), "")
     if topic:
-        rewritten = _ANAPHOR.sub(lambda _m: topic, rewritten, count=1)
+        rewritten = _REPLACEABLE.sub(lambda _m: topic, rewritten, count=1)
     context = " ".join(earlier[-MAX_CONTEXT_QUESTIONS:])[-MAX_CONTEXT_CHARS:]
     return f"{rewritten}{CONTEXT_MARKER}{context}"

@@ -56,4 +56,6 @@ def test_topics_of_the_common_question_forms() -> None:
         "the default maxsize of the lru_cache"
     )
     assert topic_of("Which TCP port does the server listen on?") == "the TCP port"
-    assert topic_of("How do I create a database?") == ""
+    assert topic_of("What does the VACUUM command do?") == "the VACUUM command"
+    assert topic_of("How do I create a database from the shell?") == "a database from the shell"
+    assert topic_of("Is this a question?") == ""
