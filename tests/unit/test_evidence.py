@@ -325,3 +325,48 @@ def test_an_answer_quotes_further_spans_only_from_the_first_ones_document() -> N
     assert answer.spans == tuple(s for s in ev.spans if s.doc_id == "locks")
     mixed = compose(ev, AnswerPolicy(max_spans=10, max_words=1000, same_document=False))
     assert mixed.spans == ev.spans
+
+
+LOCK_SETTINGS = (
+    "max_pred_locks_per_relation (integer)\n\n"
+    "This controls how many pages or tuples of a single relation can be predicate-locked "
+    "before the lock is promoted to covering the whole relation. The default is -2.\n\n"
+    "deadlock_timeout (integer)\n\n"
+    "This is the amount of time to wait on a lock before checking for a deadlock condition. "
+    "The default is one second (1s)."
+)
+
+
+def test_the_label_of_a_value_says_which_setting_it_belongs_to() -> None:
+    question = "By default, how long until a deadlock check is made?"
+    passages = [P(LOCK_SETTINGS)]
+    [plain] = EvidenceSelector(None, Weights(label=0.0)).select([(question, passages)])
+    [labelled] = EvidenceSelector(None, Weights(label=2.0)).select([(question, passages)])
+
+    def rank(ev: object, needle: str) -> int:
+        spans = getattr(ev, "spans")
+        return next(i for i, s in enumerate(spans) if needle in s.text)
+
+    assert rank(labelled, "one second") < rank(labelled, "default is -2")
+    assert rank(labelled, "one second") <= rank(plain, "one second")
+    assert labelled.spans[rank(labelled, "one second")].context == "deadlock_timeout (integer)"
+
+
+def test_a_which_option_question_wants_an_option_and_a_header_row_is_never_a_span() -> None:
+    kind = answer_type("Which pg_dumpall option dumps only the roles?")
+    asked = frozenset({"pg_dumpall"})
+    prose = "pg_dumpall backs up each database of a cluster."
+    option = "Dump only global objects with the pg_dumpall --globals-only option."
+    assert type_match(kind, prose, terms(prose), False, asked) == 0.0
+    assert type_match(kind, option, terms(option), False, asked) == 1.0
+    [ev] = EvidenceSelector(None).select([("Which item has an upper limit of 1600?", [P(LIMITS)])])
+    assert all(s.text != "Item | Upper Limit | Comment" for s in ev.spans)
+
+
+def test_an_answer_renders_on_one_line_and_shows_a_context_once() -> None:
+    [ev] = EvidenceSelector(None).select([("What does deadlock_timeout default to?", [P(LOCKS)])])
+    answer = compose(ev, AnswerPolicy(max_spans=3, max_words=200))
+    assert "\n" not in answer.text
+    contexts = [s.context for s in answer.spans if s.context]
+    for context in set(contexts):
+        assert answer.text.count(context) == 1

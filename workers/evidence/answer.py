@@ -120,7 +120,18 @@ class Quotable(Protocol):
 S = TypeVar("S", bound=Quotable)
 
 
-def render_span(span: Quotable) -> str:
+def render_spans(spans: Sequence[Quotable]) -> str:
+    """The spans rendered in order (:func:`render_span`), a context already shown by an
+    earlier span of the answer (the same term or header row) left out."""
+    shown: set[str] = set()
+    out = []
+    for span in spans:
+        out.append(render_span(span, with_context=span.context not in shown))
+        shown.add(span.context)
+    return " ".join(out)
+
+
+def render_span(span: Quotable, *, with_context: bool = True) -> str:
     """``text [n]`` on one line; a table row is preceded by its header row (``header / row``),
     a sentence of a description by its term (``term / sentence``), and a term quoted with the
     start of its description reads ``term: description``. Code keeps its lines."""
@@ -131,7 +142,7 @@ def render_span(span: Quotable) -> str:
             text = f"{first.strip()}: {' '.join(rest.split())}"
         else:
             text = " ".join(text.split())
-    body = f"{span.context} / {text}" if span.context else text
+    body = f"{span.context} / {text}" if span.context and with_context else text
     return f"{body} [{span.n}]"
 
 
@@ -186,7 +197,7 @@ def quote(spans: Sequence[S], policy: AnswerPolicy) -> tuple[str, tuple[S, ...]]
             continue
         chosen.append(span)
         words += n_words
-    return " ".join(render_span(s) for s in chosen), tuple(chosen)
+    return render_spans(chosen), tuple(chosen)
 
 
 def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
