@@ -45,6 +45,7 @@ import httpx
 from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
 from api.replies import Reply, ReplyRouter, Waiter
 from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
+from ragstream.db.models import FINAL_JOB_STATUSES
 from ragstream.errors import RagstreamError
 from ragstream.settings import Settings, get_settings
 from topics.producer import make_producer
@@ -86,7 +87,7 @@ class StreamEvent:
 
 T = TypeVar("T")
 #: Job states after which a bulk ingest job changes no more.
-JOB_FINAL = frozenset({"succeeded", "completed_with_failures", "failed"})
+JOB_FINAL = frozenset(FINAL_JOB_STATUSES)
 
 
 @dataclass(frozen=True, slots=True)
