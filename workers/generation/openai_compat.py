@@ -49,6 +49,20 @@ def _raise_for_status(status: int, body: str, url: str) -> None:
     raise PermanentError(message)
 
 
+def _stream_error(chunk: dict[str, Any]) -> int | None:
+    """The HTTP status of an error sent inside a stream, or ``None`` for a normal chunk: OpenAI,
+    llama.cpp and vLLM since 0.10 send ``{"error": {..., "code": 500}}``; vLLM before that sent
+    its flat ``ErrorResponse`` (``{"object": "error", "message": ..., "code": 500}``)."""
+    if isinstance(chunk.get("error"), dict):
+        body = chunk["error"]
+    elif chunk.get("object") == "error":
+        body = chunk
+    else:
+        return None
+    code = body.get("code")
+    return code if isinstance(code, int) and code >= 400 else 500
+
+
 class OpenAICompatibleBackend:
     """Streams answers from an OpenAI-compatible server.
 
@@ -227,8 +241,8 @@ class OpenAICompatibleBackend:
             if data == "[DONE]":
                 break
             chunk = json.loads(data)
-            if "error" in chunk:
-                _raise_for_status(int(chunk["error"].get("code", 500)), data, self.url)
+            if (error := _stream_error(chunk)) is not None:
+                _raise_for_status(error, data, self.url)
             text, finish = self._piece(chunk)
             state.usage = chunk.get("usage") or state.usage
             state.finish_reason = finish or state.finish_reason
