@@ -4,7 +4,7 @@
   a document apply in order); 202 once Kafka acknowledged it. The ingest pool indexes it. The
   body is inline text as JSON, or one file as ``multipart/form-data`` (any format the parsers
   read, sniffed from its bytes and name, checked by parsing it once, kept under the upload
-  root: :mod:`ingest.uploads`).
+  root with that parse, which the pool reuses: :mod:`ingest.uploads`, :mod:`ingest.ops`).
 - ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
 - ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
@@ -110,8 +110,10 @@ async def _uploaded_document(request: Request, who: Principal) -> IngestRequest:
     if not doc_id:
         raise ApiError(422, "INVALID_REQUEST", "doc_id: required when the file has no name")
     _check_doc_id(doc_id)
-    kind = await check_document(settings, data, upload)
-    path = await asyncio.to_thread(store_document, settings.ingest, who.tenant, data, kind)
+    kind, checked = await check_document(settings, who.tenant, doc_id, data, upload)
+    path = await asyncio.to_thread(
+        store_document, settings.ingest, who.tenant, data, kind, checked.parsed
+    )
     return IngestRequest(
         tenant=who.tenant,
         doc_id=doc_id,
