@@ -4,14 +4,12 @@ the Celery task; ``ingest.json_text_field`` honoured by each; an upload parsed o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.routes import documents
 from ingest.index import BulkReport
 from ingest.ops import (
     InlineText,
@@ -27,8 +25,9 @@ from ingest.types import ParsedDocument, ParseError, ParseOptions
 from ingest.uploads import store_document, stored_parse
 from ragstream.db.models import IngestJobItem
 from ragstream.settings import IngestSettings, Settings
-from tests.unit.apikit import answered, make_app
 from tests.unit.test_ingest_outcomes import Embed, FakeRegistry, Log, OneChunk
+from tests.unit.test_model_follow import RecordingIndex
+from tests.unit.test_uploads import uploads_client
 from topics.ingest import IngestRequest
 from workers.pools.ingest import ingest_handler
 from workers.runtime.handler import Emit
@@ -36,24 +35,16 @@ from workers.runtime.handler import Emit
 RECORDS = b'{"id": "r1", "body": "the body field", "text": "the text field"}\n'
 
 
-class Bodies:
+class Bodies(RecordingIndex):
     """A chunk index that keeps the bodies it was asked to index."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.bodies: list[dict[str, Any]] = []
 
     def bulk_index(self, docs: Sequence[dict[str, Any]], index: str | None = None) -> BulkReport:
         self.bodies.extend(docs)
-        return BulkReport(succeeded=[d["chunk_id"] for d in docs])
-
-    def refresh(self) -> None:
-        pass
-
-    def delete_ids(self, ids: Iterable[str], index: str | None = None) -> BulkReport:
-        return BulkReport(succeeded=list(ids))
-
-    def chunk_ids_of(self, tenant: str, doc_id: str) -> list[str]:
-        return []
+        return super().bulk_index(docs, index)
 
 
 def _settings(root: Path, json_text_field: str = "body") -> IngestSettings:
@@ -200,21 +191,8 @@ def test_a_stored_parse_is_used_only_for_its_bytes_options_and_tenant(tmp_path: 
 
 
 @pytest.fixture
-def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    app, _ = make_app(tmp_path, answered)
-    root = tmp_path / "roots"
-    settings: Settings = app.state.services.settings
-    app.state.services.settings = settings.model_copy(update={"ingest": _settings(root)})
-    sent: list[Any] = []
-
-    async def produce(request: Any, event: Any) -> None:
-        sent.append(event)
-
-    monkeypatch.setattr(documents, "_produce_ingest", produce)
-    with TestClient(app) as c:
-        c.sent = sent
-        c.settings = app.state.services.settings
-        yield c
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    yield from uploads_client(tmp_path, monkeypatch, _settings(tmp_path / "roots"))
 
 
 def test_an_uploaded_records_file_reaches_the_index_through_the_pool_parsed_once(
