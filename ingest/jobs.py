@@ -239,6 +239,11 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, reason: str) -> bool:
         return not was_final
 
 
+#: :func:`ragstream.db.models.as_utc` under the name the query log imports (defined once, in the
+#: kernel; kept until ``workers/query_log.py`` imports it from there).
+aware = as_utc
+
+
 def _progress(job: IngestJob, *, finished_now: bool = False) -> JobProgress:
     return JobProgress(
         job.id,

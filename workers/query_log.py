@@ -18,7 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragstream.db.models import QueryLog, as_utc, utcnow
+from ingest.jobs import aware
+from ragstream.db.models import QueryLog, utcnow
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
 
@@ -123,6 +124,6 @@ def read(
                 for s in stages
             ],
             "cached": any(s.get("stage") == "cache" for s in stages),
-            "created_at": as_utc(row.created_at),
-            "completed_at": as_utc(row.completed_at) if row.completed_at else None,
+            "created_at": aware(row.created_at),
+            "completed_at": aware(row.completed_at) if row.completed_at else None,
         }
