@@ -16,6 +16,7 @@ folder does not index its uploads a second time.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -108,26 +109,25 @@ def _write_atomically(folder: Path, target: Path, data: bytes) -> None:
 
 
 def _dump(parsed: Sequence[ParsedDocument]) -> list[dict[str, Any]]:
-    return [
-        {
-            "title": d.title,
-            "sections": [[list(s.heading_path), s.text] for s in d.sections],
-            "content_type": d.content_type,
-            "metadata": d.metadata,
-            "doc_id": d.doc_id,
-        }
-        for d in parsed
-    ]
+    """Every field of each document (whatever fields :class:`ParsedDocument` has), sections
+    as ``[heading_path, text]`` pairs."""
+    out = []
+    for d in parsed:
+        fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+        fields["sections"] = [[list(s.heading_path), s.text] for s in d.sections]
+        out.append(fields)
+    return out
 
 
 def _load(documents: list[dict[str, Any]]) -> tuple[ParsedDocument, ...]:
+    """The inverse of :func:`_dump`. Raises ``TypeError`` for a field the class lacks or needs."""
     return tuple(
         ParsedDocument(
-            title=str(d["title"]),
-            sections=tuple(Section(tuple(h), str(t)) for h, t in d["sections"]),
-            content_type=str(d["content_type"]),
-            metadata=dict(d["metadata"]),
-            doc_id=d["doc_id"],
+            **{
+                **d,
+                "sections": tuple(Section(tuple(h), str(t)) for h, t in d["sections"]),
+                "metadata": dict(d["metadata"]),
+            }
         )
         for d in documents
     )

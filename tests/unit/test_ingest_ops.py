@@ -21,7 +21,7 @@ from ingest.ops import (
 )
 from ingest.pipeline import IngestPipeline
 from ingest.sources import SourceRejectedError
-from ingest.types import ParsedDocument, ParseError, ParseOptions
+from ingest.types import ParsedDocument, ParseError, ParseOptions, Section
 from ingest.uploads import store_document, stored_parse
 from ragstream.db.models import IngestJobItem
 from ragstream.settings import IngestSettings, Settings
@@ -218,3 +218,21 @@ def test_the_api_refuses_a_records_file_without_the_configured_field(client: Any
     assert r.status_code == 422, r.text
     assert "body" in r.json()["error"]["message"]
     assert client.sent == []
+
+
+def test_a_stored_parse_keeps_every_field_of_each_document(tmp_path: Path) -> None:
+    import dataclasses
+
+    settings = _settings(tmp_path / "root")
+    docs = (
+        ParsedDocument(
+            title="T", sections=(Section(("A", "B"), "x"), Section((), "y")),
+            content_type="jsonl", metadata={"lang": "en", "n": 2, "ok": True, "none": None},
+            doc_id="r1",
+        ),
+    )  # fmt: skip
+    path = store_document(settings, "t", RECORDS, "jsonl", docs)
+    [back] = stored_parse(settings, "t", path, RECORDS) or ()
+    assert back == docs[0]
+    stored = json.loads(next(path.parent.glob("*.parsed-*.json")).read_text("utf-8"))
+    assert set(stored["documents"][0]) == {f.name for f in dataclasses.fields(ParsedDocument)}
