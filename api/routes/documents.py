@@ -4,7 +4,7 @@
   a document apply in order); 202 once Kafka acknowledged it. The ingest pool indexes it. The
   body is inline text as JSON, or one file as ``multipart/form-data`` (any format the parsers
   read, sniffed from its bytes and name, checked by parsing it once, kept under the upload
-  root with that parse, which the pool reuses: :mod:`ingest.uploads`, :mod:`ingest.ops`).
+  root: :mod:`ingest.uploads`).
 - ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
 - ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
