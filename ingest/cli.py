@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ingest import jobs
 from ingest.progress import ProgressLines, Snapshot, format_line
-from ragstream.db.models import as_utc, utcnow
+from ragstream.db.models import utcnow
 from ragstream.settings import Settings, get_settings
 
 TENANT = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the event models' tenant pattern
@@ -203,8 +203,8 @@ def show(job_id: str) -> None:
         raise typer.Exit(2) from exc
     elapsed = None
     if state.started_at:
-        end = as_utc(state.finished_at) if state.finished_at else utcnow()
-        elapsed = (end - as_utc(state.started_at)).total_seconds()
+        end = jobs.aware(state.finished_at) if state.finished_at else utcnow()
+        elapsed = (end - jobs.aware(state.started_at)).total_seconds()
     print_summary(sessions, state, elapsed)
     for path, error in jobs.failures(sessions, job_id)[20:]:
         console.print(f"[red]failed[/red] {path}: {error}")
@@ -247,7 +247,7 @@ def list_command(
             str(job.done),
             str(job.failed),
             str(job.chunks),
-            as_utc(job.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            jobs.aware(job.created_at).strftime("%Y-%m-%d %H:%M:%S"),
             _seconds(job),
         )
     console.print(table)
@@ -257,8 +257,8 @@ def _seconds(job: jobs.JobProgress) -> str:
     """Seconds the job ran (so far, when it still runs); ``-`` before it started."""
     if job.started_at is None:
         return "-"
-    end = as_utc(job.finished_at) if job.finished_at else utcnow()
-    return f"{(end - as_utc(job.started_at)).total_seconds():.0f}"
+    end = jobs.aware(job.finished_at) if job.finished_at else utcnow()
+    return f"{(end - jobs.aware(job.started_at)).total_seconds():.0f}"
 
 
 @jobs_app.command("retry")

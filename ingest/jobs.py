@@ -239,8 +239,8 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, reason: str) -> bool:
         return not was_final
 
 
-#: :func:`ragstream.db.models.as_utc` under the name the query log imports (defined once, in the
-#: kernel; kept until ``workers/query_log.py`` imports it from there).
+#: :func:`ragstream.db.models.as_utc` under the name the CLI (``ingest/cli.py``) and the query log
+#: use (defined once, in the kernel; the name stays while other branches still write it).
 aware = as_utc
 
 
