@@ -63,8 +63,12 @@ def store_document(
     if parsed is not None:
         options = ParseOptions.from_settings(settings)
         body = {"sha256": digest, "options": options.fingerprint(), "documents": _dump(parsed)}
-        raw = json.dumps(body, ensure_ascii=False).encode()
-        _write_atomically(folder, _parse_path(target, options), raw)
+        try:  # ASCII JSON: a lone surrogate in a string is escaped, not an encoding error
+            raw = json.dumps(body).encode("ascii")
+        except (TypeError, ValueError) as exc:  # not storable: the pool parses the file itself
+            log.warning("upload.parse_not_stored", path=str(target), error=repr(exc))
+        else:
+            _write_atomically(folder, _parse_path(target, options), raw)
     return target
 
 

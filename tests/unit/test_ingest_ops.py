@@ -236,3 +236,21 @@ def test_a_stored_parse_keeps_every_field_of_each_document(tmp_path: Path) -> No
     assert back == docs[0]
     stored = json.loads(next(path.parent.glob("*.parsed-*.json")).read_text("utf-8"))
     assert set(stored["documents"][0]) == {f.name for f in dataclasses.fields(ParsedDocument)}
+
+
+def test_a_parse_with_a_lone_surrogate_or_an_odd_value_is_stored_or_skipped(
+    tmp_path: Path,
+) -> None:
+    settings = _settings(tmp_path / "root")
+    odd = ParsedDocument(title="t\ud83d", sections=(Section((), "x\udc00"),), content_type="text")
+    path = store_document(settings, "t", b"raw", "text", [odd])
+    assert stored_parse(settings, "t", path, b"raw") == (odd,)  # escaped in JSON, read back
+    unstorable = ParsedDocument(
+        title="t",
+        sections=(),
+        content_type="text",
+        metadata={"when": object()},  # type: ignore[dict-item]
+    )
+    path = store_document(settings, "t", b"raw2", "text", [unstorable])
+    assert path.read_bytes() == b"raw2"
+    assert stored_parse(settings, "t", path, b"raw2") is None  # the pool parses it itself
