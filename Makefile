@@ -11,6 +11,8 @@ RAGSTREAM := $(BIN)/ragstream
 EXTRAS ?=
 comma := ,
 PIP_EXTRAS := dev$(if $(EXTRAS),$(comma)$(EXTRAS),)
+# `make bench` adds the bench extra (matplotlib, psutil) to whatever EXTRAS asks for.
+BENCH_EXTRAS := bench$(if $(EXTRAS),$(comma)$(EXTRAS),)
 POSTGRES ?=
 UP_FLAGS := $(if $(POSTGRES),--postgres,)
 PYTEST_ARGS ?=
@@ -104,7 +106,8 @@ DEMO_KEY := .local/demo/api_key
 # The team's shared question set when this checkout sits beside it; else the sample set.
 EVAL_QUESTIONS := $(wildcard ../shared/eval/questions.jsonl)
 BENCH_API_ARGS = $(if $(wildcard $(DEMO_KEY)),--api-url http://127.0.0.1:8000 --api-key $$(cat $(DEMO_KEY)),)
-bench: install docs up
+bench: docs
+	$(MAKE) up EXTRAS=$(BENCH_EXTRAS)
 	mkdir -p $(BENCH_DIR)
 	$(RAGSTREAM) bench ingest --out $(BENCH_DIR)/ingest.json
 	$(RAGSTREAM) bench bus --out $(BENCH_DIR)/bus.json

@@ -21,7 +21,8 @@ from starlette.datastructures import UploadFile
 
 from api.errors import ApiError
 from api.models import Body
-from ingest.parsers import ParseError, detect_upload, parse
+from ingest.ops import IngestOp, UploadedFile, prepare_op
+from ingest.parsers import ParseError, detect_upload
 from ragstream.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
@@ -125,11 +126,16 @@ async def read_form(
     return values, upload, data
 
 
-async def check_document(settings: Settings, data: bytes, upload: UploadFile) -> str:
-    """Sniff the uploaded document's format and parse it once, as the ingest pool will.
+async def check_document(
+    settings: Settings, tenant: str, doc_id: str, data: bytes, upload: UploadFile
+) -> tuple[str, IngestOp]:
+    """Sniff the uploaded document's format and prepare its op, parsed here once with the
+    function and settings the ingest pool uses (:func:`ingest.ops.prepare_op`): the caller stores
+    that parse beside the upload, so the pool does not parse the file again.
 
     Returns:
-        The short name of its format (``pdf``, ``docx``, ``markdown``, ...).
+        The short name of its format (``pdf``, ``docx``, ``markdown``, ...) and the op, with
+        its ``parsed`` documents.
 
     Raises:
         ApiError: 415 for a format no parser handles; 422 when the parser refuses the file
@@ -140,13 +146,14 @@ async def check_document(settings: Settings, data: bytes, upload: UploadFile) ->
         kind = detect_upload(data, filename=upload.filename, content_type=upload.content_type)
     except ParseError as exc:
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE", f"file: {exc}") from exc
+    source = UploadedFile(data, upload.filename, kind)
     try:
-        await asyncio.to_thread(
-            parse, data, content_type=kind, json_text_field=settings.ingest.json_text_field
+        op = await asyncio.to_thread(
+            prepare_op, tenant, doc_id, source, settings.ingest, parse_now=True
         )
     except ParseError as exc:
         raise ApiError(422, "INVALID_REQUEST", f"file {name!r}: {exc}") from exc
-    return kind
+    return kind, op
 
 
 def invalid_body(exc: ValidationError) -> ApiError:

@@ -204,8 +204,10 @@ def measure_hardware(settings: Settings, files: list[Path]) -> tuple[PathResult,
 def measure_naive(env: _Env, files: list[Path]) -> PathResult:
     """(d): one document at a time, embed (no cache), index, refresh."""
     from ingest.factory import build_chunker, build_index, build_model
-    from ingest.pipeline import IngestOp, IngestPipeline
+    from ingest.ops import IngestOp
+    from ingest.pipeline import IngestPipeline
     from ingest.registry import DocumentRegistry
+    from ingest.types import ParseOptions
     from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 
     s = env.settings
@@ -217,6 +219,7 @@ def measure_naive(env: _Env, files: list[Path]) -> PathResult:
         model,
         build_index(s, model.dim, model.model_id),
         DocumentRegistry(make_session_factory(make_engine(s.database_url))),
+        parse_options=ParseOptions.from_settings(s.ingest),
     )
     chunks = 0
     t0 = time.perf_counter()

@@ -45,13 +45,14 @@ import httpx
 from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
 from api.replies import Reply, ReplyRouter, Waiter
 from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
+from ragstream.db.models import FINAL_JOB_STATUSES
 from ragstream.errors import RagstreamError
 from ragstream.settings import Settings, get_settings
 from topics.producer import make_producer
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, TopicRegistry
 from topics.serde import encode
-from topics.tokens import AnswerToken
+from topics.tokens import AnswerToken, TokenOrder
 
 Route = Literal["auto", "evidence", "small", "large"]
 
@@ -86,7 +87,7 @@ class StreamEvent:
 
 T = TypeVar("T")
 #: Job states after which a bulk ingest job changes no more.
-JOB_FINAL = frozenset({"succeeded", "completed_with_failures", "failed"})
+JOB_FINAL = frozenset(FINAL_JOB_STATUSES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,16 +608,16 @@ class KafkaClient:
                 self._registry.name(QUERIES), key=request.key(), value=encode(request)
             ).get(timeout=30)
             until = started + timeout_s
-            next_seq = 0
+            order = TokenOrder()
             while (left := until - time.monotonic()) > 0:
                 try:
                     reply = inbox.get(timeout=left)
                 except queue.Empty:
                     break
                 if isinstance(reply, AnswerToken):
-                    if reply.seq >= next_seq and on_token is not None and reply.text:
+                    # replays re-send tokens: each once
+                    if order.fresh(reply) and on_token is not None and reply.text:
                         on_token(reply.text)
-                    next_seq = max(next_seq, reply.seq + 1)  # replays re-send: once each
                     continue
                 ms = (time.monotonic() - started) * 1000
                 return QueryResult.from_response(reply, latency_ms=ms)

@@ -23,6 +23,7 @@ from ingest.model_follow import ModelFollower
 from ingest.onnx_embedding import OnnxEmbedder, Role, get_onnx_model
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
+from ingest.types import ParseOptions
 from ingest.versions import IndexVersions
 from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.extras import require_torch
@@ -149,5 +150,10 @@ def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -
     sessions = make_session_factory(make_engine(settings.database_url))
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=5)
     return IngestPipeline(
-        chunker, follower, index, DocumentRegistry(sessions), IndexVersions(client)
+        chunker,
+        follower,
+        index,
+        DocumentRegistry(sessions),
+        IndexVersions(client),
+        parse_options=ParseOptions.from_settings(settings.ingest),
     )

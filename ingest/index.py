@@ -5,9 +5,11 @@ index ``<alias>-v<N>``. A model or mapping change builds ``-v<N+1>`` and swaps t
 one ``_aliases`` call (the elasticsearch-py DSL "alias migration" pattern), so readers never
 see a half-built index.
 
-Every bulk item is accounted for: transient item failures (429, 502, 503, 504) are retried
-with exponential back-off; any other item failure is returned as a failure of its document.
-Nothing is silently dropped.
+Every bulk item is accounted for: transient item failures (429, 5xx:
+:func:`~ragstream.errors.transient_http_status`) are retried with exponential back-off, by one
+layer (:meth:`ChunkIndex._bulk`, under the shared :class:`~ragstream.retry.RetryPolicy`;
+``streaming_bulk`` is told not to retry on its own); any other item failure is returned as a
+failure of its document. Nothing is silently dropped.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ from typing import Any
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 
-from ragstream.errors import ConfigurationError, TransientError
+from ragstream.errors import ConfigurationError, TransientError, transient_http_status
 from ragstream.retry import RetryPolicy
 from ragstream.settings import ElasticsearchSettings
 
 log = structlog.get_logger(__name__)
-
-TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
 #: The client-stemmed BM25 fields (``ingest/stemming.py``): stems joined by spaces, split by the
@@ -280,7 +280,8 @@ class ChunkIndex:
 
     def _bulk(self, actions: list[dict[str, Any]]) -> BulkReport:
         """Send ``actions``; items failing with a transient status are sent again as the retry
-        policy allows (on top of ``streaming_bulk``'s own retries of 429s)."""
+        policy allows. This is the only retry layer: ``streaming_bulk`` runs with
+        ``max_retries=0``, so an item is sent at most ``bulk_max_retries + 1`` times."""
         report = BulkReport()
         policy = self._retry_policy()
         pending = actions
@@ -298,8 +299,7 @@ class ChunkIndex:
                     chunk_size=self.settings.bulk_chunk_size,
                     raise_on_error=False,
                     raise_on_exception=False,
-                    max_retries=self.settings.bulk_max_retries,
-                    initial_backoff=self.settings.bulk_initial_backoff_s,
+                    max_retries=0,  # retried by this loop, never by the helper too
                 )
                 for ok, item in results:
                     op, info = next(iter(item.items()))
@@ -308,7 +308,7 @@ class ChunkIndex:
                     status = raw_status if isinstance(raw_status, int) else 0
                     if ok or (op == "delete" and status == 404):
                         report.succeeded.append(_id)
-                    elif status in TRANSIENT_STATUSES or status == 0:
+                    elif status == 0 or transient_http_status(status):
                         retry.append(by_id[_id])
                     else:
                         report.failed[_id] = _reason(info)

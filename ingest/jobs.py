@@ -16,10 +16,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest.sources import SourceFile
-from ragstream.db.models import IngestJob, IngestJobItem, utcnow
+from ragstream.db.models import FINAL_JOB_STATUSES, IngestJob, IngestJobItem, as_utc, utcnow
 
 DONE_STATUSES = ("indexed", "unchanged", "deleted")
-FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
 #: Celery task sent (by name, with the job id) when a job reaches a final status; the webhook
 #: tasks (``workers.webhooks.tasks``) implement it. Sending by name keeps ``ingest`` free of
 #: imports from the layers above it.
@@ -210,7 +209,7 @@ def stale_jobs(sessions: sessionmaker[Session], older_than_s: float) -> list[Ing
     cutoff = utcnow() - dt.timedelta(seconds=older_than_s)
     with sessions() as session:
         stmt = select(IngestJob).where(IngestJob.status == "running")
-        return [j for j in session.scalars(stmt) if aware(j.heartbeat_at or j.created_at) < cutoff]
+        return [j for j in session.scalars(stmt) if as_utc(j.heartbeat_at or j.created_at) < cutoff]
 
 
 def record_resume(sessions: sessionmaker[Session], job_id: str) -> int:
@@ -240,9 +239,9 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, reason: str) -> bool:
         return not was_final
 
 
-def aware(value: dt.datetime) -> dt.datetime:
-    """``value`` as UTC-aware (SQLite returns naive datetimes)."""
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+#: :func:`ragstream.db.models.as_utc` under the name the CLI (``ingest/cli.py``) and the query log
+#: use (defined once, in the kernel; the name stays while other branches still write it).
+aware = as_utc
 
 
 def _progress(job: IngestJob, *, finished_now: bool = False) -> JobProgress:

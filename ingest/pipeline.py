@@ -32,10 +32,10 @@ import numpy as np
 
 from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
 from ingest.model_follow import ModelFollower
-from ingest.parsers import parse
+from ingest.ops import IngestOp, parse_op
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
-from ingest.types import Chunk, MetaValue, ParsedDocument, ParseError
+from ingest.types import Chunk, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
 from ragstream.db.models import Document, utcnow
 from ragstream.errors import RagstreamError, TransientError
@@ -56,21 +56,6 @@ class Embeds(Protocol):
     """Embeds texts: ``(n, dim)`` float32, L2-normalised (see :mod:`ingest.embedding`)."""
 
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class IngestOp:
-    """One upsert (raw ``data`` bytes of a file or inline text) or delete of a document."""
-
-    tenant: str
-    doc_id: str
-    op: Literal["upsert", "delete"] = "upsert"
-    data: bytes = b""
-    filename: str | None = None
-    content_type: str | None = None
-    source: str | None = None
-    title: str | None = None
-    metadata: dict[str, MetaValue] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -130,7 +115,11 @@ def chunk_id(tenant: str, doc_id: str, version: int, chunk_no: int) -> str:
 
 
 class IngestPipeline:
-    """Applies ingest operations; every component is given, none is constructed here."""
+    """Applies ingest operations; every component is given, none is constructed here.
+
+    ``parse_options``: how ops not parsed yet are parsed (:func:`ingest.ops.parse_op`);
+    :func:`ingest.factory.build_pipeline` gives the settings' (``ingest.json_text_field``).
+    """
 
     def __init__(
         self,
@@ -139,7 +128,10 @@ class IngestPipeline:
         index: ChunkIndex,
         registry: DocumentRegistry,
         versions: IndexVersions | None = None,
+        *,
+        parse_options: ParseOptions | None = None,
     ) -> None:
+        self.parse_options = parse_options or ParseOptions()
         self.chunker = chunker
         self.embedder = embedder
         self.index = index
@@ -227,15 +219,16 @@ class IngestPipeline:
                         self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
                     )
 
-    @staticmethod
-    def _parse(ops: list[IngestOp], per_op: list[list[IngestOutcome]]) -> list[tuple[int, _Doc]]:
-        """Parse every upsert; a parse failure becomes that op's outcome."""
+    def _parse(
+        self, ops: list[IngestOp], per_op: list[list[IngestOutcome]]
+    ) -> list[tuple[int, _Doc]]:
+        """Parse every upsert not parsed yet; a parse failure becomes that op's outcome."""
         docs: list[tuple[int, _Doc]] = []
         for i, op in enumerate(ops):
             if op.op == "delete":
                 continue
             try:
-                parsed_docs = parse(op.data, filename=op.filename, content_type=op.content_type)
+                parsed_docs = parse_op(op, self.parse_options)
                 found = []
                 for n, parsed in enumerate(parsed_docs):
                     doc_id = op.doc_id

@@ -26,8 +26,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest import jobs
-from ingest.pipeline import IngestOp, IngestPipeline
-from ingest.sources import SourceRejectedError, read_source
+from ingest.ops import IngestOp, op_from_item
+from ingest.pipeline import IngestPipeline
+from ingest.sources import SourceRejectedError
 from ragstream.celery_app import RetryingTask, celery_app
 from ragstream.db.models import IngestJob, IngestJobItem, utcnow
 from ragstream.errors import TransientError
@@ -140,25 +141,11 @@ def _ingest_items(
     """Read and ingest ``items``; ``{item id: (status, chunks, error)}``."""
     results: dict[int, tuple[str, int, str | None]] = {}
     ops: list[tuple[int, IngestOp]] = []
-    ingest_settings = ctx.settings.ingest
     for item in items:
         try:
-            data = read_source(
-                item.path, ingest_settings.allowed_roots, ingest_settings.max_document_bytes
-            )
+            ops.append((item.id, op_from_item(tenant, item, ctx.settings.ingest)))
         except SourceRejectedError as exc:
             results[item.id] = ("failed", 0, str(exc))
-            continue
-        op = IngestOp(
-            tenant,
-            item.doc_id or item.path,
-            data=data,
-            filename=item.path,
-            source=item.path,
-            title=item.title,
-            metadata=dict(item.metadata_ or {}),
-        )
-        ops.append((item.id, op))
     if ops:
         outcomes = _pipeline().apply([op for _, op in ops])
         for (item_id, _), outs in zip(ops, outcomes, strict=True):

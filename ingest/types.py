@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import ragstream
 from ragstream.errors import PermanentError
+from ragstream.settings import IngestSettings
+
+#: Version of what the parsers make of a file: bump it when a parser's output changes, so that
+#: parses stored beside uploads (``ingest/uploads.py``) under the old one are not reused.
+PARSE_FORMAT = 1
 
 #: Metadata values kept on documents and chunks (JSON scalars).
 MetaValue = str | int | float | bool | None
@@ -15,6 +23,31 @@ class ParseError(PermanentError):
     """A document cannot be parsed (unknown type, empty, corrupt); it fails alone."""
 
     code = "PARSE_FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class ParseOptions:
+    """How files are parsed: the settings every parse of the write path uses.
+
+    Attributes:
+        json_text_field: the field holding each JSON/JSONL record's text
+            (``ingest.json_text_field``).
+    """
+
+    json_text_field: str = "text"
+
+    @classmethod
+    def from_settings(cls, settings: IngestSettings) -> ParseOptions:
+        """The options of ``settings`` (``settings.ingest``)."""
+        return cls(json_text_field=settings.json_text_field)
+
+    def fingerprint(self) -> str:
+        """16 hex digits identifying these options and the parsers' version: a stored parse
+        is reused only under the same fingerprint."""
+        key = json.dumps(
+            [self.json_text_field, PARSE_FORMAT, ragstream.__version__], ensure_ascii=False
+        )
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,9 @@
 - ``documents/<sha256>.<ext>``: one uploaded document, named by its content's SHA-256, so the
   same bytes uploaded twice are stored once and a stored file never changes under a reader (the
   ingest pool reads it after the API answered 202);
+- ``documents/<sha256>.<ext>.parsed-<options>.json``: what the API's check parsed of it (under
+  the parse options' fingerprint, :meth:`~ingest.types.ParseOptions.fingerprint`), so the ingest
+  pool does not parse it again (:func:`stored_parse`, called by :func:`ingest.ops.prepare_op`);
 - ``jobs/<job_id>/``: one uploaded archive, extracted (:mod:`ingest.archives`), a bulk job's
   files.
 
@@ -13,13 +16,22 @@ folder does not index its uploads a second time.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import structlog
 
 from ingest.archives import ArchiveLimits, extract_archive
+from ingest.types import ParsedDocument, ParseOptions, Section
 from ragstream.settings import IngestSettings
+
+log = structlog.get_logger(__name__)
 
 UPLOADS = "_uploads"
 
@@ -29,17 +41,67 @@ def tenant_uploads(settings: IngestSettings, tenant: str) -> Path:
     return settings.upload_root / tenant / UPLOADS
 
 
-def store_document(settings: IngestSettings, tenant: str, data: bytes, kind: str) -> Path:
+def store_document(
+    settings: IngestSettings,
+    tenant: str,
+    data: bytes,
+    kind: str,
+    parsed: Sequence[ParsedDocument] | None = None,
+) -> Path:
     """Write ``data`` to ``documents/<sha256>.<kind>`` of the tenant's uploads (atomically:
-    a temporary file renamed into place); return its path.
+    a temporary file renamed into place) and, when given, its ``parsed`` documents beside it
+    under the settings' parse options; return the document's path.
 
     ``kind`` is the short name of the format (``pdf``, ``docx``, ...), used as the extension.
     """
     folder = tenant_uploads(settings, tenant) / "documents"
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / f"{hashlib.sha256(data).hexdigest()}.{kind}"
-    if target.is_file() and target.stat().st_size == len(data):
-        return target
+    digest = hashlib.sha256(data).hexdigest()
+    target = folder / f"{digest}.{kind}"
+    if not (target.is_file() and target.stat().st_size == len(data)):
+        _write_atomically(folder, target, data)
+    if parsed is not None:
+        options = ParseOptions.from_settings(settings)
+        body = {"sha256": digest, "options": options.fingerprint(), "documents": _dump(parsed)}
+        try:  # ASCII JSON: a lone surrogate in a string is escaped, not an encoding error
+            raw = json.dumps(body).encode("ascii")
+        except (TypeError, ValueError) as exc:  # not storable: the pool parses the file itself
+            log.warning("upload.parse_not_stored", path=str(target), error=repr(exc))
+        else:
+            _write_atomically(folder, _parse_path(target, options), raw)
+    return target
+
+
+def stored_parse(
+    settings: IngestSettings, tenant: str, path: str | Path, data: bytes
+) -> tuple[ParsedDocument, ...] | None:
+    """The parse :func:`store_document` kept for the upload at ``path`` whose bytes are
+    ``data``, or ``None``: not a stored upload of ``tenant``, no parse under the settings' parse
+    options, or one of other bytes or unreadable (then the caller parses; never raises)."""
+    target = Path(path).resolve()
+    if target.parent != (tenant_uploads(settings, tenant) / "documents").resolve():
+        return None
+    options = ParseOptions.from_settings(settings)
+    stored = _parse_path(target, options)
+    try:
+        body = json.loads(stored.read_bytes())
+        if body["sha256"] != hashlib.sha256(data).hexdigest():
+            return None
+        if body["options"] != options.fingerprint():
+            return None
+        return _load(body["documents"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("upload.stored_parse_unreadable", path=str(stored), error=repr(exc))
+        return None
+
+
+def _parse_path(target: Path, options: ParseOptions) -> Path:
+    return target.with_name(f"{target.name}.parsed-{options.fingerprint()}.json")
+
+
+def _write_atomically(folder: Path, target: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -48,7 +110,31 @@ def store_document(settings: IngestSettings, tenant: str, data: bytes, kind: str
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+
+
+def _dump(parsed: Sequence[ParsedDocument]) -> list[dict[str, Any]]:
+    """Every field of each document (whatever fields :class:`ParsedDocument` has), sections
+    as ``[heading_path, text]`` pairs."""
+    out = []
+    for d in parsed:
+        fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+        fields["sections"] = [[list(s.heading_path), s.text] for s in d.sections]
+        out.append(fields)
+    return out
+
+
+def _load(documents: list[dict[str, Any]]) -> tuple[ParsedDocument, ...]:
+    """The inverse of :func:`_dump`. Raises ``TypeError`` for a field the class lacks or needs."""
+    return tuple(
+        ParsedDocument(
+            **{
+                **d,
+                "sections": tuple(Section(tuple(h), str(t)) for h, t in d["sections"]),
+                "metadata": dict(d["metadata"]),
+            }
+        )
+        for d in documents
+    )
 
 
 def extract_job_archive(settings: IngestSettings, tenant: str, job_id: str, data: bytes) -> Path:

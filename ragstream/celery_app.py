@@ -22,6 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from ragstream import tracing
+from ragstream.retry import CELERY_TASK_RETRY
 from ragstream.settings import Settings, TracingSettings, get_settings
 
 #: Modules whose tasks the worker registers (imported by the worker, not by this module).
@@ -32,14 +33,15 @@ celery_app = Celery("ragstream")
 
 class RetryingTask(Task):  # type: ignore[misc]
     """Base of the idempotent tasks that retry their own failures (``base=RetryingTask`` with
-    the task's ``autoretry_for``): late acknowledgement, exponential back-off from 2 s doubling
-    to at most 120 s with full jitter (Celery's ``retry_backoff``), at most 8 retries."""
+    the task's ``autoretry_for``): late acknowledgement, and the back-off and bound of the shared
+    :data:`~ragstream.retry.CELERY_TASK_RETRY` policy, applied by Celery's ``retry_backoff``
+    (which takes whole seconds)."""
 
     acks_late = True
-    retry_backoff = 2
-    retry_backoff_max = 120
-    retry_jitter = True
-    max_retries = 8
+    retry_backoff = int(CELERY_TASK_RETRY.base_ms // 1000)
+    retry_backoff_max = int(CELERY_TASK_RETRY.cap_ms // 1000)
+    retry_jitter = CELERY_TASK_RETRY.jitter
+    max_retries = CELERY_TASK_RETRY.retries
 
 
 def configure_celery(settings: Settings, app: Celery = celery_app) -> Celery:

@@ -4,8 +4,9 @@ attempts and, as an option, a deadline.
 Every retry in ragstream is this object: the consumer runtime's handler retries and its
 back-off on an uncommitted batch, the generation pools' retries of an unreachable model server
 (until each request's deadline), the Elasticsearch bulk writer's retries of transient item
-failures, and the webhook deliveries' back-off. It lives in the kernel so that ``ingest`` (below
-``workers``) can use it.
+failures, the webhook deliveries' back-off and the Celery tasks' retries
+(:data:`CELERY_TASK_RETRY`). It lives in the kernel so that ``ingest`` (below ``workers``) can
+use it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ class RetryPolicy:
             return float(rng.uniform(0.0, ceiling))
         return float(random.uniform(0.0, ceiling))
 
+    @property
+    def retries(self) -> int | None:
+        """Retries after the first attempt (``max_attempts - 1``); ``None``: unbounded."""
+        return None if self.max_attempts is None else self.max_attempts - 1
+
     def exhausted(self, attempts: int) -> bool:
         """True when ``attempts`` failed attempts leave no retry."""
         return self.max_attempts is not None and attempts >= self.max_attempts
@@ -70,3 +76,9 @@ class RetryPolicy:
         if deadline is None:
             return True
         return (time.time() if now is None else now) + delay_s < deadline
+
+
+#: The Celery tasks' policy (:class:`ragstream.celery_app.RetryingTask`): 9 attempts, back-off
+#: from 2 s doubling to at most 120 s, full jitter. Celery applies it (``retry_backoff``:
+#: ``min(cap, base * 2**retries)`` with full jitter, the curve of :meth:`RetryPolicy.delay_ms`).
+CELERY_TASK_RETRY = RetryPolicy(max_attempts=9, base_ms=2_000.0, cap_ms=120_000.0, jitter=True)

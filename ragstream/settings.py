@@ -157,7 +157,6 @@ POOL_DEFAULTS: dict[str, dict[str, int]] = {
     "generation_small": {"max_batch": 8, "max_wait_ms": 20, "metrics_port": 9104},
     "generation_large": {"max_batch": 8, "max_wait_ms": 20, "metrics_port": 9106},
     "delivery": {"max_batch": 64, "max_wait_ms": 20, "metrics_port": 9105},
-    "echo": {"max_batch": 64, "max_wait_ms": 5},
 }
 
 
@@ -170,7 +169,6 @@ class PoolsSettings(BaseModel):
     generation_small: PoolSettings = PoolSettings(**POOL_DEFAULTS["generation_small"])
     generation_large: PoolSettings = PoolSettings(**POOL_DEFAULTS["generation_large"])
     delivery: PoolSettings = PoolSettings(**POOL_DEFAULTS["delivery"])
-    echo: PoolSettings = PoolSettings(**POOL_DEFAULTS["echo"])
 
     @model_validator(mode="before")
     @classmethod
@@ -264,15 +262,6 @@ class WebhookSettings(BaseModel):
     sweep_interval_s: float = Field(default=15.0, ge=0)
     sweep_after_s: float = Field(default=60.0, ge=0)
     schedule_marker_ttl_s: int = Field(default=3600, ge=1)
-
-
-class EchoSettings(BaseModel):
-    """Topics of the echo pool (``python -m bench.echo``), used by the bus benchmark."""
-
-    input_topic: str = "bench.echo.in"
-    output_topic: str = "bench.echo.out"
-    group: str = "ragstream-echo"
-    delay_ms: float = 0.0
 
 
 class LoggingSettings(BaseModel):
@@ -541,13 +530,14 @@ class LlmSettings(BaseModel):
 
 class GenerationTierSettings(BaseModel):
     """One generation tier's backend: any OpenAI-compatible server (``vllm serve`` in
-    production, the local llama.cpp server by default) and how to prompt it.
+    production, the local llama.cpp server by default) and how to prompt it. The backend is
+    always :class:`~workers.generation.openai_compat.OpenAICompatibleBackend`: vLLM is
+    supported as ``vllm serve`` behind it, not in-process.
 
     ``base_url=None`` means the local LLM server of ``settings.llm``; ``None`` fields inherit
     from ``settings.llm``.
     """
 
-    backend: Literal["openai", "vllm"] = "openai"
     base_url: str | None = None
     model: str = "local"
     prompt_style: Literal["completion", "chat"] | None = None
@@ -585,7 +575,6 @@ class Settings(BaseSettings):
     celery: CelerySettings = CelerySettings()
     tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()
-    echo: EchoSettings = EchoSettings()
     ingest: IngestSettings = IngestSettings()
     cache: CacheSettings = CacheSettings()
     webhooks: WebhookSettings = WebhookSettings()

@@ -44,7 +44,13 @@ class IngestRequest(Event):
 
 
 class IngestResult(Event):
-    """The outcome of one :class:`IngestRequest` (``request_event_id`` is its ``event_id``)."""
+    """The outcome of one :class:`IngestRequest` (``request_event_id`` is its ``event_id``).
+
+    An output for consumers outside the product: whoever produces to ``rag.ingest`` learns
+    here, per document, what became of each request. ragstream itself reads outcomes from the
+    document registry (SQL), which the ingest pipeline writes before this event is sent, so no
+    pool of its own consumes this topic.
+    """
 
     doc_id: DocId
     request_event_id: str

@@ -67,7 +67,9 @@ RERANKED_BY_TIER = {"small": RERANKED_SMALL, "large": RERANKED_LARGE}
 RESPONSES = TopicSpec("rag.responses", QueryResponse, "request_id")
 TOKENS = TopicSpec("rag.tokens", AnswerToken, "request_id", retention_ms=HOUR_MS)
 INGEST = TopicSpec("rag.ingest", IngestRequest, "doc_id")
-INGEST_RESULTS = TopicSpec("rag.ingest.results", IngestResult, "doc_id")
+#: An output for consumers outside the product (see :class:`~topics.ingest.IngestResult`): no
+#: pool reads it, so it has no dead-letter topic.
+INGEST_RESULTS = TopicSpec("rag.ingest.results", IngestResult, "doc_id", consumed=False)
 
 TOPICS: tuple[TopicSpec, ...] = (
     QUERIES,

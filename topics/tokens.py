@@ -27,3 +27,23 @@ class AnswerToken(Event):
     def key(self) -> bytes:
         """Keyed by ``request_id``."""
         return self.request_id.encode()
+
+
+class TokenOrder:
+    """Passes each streamed token of one answer once, in order.
+
+    A replayed generation (the pool crashed before committing, and its input is consumed
+    again) streams its tokens again from ``seq`` 0: a reader shows a token only when its
+    ``seq`` is past every one it has shown. Used by every reader of ``rag.tokens`` (SSE,
+    the OpenAI-compatible stream, the Python client).
+    """
+
+    def __init__(self) -> None:
+        self.next_seq = 0
+
+    def fresh(self, token: AnswerToken) -> bool:
+        """True the first time a token at or past ``next_seq`` arrives (then moves past it)."""
+        if token.seq < self.next_seq:
+            return False
+        self.next_seq = token.seq + 1
+        return True

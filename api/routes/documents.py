@@ -110,8 +110,10 @@ async def _uploaded_document(request: Request, who: Principal) -> IngestRequest:
     if not doc_id:
         raise ApiError(422, "INVALID_REQUEST", "doc_id: required when the file has no name")
     _check_doc_id(doc_id)
-    kind = await check_document(settings, data, upload)
-    path = await asyncio.to_thread(store_document, settings.ingest, who.tenant, data, kind)
+    kind, checked = await check_document(settings, who.tenant, doc_id, data, upload)
+    path = await asyncio.to_thread(
+        store_document, settings.ingest, who.tenant, data, kind, checked.parsed
+    )
     return IngestRequest(
         tenant=who.tenant,
         doc_id=doc_id,

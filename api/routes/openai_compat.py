@@ -56,7 +56,7 @@ from api.routes.query import (
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
-from topics.tokens import AnswerToken
+from topics.tokens import AnswerToken, TokenOrder
 from workers.conversation import standalone_question
 
 router = APIRouter(tags=["openai"])
@@ -317,15 +317,14 @@ async def chunks(  # noqa: PLR0917 - one call site
     rid = event.request_id
     yield _chunk(rid, model, {"role": "assistant", "content": ""}, None)
     shown = ""
-    next_seq = 0
+    order = TokenOrder()
     try:
         final = hit
         if final is None:
             async for reply in replies_until(queue, until):
                 if isinstance(reply, AnswerToken):
-                    if reply.seq < next_seq:
+                    if not order.fresh(reply):
                         continue  # a replayed generation re-sends tokens: show each once
-                    next_seq = reply.seq + 1
                     if reply.text:
                         shown += reply.text
                         yield _chunk(rid, model, {"content": reply.text}, None)

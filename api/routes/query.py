@@ -43,7 +43,7 @@ from api.querying import QueryService, replies_until
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, QueryResponse
-from topics.tokens import AnswerToken
+from topics.tokens import AnswerToken, TokenOrder
 from workers import query_log
 from workers.conversation import standalone_question
 from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
@@ -248,12 +248,11 @@ async def sse_stream(  # noqa: PLR0917 - one call site
             yield sse("answer", result.model_dump(mode="json"))
             return
         assert queue is not None
-        next_seq = 0
+        order = TokenOrder()
         async for reply in replies_until(queue, started + wait_s):
             if isinstance(reply, AnswerToken):
-                if reply.seq < next_seq:
+                if not order.fresh(reply):
                     continue  # a replayed generation re-sends tokens: show each once
-                next_seq = reply.seq + 1
                 if reply.kind == "evidence":
                     spans = [e.model_dump(mode="json") for e in reply.evidence]
                     yield sse("evidence", {"seq": reply.seq, "evidence": spans})

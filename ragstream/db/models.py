@@ -22,6 +22,12 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """``value`` as a timezone-aware UTC datetime: a naive one (SQLite returns them) is read as
+    UTC; an aware one is converted to UTC."""
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
 class Base(DeclarativeBase):
     """Declarative base; JSON columns map ``dict[str, Any]`` / ``list[Any]``."""
 
@@ -56,6 +62,10 @@ class Document(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+#: Statuses after which a bulk ingest job changes no more (see :class:`IngestJob`).
+FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
 
 
 class IngestJob(Base):

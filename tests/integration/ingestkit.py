@@ -17,6 +17,7 @@ from ingest.factory import build_chunker, build_model
 from ingest.index import ChunkIndex
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
+from ingest.types import ParseOptions
 from ingest.versions import IndexVersions
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import Settings
@@ -89,7 +90,12 @@ class Kit:
         self.embedder = CachedEmbedder(self.counting, cache)
         self.versions = IndexVersions(self.redis)
         self.pipeline = IngestPipeline(
-            chunker, self.embedder, self.index, DocumentRegistry(self.sessions), self.versions
+            chunker,
+            self.embedder,
+            self.index,
+            DocumentRegistry(self.sessions),
+            self.versions,
+            parse_options=ParseOptions.from_settings(settings.ingest),
         )
 
     def index_total(self) -> int:

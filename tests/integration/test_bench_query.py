@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.cli import bench_app
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 from topics.admin import make_admin

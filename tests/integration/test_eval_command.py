@@ -10,7 +10,7 @@ import httpx
 from typer.testing import CliRunner
 
 from entry.cli import app
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 

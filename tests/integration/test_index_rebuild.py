@@ -11,7 +11,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from ingest.index import ChunkIndex, EmbeddingModelMismatchError, check_index_model, index_model
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from ingest.rebuild import rebuild
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from tests.integration.ingestkit import Kit
 
 PY_HTML = Path("/usr/share/doc/python3.11/html")

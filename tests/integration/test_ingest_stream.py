@@ -83,7 +83,7 @@ def test_ingest_events_become_one_result_per_document(
 
 
 def test_index_rebuild_swaps_the_alias_and_keeps_every_chunk(kit: Kit) -> None:
-    from ingest.pipeline import IngestOp
+    from ingest.ops import IngestOp
 
     ops = [
         IngestOp(

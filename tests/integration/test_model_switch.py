@@ -21,7 +21,8 @@ from ingest.factory import build_chunker, build_embedder
 from ingest.index import ChunkIndex, index_model
 from ingest.model_follow import ModelFollower
 from ingest.onnx_embedding import OnnxEmbedder, get_onnx_model
-from ingest.pipeline import IngestOp, IngestPipeline
+from ingest.ops import IngestOp
+from ingest.pipeline import IngestPipeline
 from ingest.rebuild import rebuild
 from ingest.registry import DocumentRegistry
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head

@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 from ingest.chunking import Chunker
 from ingest.embedding import Embedder
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from ragstream.retry import RetryPolicy
 from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
 from tests.integration.ingestkit import Kit

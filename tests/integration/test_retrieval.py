@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from ragstream.settings import RetrievalSettings
 from tests.integration.ingestkit import Kit
 from topics.queries import Filter, QueryRequest, RangeFilter, TermFilter

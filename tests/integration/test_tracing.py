@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind
 from api.auth import create_key
 from ingest.chunking import Chunker
 from ingest.embedding import Embedder
-from ingest.pipeline import IngestOp
+from ingest.ops import IngestOp
 from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
 from tests.integration.ingestkit import Kit
 from tests.integration.stack import ApiServer

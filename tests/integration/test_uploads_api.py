@@ -1,6 +1,7 @@
 """Uploads through the HTTP API with the real services: a DOCX as a multipart document (the
-ingest pool indexes it), a tar.gz as a bulk job (a Celery worker runs it), and refusals that
-name their cause and leave nothing behind."""
+ingest pool indexes it), a tar.gz as a bulk job (a Celery worker runs it), refusals that
+name their cause and leave nothing behind, and ``ingest.json_text_field`` (``body`` here)
+honoured by every path to the index: an upload through the pool, a job from the API, the CLI."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Pat
         RAGSTREAM_INGEST__ALLOWED_ROOTS=json.dumps([str(root)]),
         RAGSTREAM_INGEST__UPLOAD_ROOT=str(root),
         RAGSTREAM_INGEST__JOB_BATCH_SIZE="4",
+        RAGSTREAM_INGEST__JSON_TEXT_FIELD="body",
         RAGSTREAM_CELERY__QUEUE=f"t-{name_hint}",
         RAGSTREAM_EMBEDDING__CACHE_KEY_PREFIX=f"t-{name_hint}:emb:",
     )
@@ -202,3 +204,32 @@ def test_refusals_name_the_cause_and_leave_nothing(stack: tuple[Stack, Path]) ->
     jobs_dir = root / TENANT / "_uploads" / "jobs"
     assert all((p / "kb" / "install.md").is_file() for p in jobs_dir.iterdir())
     assert not list(root.rglob("escape.md"))
+
+
+RECORDS = b'{"id": "r1", "body": "kept in the body field", "text": "not the text field"}\n'
+
+
+def test_json_text_field_reaches_the_index_through_every_path(stack: tuple[Stack, Path]) -> None:
+    s, root = stack
+    folder = root / TENANT / "records"
+    folder.mkdir(parents=True, exist_ok=True)
+    # The stream path: the API checks (parses) the upload, the ingest pool indexes its parse.
+    r = _post(s, "/v1/documents", files={"file": ("r.jsonl", RECORDS)}, data={"doc_id": "rec"})
+    assert r.status_code == 202, r.text
+    # A Celery job over a server-side path, submitted through the API.
+    (folder / "api.jsonl").write_bytes(RECORDS)
+    r = _post(s, "/v1/ingest/jobs", json={"paths": [str(folder / "api.jsonl")]})
+    assert r.status_code == 202, r.text
+    # The CLI (`ragstream ingest PATH`): a Celery job too, built by the command.
+    (folder / "cli.jsonl").write_bytes(RECORDS)
+    subprocess.run(
+        [RAGSTREAM, "ingest", str(folder / "cli.jsonl"), "--tenant", TENANT, "--no-wait"],
+        env=s.env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    for doc_id in ("rec", *(str((folder / f).resolve()) for f in ("api.jsonl", "cli.jsonl"))):
+        texts = wait_for(
+            lambda d=f"{doc_id}#r1": _es_texts(s, d), timeout_s=180, what=f"{doc_id} indexed"
+        )
+        assert texts == ["kept in the body field"], doc_id
+    # The API kept its parse beside the upload (what the pool indexed instead of parsing again).
+    assert list((root / TENANT / "_uploads" / "documents").glob("*.jsonl.parsed-*.json"))

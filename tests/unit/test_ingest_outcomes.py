@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from ingest.index import BulkReport
+from ingest.ops import IngestOp
 from ingest.parsers import parse
 from ingest.parsers.decoding import decode_bytes
-from ingest.pipeline import IngestOp, IngestPipeline
+from ingest.pipeline import IngestPipeline
 from ingest.types import Chunk, ParsedDocument
 
 
@@ -99,16 +100,16 @@ def test_a_lone_surrogate_is_replaced_and_the_batch_is_indexed() -> None:
 
 
 def test_a_document_that_breaks_its_parser_fails_alone(monkeypatch: Any) -> None:
-    import ingest.pipeline as pipeline_module
+    import ingest.ops as ops_module
 
-    real = pipeline_module.parse
+    real = ops_module.parse
 
     def parse_or_break(data: bytes, **kw: Any) -> list[ParsedDocument]:
         if data == b"boom":
             raise UnicodeEncodeError("utf-8", "x", 0, 1, "surrogates not allowed")
         return real(data, **kw)
 
-    monkeypatch.setattr(pipeline_module, "parse", parse_or_break)
+    monkeypatch.setattr(ops_module, "parse", parse_or_break)
     pipeline, _, registry = _pipeline()
     bad, good = pipeline.apply(
         [

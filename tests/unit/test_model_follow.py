@@ -18,7 +18,8 @@ from ingest.embedding import CachedEmbedder, Embedder, EmbeddingCache
 from ingest.index import BulkReport, EmbeddingModelMismatchError, EmbeddingModelUnavailableError
 from ingest.model_follow import AliasModel, ModelFollower, model_builder
 from ingest.onnx_embedding import ONNX_MODELS
-from ingest.pipeline import IngestOp, IngestPipeline
+from ingest.ops import IngestOp
+from ingest.pipeline import IngestPipeline
 from ingest.types import Chunk, ParsedDocument
 from ragstream.settings import PoolSettings, Settings
 from topics.queries import QueryRequest

@@ -110,3 +110,15 @@ def test_json_schema_files_are_current() -> None:
     rendered = render_schemas()
     on_disk = {p.name: p.read_text(encoding="utf-8") for p in SCHEMA_DIR.glob("*.schema.json")}
     assert on_disk == rendered, "run `ragstream topics schemas` and commit the result"
+
+
+def test_token_order_passes_each_token_of_a_replayed_stream_once() -> None:
+    from topics.tokens import AnswerToken, TokenOrder
+
+    def tok(seq: int) -> AnswerToken:
+        return AnswerToken(tenant="t", request_id="r", seq=seq, text=f"w{seq}")
+
+    order = TokenOrder()
+    arrived = [tok(0), tok(1), tok(0), tok(1), tok(2), tok(2), tok(4)]  # a replay from 0
+    assert [t.seq for t in arrived if order.fresh(t)] == [0, 1, 2, 4]
+    assert order.next_seq == 5

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,13 +131,21 @@ def test_unreadable_files_are_named(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    app, _ = make_app(tmp_path, answered)
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     root = tmp_path / "roots"
+    ingest = IngestSettings(allowed_roots=[root], upload_root=root)
+    yield from uploads_client(tmp_path, monkeypatch, ingest)
+
+
+def uploads_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ingest: IngestSettings
+) -> Iterator[Any]:
+    """A test client of the API with ``ingest`` settings; ``c.sent`` collects the ingest events
+    it would produce, ``c.root`` is the upload root, ``c.settings`` the settings tree."""
+    app, _ = make_app(tmp_path, answered)
+    root = ingest.upload_root
     settings: Settings = app.state.services.settings
-    app.state.services.settings = settings.model_copy(
-        update={"ingest": IngestSettings(allowed_roots=[root], upload_root=root)}
-    )
+    app.state.services.settings = settings.model_copy(update={"ingest": ingest})
     sent: list[Any] = []
 
     async def produce(request: Any, event: Any) -> None:
@@ -146,6 +155,7 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     with TestClient(app) as c:
         c.sent = sent
         c.root = root
+        c.settings = app.state.services.settings
         yield c
 
 

@@ -11,12 +11,13 @@ import pytest
 from ingest.jobs import JOB_COMPLETED_TASK
 from ragstream.celery_app import celery_app
 from ragstream.db.models import IngestJob
+from ragstream.settings import WebhookSettings
 from topics.base import StageTiming
 from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
 from workers.webhooks import events
 from workers.webhooks.endpoints import EndpointError, normalise_event_types
 from workers.webhooks.outbox import MARKER_PREFIX, CeleryScheduler, Scheduled
-from workers.webhooks.tasks import backoff_s
+from workers.webhooks.tasks import retry_policy
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
@@ -125,13 +126,14 @@ def test_event_types_are_a_closed_set() -> None:
 
 
 def test_the_job_completed_task_is_registered_under_the_name_ingest_sends() -> None:
-    # Importing workers.webhooks.tasks (above, for backoff_s) registered the tasks.
+    # Importing workers.webhooks.tasks (above, for retry_policy) registered the tasks.
     assert JOB_COMPLETED_TASK in celery_app.tasks
     assert "ragstream.webhooks.deliver" in celery_app.tasks
 
 
 def test_backoff_is_exponential_and_capped() -> None:
-    assert [backoff_s(n, 2.0, 10.0) for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 10.0]
+    policy = retry_policy(WebhookSettings(backoff_base_s=2.0, backoff_cap_s=10.0))
+    assert [policy.delay_ms(n) / 1000 for n in (1, 2, 3, 4)] == [2.0, 4.0, 8.0, 10.0]
 
 
 class FakeRedis:

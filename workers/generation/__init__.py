@@ -3,8 +3,8 @@
 - :mod:`workers.generation.prompt`: :class:`PromptBuilder`, :class:`Prompt`, :class:`TokenCounter`.
 - :mod:`workers.generation.llamacpp_tokens`: :class:`ServerTokenCounter`, :func:`n_ctx_per_slot`.
 - :mod:`workers.generation.backend`: the :class:`GenerationBackend` protocol and its data.
-- :mod:`workers.generation.openai_compat`: llama.cpp (or any OpenAI-compatible server).
-- :mod:`workers.generation.vllm_engine`: vLLM in-process (optional ``vllm`` extra).
+- :mod:`workers.generation.openai_compat`: llama.cpp, ``vllm serve`` or any OpenAI-compatible
+  server (the one backend).
 - :mod:`workers.generation.generator`: the :class:`Generator` of the generation pools (one
   batch: budget, generate concurrently with retries, answer) and its :class:`TokenSink`.
 """

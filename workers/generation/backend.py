@@ -1,8 +1,7 @@
 """What the generation stage asks of a model backend, whatever serves the model.
 
-Two implementations: :class:`~workers.generation.openai_compat.OpenAICompatibleBackend`
-(an HTTP server: llama.cpp, vLLM's OpenAI server, ...) and
-:class:`~workers.generation.vllm_engine.VllmEngineBackend` (vLLM in-process, GPU). Backends do
+One implementation serves: :class:`~workers.generation.openai_compat.OpenAICompatibleBackend`
+(an HTTP server: llama.cpp, ``vllm serve``, ...); tests give fakes of the protocol. Backends do
 not retry: the caller retries :class:`~ragstream.errors.TransientError` until its deadline.
 """
 

@@ -3,7 +3,8 @@
 Streams Server-Sent Events from ``/v1/completions`` (completion style) or
 ``/v1/chat/completions`` (chat style) and asks for usage in the last chunk
 (``stream_options.include_usage``). Errors are translated here: connection failures, timeouts,
-429 and 5xx are :class:`BackendUnavailableError` (transient), a 400 about the context size is
+408, 429 and 5xx (:func:`~ragstream.errors.transient_http_status`) are
+:class:`BackendUnavailableError` (transient), a 400 about the context size is
 :class:`PromptTooLongError`, other 4xx a :class:`PermanentError`. Nothing is retried here.
 Closing the stream (e.g. on cancellation) makes llama.cpp stop the request's slot.
 """
@@ -20,7 +21,7 @@ import httpx
 from opentelemetry.trace import SpanKind
 
 from ragstream import tracing
-from ragstream.errors import ConfigurationError, PermanentError
+from ragstream.errors import ConfigurationError, PermanentError, transient_http_status
 from workers.errors import BackendUnavailableError, PromptTooLongError
 from workers.generation.backend import (
     CancelFor,
@@ -41,11 +42,25 @@ def _raise_for_status(status: int, body: str, url: str) -> None:
     if status < httpx.codes.BAD_REQUEST:
         return
     message = f"POST {url}: HTTP {status} {body[:500]}"
-    if status == httpx.codes.TOO_MANY_REQUESTS or status >= httpx.codes.INTERNAL_SERVER_ERROR:
+    if transient_http_status(status):
         raise BackendUnavailableError(message)
     if any(phrase in body.lower() for phrase in _CONTEXT_ERRORS):
         raise PromptTooLongError(message)
     raise PermanentError(message)
+
+
+def _stream_error(chunk: dict[str, Any]) -> int | None:
+    """The HTTP status of an error sent inside a stream, or ``None`` for a normal chunk: OpenAI,
+    llama.cpp and vLLM since 0.10 send ``{"error": {..., "code": 500}}``; vLLM before that sent
+    its flat ``ErrorResponse`` (``{"object": "error", "message": ..., "code": 500}``)."""
+    if isinstance(chunk.get("error"), dict):
+        body = chunk["error"]
+    elif chunk.get("object") == "error":
+        body = chunk
+    else:
+        return None
+    code = body.get("code")
+    return code if isinstance(code, int) and code >= 400 else 500
 
 
 class OpenAICompatibleBackend:
@@ -226,8 +241,8 @@ class OpenAICompatibleBackend:
             if data == "[DONE]":
                 break
             chunk = json.loads(data)
-            if "error" in chunk:
-                _raise_for_status(int(chunk["error"].get("code", 500)), data, self.url)
+            if (error := _stream_error(chunk)) is not None:
+                _raise_for_status(error, data, self.url)
             text, finish = self._piece(chunk)
             state.usage = chunk.get("usage") or state.usage
             state.finish_reason = finish or state.finish_reason

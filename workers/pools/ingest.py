@@ -1,6 +1,8 @@
 """The ingest pool (stream path): ``rag.ingest`` requests in, one ``rag.ingest.results`` each.
 
-Upserts carry inline text or a source path under an allowed root; deletes carry neither. A
+Upserts carry inline text or a source path under an allowed root; deletes carry neither. Each
+becomes an op through :func:`ingest.ops.op_from_request`, as a bulk job's items do in the
+Celery task (an upload checked by the API comes with the API's parse, not parsed again). A
 request that cannot be served (path outside the roots, unparsable file) becomes a ``failed``
 result with the reason: it is answered, not dead-lettered. Elasticsearch being unreachable is
 transient: the batch is retried and not committed.
@@ -10,44 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ingest.pipeline import IngestOp, IngestOutcome, IngestPipeline
-from ingest.sources import SourceRejectedError, read_source
+from ingest.ops import IngestOp, op_from_request
+from ingest.pipeline import IngestOutcome, IngestPipeline
+from ingest.sources import SourceRejectedError
 from ragstream.settings import IngestSettings, PoolSettings, Settings
 from topics.ingest import IngestRequest, IngestResult
 from topics.registry import INGEST, INGEST_RESULTS
 from workers.registry import register_pool
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
-
-
-def to_op(event: IngestRequest, settings: IngestSettings) -> IngestOp:
-    """The pipeline operation of ``event``.
-
-    Raises:
-        SourceRejectedError: ``source_path`` is outside the allowed roots or unreadable.
-    """
-    if event.op == "delete":
-        return IngestOp(event.tenant, event.doc_id, "delete")
-    filename: str | None = None
-    content_type: str | None = event.content_type
-    if event.text is not None:
-        data = event.text.encode()
-        content_type = content_type or "text"
-    else:
-        assert event.source_path is not None
-        data = read_source(event.source_path, settings.allowed_roots, settings.max_document_bytes)
-        filename = event.source_path
-    return IngestOp(
-        event.tenant,
-        event.doc_id,
-        "upsert",
-        data=data,
-        filename=filename,
-        content_type=content_type,
-        source=event.source or event.source_path,
-        title=event.title,
-        metadata=dict(event.metadata),
-    )
 
 
 def result_event(event: IngestRequest, outcome: IngestOutcome) -> IngestResult:
@@ -77,7 +50,7 @@ def ingest_handler(
         served: list[IngestRequest] = []
         for e in events:
             try:
-                ops.append(to_op(e, settings))
+                ops.append(op_from_request(e, settings))
                 served.append(e)
             except SourceRejectedError as exc:
                 failed = IngestOutcome(e.tenant, e.doc_id, "failed", error=str(exc))

@@ -15,13 +15,12 @@ from typing import Any
 
 import httpx
 
-from ragstream.errors import PermanentError, TransientError
+from ragstream.errors import PermanentError, TransientError, transient_http_status
 
 PROMPT = (
     "Passage: {passage}\nQuestion: {question}\n"
     "Is the passage relevant to the question? Answer yes or no.\nAnswer:"
 )
-TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class LlmReranker:
@@ -101,7 +100,7 @@ class LlmReranker:
             resp = await client.post("/v1/completions", json=body)
         except httpx.TransportError as exc:
             raise TransientError(f"llm rerank request failed: {exc!r}") from exc
-        if resp.status_code in TRANSIENT_STATUSES:
+        if transient_http_status(resp.status_code):
             raise TransientError(f"llm rerank server answered {resp.status_code}")
         if resp.is_error:
             raise PermanentError(

@@ -17,7 +17,7 @@ import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
 from ingest.index import check_index_model
-from ragstream.errors import PermanentError, TransientError
+from ragstream.errors import PermanentError, TransientError, transient_http_status
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
@@ -27,7 +27,6 @@ from workers.retrieval.rrf import reciprocal_rank_fusion
 log = structlog.get_logger(__name__)
 
 #: HTTP statuses of a search (or of the whole ``_msearch``) that may succeed on retry.
-TRANSIENT_STATUSES = frozenset({408, 429, 502, 503, 504})
 #: Names of the two searches of one query, in ``_msearch`` order.
 SEARCH_KINDS = ("bm25", "knn")
 
@@ -169,7 +168,7 @@ class HybridRetriever:
             resp = self.es.msearch(searches=searches)
         except ApiError as exc:
             status = exc.meta.status
-            if status in TRANSIENT_STATUSES or status >= 500:
+            if transient_http_status(status):
                 raise TransientError(f"elasticsearch msearch failed ({status}): {exc}") from exc
             raise PermanentError(f"elasticsearch refused msearch ({status}): {exc}") from exc
         except TransportError as exc:
@@ -224,7 +223,7 @@ def check_responses(
         return
     for j, r in failures:
         status = int(r.get("status", 500))
-        if status in TRANSIENT_STATUSES or status >= 500:
+        if transient_http_status(status):
             raise TransientError(f"search {j} of msearch failed ({status}): {_reason(r)}")
     j, r = failures[0]
     query = queries[j // 2]

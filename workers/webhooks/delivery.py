@@ -30,13 +30,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream import tracing
-from ragstream.db.models import WebhookAttempt, WebhookDelivery, utcnow
+from ragstream.db.models import WebhookAttempt, WebhookDelivery, as_utc, utcnow
+from ragstream.errors import transient_http_status
 from workers.webhooks.signing import sign_headers, signing_keys
 from workers.webhooks.ssrf import Network, SsrfBlockedError, check_url
 from workers.webhooks.transport import pinned_client
 
 MAX_REDIRECTS = 3
-RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,7 @@ def _attempt(
                 continue
             code = response.status_code
             ms = (time.perf_counter() - started) * 1000
-            retry = code in RETRY_STATUSES
+            retry = transient_http_status(code)
             error = None if 200 <= code < 300 else f"HTTP {code}"
             return AttemptResult(code, error, retry, ms)
         return AttemptResult(
@@ -253,10 +253,6 @@ class DeliveryView:
     attempts: tuple[AttemptView, ...]
 
 
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
 def get_delivery(
     sessions: sessionmaker[Session], tenant: str, webhook_id: str
 ) -> DeliveryView | None:
@@ -282,10 +278,10 @@ def get_delivery(
             row.url,
             row.status,
             row.attempt_count,
-            _utc(row.created_at),
-            _utc(row.finished_at) if row.finished_at else None,
+            as_utc(row.created_at),
+            as_utc(row.finished_at) if row.finished_at else None,
             tuple(
-                AttemptView(a.attempt, a.status_code, a.error, a.latency_ms, _utc(a.attempted_at))
+                AttemptView(a.attempt, a.status_code, a.error, a.latency_ms, as_utc(a.attempted_at))
                 for a in attempts
             ),
         )

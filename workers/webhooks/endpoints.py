@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragstream.db.models import WebhookEndpoint
+from ragstream.db.models import WebhookEndpoint, as_utc
 from ragstream.errors import PermanentError
 from workers.webhooks.events import EVENT_TYPES, WILDCARD
 from workers.webhooks.signing import new_secret
@@ -82,8 +82,9 @@ def _check_text(name: str, value: str, limit: int) -> None:
 
 
 def _view(row: WebhookEndpoint) -> Endpoint:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=dt.UTC)
-    return Endpoint(row.id, row.tenant, row.url, tuple(row.event_types), row.description, created)
+    return Endpoint(
+        row.id, row.tenant, row.url, tuple(row.event_types), row.description, as_utc(row.created_at)
+    )
 
 
 def register(

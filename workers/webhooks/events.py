@@ -21,7 +21,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ragstream.db.models import IngestJob
+from ragstream.db.models import IngestJob, as_utc
 from topics.responses import QueryResponse
 
 QUERY_COMPLETED: Final = "query.completed"
@@ -47,8 +47,7 @@ def webhook_id(event_type: str, tenant: str, subject: str, url: str) -> str:
 
 
 def _iso(value: dt.datetime) -> str:
-    aware = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-    return aware.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    return as_utc(value).isoformat().replace("+00:00", "Z")
 
 
 def query_completed(response: QueryResponse) -> dict[str, Any]:

@@ -29,7 +29,13 @@ import structlog
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragstream.db.models import IngestJob, IngestJobItem, WebhookDelivery, utcnow
+from ragstream.db.models import (
+    FINAL_JOB_STATUSES,
+    IngestJob,
+    IngestJobItem,
+    WebhookDelivery,
+    utcnow,
+)
 from topics.responses import QueryResponse
 from workers.webhooks import events
 from workers.webhooks.endpoints import targets_in
@@ -38,7 +44,6 @@ log = structlog.get_logger(__name__)
 
 DELIVER_TASK = "ragstream.webhooks.deliver"
 MARKER_PREFIX = "ragstream:webhooks:queued:"
-FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
 
 
 @dataclass(frozen=True, slots=True)

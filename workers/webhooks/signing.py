@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from standardwebhooks.webhooks import Webhook
 
-from ragstream.db.models import WebhookEndpoint, WebhookTenantSecret, utcnow
+from ragstream.db.models import WebhookEndpoint, WebhookTenantSecret, as_utc, utcnow
 
 PREFIX = "whsec_"
 KEY_BYTES = 32
@@ -49,15 +49,11 @@ class Rotated:
     previous_valid_until: dt.datetime | None
 
 
-def _utc(value: dt.datetime) -> dt.datetime:
-    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
-
-
 def keys_of(row: WebhookEndpoint | WebhookTenantSecret, now: dt.datetime) -> list[str]:
     """The keys that sign now: the current one, then the previous one within its window."""
     keys = [row.secret]
     until = row.previous_secret_until
-    if row.previous_secret and until is not None and _utc(until) > now:
+    if row.previous_secret and until is not None and as_utc(until) > now:
         keys.append(row.previous_secret)
     return keys
 

@@ -73,15 +73,6 @@ def retry_policy(cfg: WebhookSettings) -> RetryPolicy:
     )
 
 
-def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
-    """Exponential back-off before attempt ``attempt + 1``: ``min(cap, base * 2**(attempt-1))``
-    (the :class:`RetryPolicy` of the deliveries, without jitter), seconds."""
-    return (
-        RetryPolicy(base_ms=base_s * 1000, cap_ms=cap_s * 1000, jitter=False).delay_ms(attempt)
-        / 1000
-    )
-
-
 @celery_app.task(name="ragstream.webhooks.deliver", bind=True, acks_late=True, max_retries=None)  # type: ignore[untyped-decorator]
 def deliver(self: Any, delivery_id: int, attempts: int | None = None) -> str:
     """Attempt delivery ``delivery_id``; schedule the next attempt if it may succeed later.
