@@ -130,6 +130,9 @@ def create_app(settings: Settings) -> FastAPI:
         )
         yield
         app.state.services.extras["queries"].close()
+        ops = app.state.services.extras.get("ops")
+        if ops is not None:
+            await asyncio.to_thread(ops.close)
 
     app = FastAPI(
         title="ragstream",
@@ -192,12 +195,13 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _mount_routes(app: FastAPI) -> None:
-    from api.routes import documents, openai_compat, query, webhooks
+    from api.routes import documents, openai_compat, ops, query, webhooks
 
     app.include_router(query.router)
     app.include_router(openai_compat.router)
     app.include_router(documents.router)
     app.include_router(webhooks.router)
+    app.include_router(ops.router)
 
 
 def _mount_docs(app: FastAPI) -> None:
