@@ -14,6 +14,8 @@
   extracted into the job's own folder (:mod:`ingest.archives`).
 - ``GET /v1/ingest/jobs``: the tenant's jobs, newest first, a cursor-paginated page.
 - ``GET /v1/ingest/jobs/{job_id}``: progress and per-document failures.
+- ``POST /v1/ingest/jobs/{job_id}/retry``: set the job's failed documents back to pending and
+  queue the job again (202 with its progress; 409 when none failed).
 
 Every route is scoped to the API key's tenant.
 """
@@ -337,6 +339,26 @@ def _job_summary(j: jobs.JobProgress) -> JobSummary:
         finished_at=jobs.aware(j.finished_at) if j.finished_at else None,
         links={"self": f"/v1/ingest/jobs/{j.job_id}"},
     )  # fmt: skip
+
+
+@router.post(
+    "/v1/ingest/jobs/{job_id}/retry", status_code=202, response_model=JobOut,
+    responses={**ERRORS, 409: {"model": ErrorEnvelope}},
+)  # fmt: skip
+async def retry_ingest_job(
+    job_id: str, request: Request, who: Principal = Depends(principal)
+) -> JSONResponse:
+    """Retry the failed documents of a finished job (the others keep their status)."""
+    sessions = services(request).sessions
+    found = await asyncio.to_thread(_job, sessions, who.tenant, job_id[:64])
+    if found is None:
+        raise ApiError(404, "NOT_FOUND", f"no ingest job {job_id!r} for this tenant")
+    if found.status not in jobs.FINAL_JOB_STATUSES or found.failed_documents == 0:
+        raise ApiError(
+            409, "CONFLICT", f"job {job_id!r} is {found.status} with no failed documents to retry"
+        )
+    await asyncio.to_thread(jobs.reset_failed, sessions, found.job_id)
+    return await _submit(request, who, found.job_id)
 
 
 def _check_doc_id(doc_id: str) -> None:

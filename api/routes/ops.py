@@ -1,5 +1,6 @@
 """The console's operations data, for operator keys only (a ``user`` key gets 403).
 
+- ``GET /v1/me`` (any key): the key's tenant and role, for the console's sign-in;
 - ``GET /v1/ops/status``: processes, pools (lag per partition, batch size, stage p50/p95,
   throughput, errors), DLQ depths, LLM servers and the index (:mod:`api.ops`);
 - ``GET /v1/ops/dlq/{topic}``: the newest dead letters of one DLQ with why they failed
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from api.auth import Principal
-from api.deps import operator, services
+from api.deps import operator, principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.ops import OpsService, OpsStatus
 
@@ -44,6 +45,19 @@ class DeadLettersOut(BaseModel):
     topic: str
     total: int
     letters: list[DeadLetterOut]
+
+
+class MeOut(BaseModel):
+    """The caller's key: its tenant and role."""
+
+    tenant: str
+    role: str
+
+
+@router.get("/v1/me", response_model=MeOut, responses=ERRORS, tags=["auth"])
+async def me(who: Principal = Depends(principal)) -> MeOut:
+    """Who the presented key acts as (the console signs in with it)."""
+    return MeOut(tenant=who.tenant, role=who.role)
 
 
 def ops_service(request: Request) -> OpsService:
