@@ -12,7 +12,9 @@
   size, batch (stage) latency p50/p95, throughput and error counts *over the last
   :data:`WINDOW_S` seconds*, from the difference between the newest scrape and the oldest one in
   that window (histogram quantiles interpolated within buckets as Prometheus'
-  ``histogram_quantile`` does). A short history of throughput and lag feeds the page's chart.
+  ``histogram_quantile`` does); until this process has scraped a pool for a whole window, batch
+  size, p50/p95 and errors are the totals since the pool started (``since_start``). A short
+  history of throughput and lag feeds the page's chart.
 - **DLQ depth** per consumed topic (records between the DLQ partitions' start and end offsets,
   as :func:`topics.dlq.inspect` counts them).
 - **LLM servers**: :func:`ragstream.health.probe_llm_servers`.
@@ -132,6 +134,11 @@ class PoolOut(BaseModel):
     max_wait_ms: int
     metrics_endpoints: list[int] = Field(default_factory=list, description="Ports scraped.")
     window_s: float = 0.0
+    since_start: bool = Field(
+        default=False,
+        description="Batch size, p50/p95 and errors are totals since the pool started "
+        "(scraped for less than a window yet); throughput is over `window_s` either way.",
+    )
     throughput_per_s: float | None = None
     batch_size_mean: float | None = None
     batch_p50_ms: float | None = None
@@ -365,6 +372,7 @@ class OpsService:
         self._llm: tuple[float, list[ProbeOut]] | None = None
         self._scrapes: dict[str, deque[PoolScrape]] = {}
         self._history: dict[str, deque[list[float]]] = {}
+        self._first_scrape: dict[str, float] = {}
         self._consumer: Any = None
         self._admin: Any = None
         self._es: Any = None
@@ -497,10 +505,17 @@ class OpsService:
             return
         scrapes = self._scrapes.setdefault(row.name, deque())
         scrapes.append(scrape)
-        while len(scrapes) > 1 and now - scrapes[0].at > WINDOW_S:
+        # The baseline is the newest scrape at least a window old (or the oldest there is).
+        while len(scrapes) > 2 and now - scrapes[1].at >= WINDOW_S:
             scrapes.popleft()
         oldest = scrapes[0]
         numbers = window_numbers(oldest, scrape)
+        if scrape.at - self._first_scrape.setdefault(row.name, oldest.at) < WINDOW_S:
+            # Scraped for less than a window yet: the totals since the pool started say more
+            # than the few seconds seen (throughput stays the rate between the scrapes seen).
+            rate_seen = numbers["throughput_per_s"]
+            numbers = window_numbers(scrape, scrape) | {"throughput_per_s": rate_seen}
+            row.since_start = True
         previous = scrapes[-2] if len(scrapes) > 1 else None
         rate = window_numbers(previous, scrape)["throughput_per_s"] if previous else 0.0
         history.append([now, rate or 0.0, float(row.lag or 0)])

@@ -4,7 +4,10 @@
 - ``GET /v1/ops/status``: processes, pools (lag per partition, batch size, stage p50/p95,
   throughput, errors), DLQ depths, LLM servers and the index (:mod:`api.ops`);
 - ``GET /v1/ops/dlq/{topic}``: the newest dead letters of one DLQ with why they failed
-  (:func:`topics.dlq.inspect`; nothing is consumed).
+  (:func:`topics.dlq.inspect`; nothing is consumed);
+- ``POST /v1/ops/dlq/{topic}/replay``: re-publish its dead letters to their source topic
+  (:func:`topics.dlq.replay`, progress in the consumer group ``ragstream dlq replay`` uses, so
+  the CLI and the console never replay a letter twice).
 
 Operators see the whole deployment, every tenant's pools alike: that is why these need the role.
 """
@@ -114,3 +117,45 @@ def _letter(v: Any) -> DeadLetterOut:
     return DeadLetterOut(
         partition=v.partition, offset=v.offset, key=v.key, size=v.size, context=dict(v.context)
     )
+
+
+class ReplayedOut(BaseModel):
+    """How many dead letters were re-published to their source topic."""
+
+    topic: str
+    replayed: int
+
+
+#: The consumer group of ``ragstream dlq replay`` (its default ``--group``).
+REPLAY_GROUP = "ragstream-dlq-replay"
+
+
+@router.post("/v1/ops/dlq/{topic}/replay", response_model=ReplayedOut, responses=ERRORS)
+async def ops_replay_dead_letters(
+    topic: str,
+    request: Request,
+    _: Principal = Depends(operator),
+    limit: int = Query(default=100, ge=1, le=10_000),
+) -> ReplayedOut:
+    """Re-publish up to ``limit`` dead letters of DLQ ``topic`` (original bytes and headers)."""
+    ops = ops_service(request)
+    known = {d.topic for d in await asyncio.to_thread(lambda: ops.status().dlq)}
+    if topic not in known:
+        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}")
+    n = await asyncio.to_thread(_replay, ops, topic, limit)
+    return ReplayedOut(topic=topic, replayed=n)
+
+
+def _replay(ops: OpsService, topic: str, limit: int) -> int:
+    from topics.consumer import make_consumer
+    from topics.dlq import replay
+    from topics.producer import EventProducer, make_producer
+
+    kafka = ops.settings.kafka
+    consumer = make_consumer(kafka, topic, group=REPLAY_GROUP, auto_offset_reset="earliest")
+    producer = EventProducer(make_producer(kafka))
+    try:
+        return replay(consumer, producer, topic, limit=limit, idle_timeout_ms=2_000)
+    finally:
+        consumer.close(autocommit=False)
+        producer.close()

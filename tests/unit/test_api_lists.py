@@ -121,3 +121,16 @@ def test_the_lists_are_in_the_openapi_spec(client: Any) -> None:
         assert {p["name"] for p in op["parameters"]} >= {"limit", "cursor"}
     params = {p["name"] for p in spec["paths"]["/v1/documents"]["get"]["parameters"]}
     assert {"status", "source"} <= params
+
+
+def test_retry_needs_the_tenants_finished_job_with_failures(client: Any) -> None:
+    acme = {"Authorization": f"Bearer {client.keys['acme']}"}
+    r = client.post("/v1/ingest/jobs/acme-job-1/retry", headers=acme)
+    assert r.status_code == 409 and r.json()["error"]["code"] == "CONFLICT", r.text
+    r = client.post("/v1/ingest/jobs/globex-job-1/retry", headers=acme)
+    assert r.status_code == 404, r.text
+
+
+def test_me_names_the_keys_tenant_and_role(client: Any) -> None:
+    r = client.get("/v1/me", headers={"Authorization": f"Bearer {client.keys['globex']}"})
+    assert r.status_code == 200 and r.json() == {"tenant": "globex", "role": "user"}

@@ -20,7 +20,11 @@ from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import get_settings
 from tests.unit.apikit import settings_for
 
-OPS_PATHS = ("/v1/ops/status", "/v1/ops/dlq/rag.queries.dlq")
+OPS_PATHS = (
+    ("GET", "/v1/ops/status"),
+    ("GET", "/v1/ops/dlq/rag.queries.dlq"),
+    ("POST", "/v1/ops/dlq/rag.queries.dlq/replay"),
+)
 
 
 class FakeOps:
@@ -56,11 +60,11 @@ def client(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_a_user_key_gets_403_on_the_operations_data_and_an_operator_key_200(client: Any) -> None:
-    for path in OPS_PATHS:
-        r = client.get(path, headers={"Authorization": f"Bearer {client.user}"})
+    for method, path in OPS_PATHS:
+        r = client.request(method, path, headers={"Authorization": f"Bearer {client.user}"})
         assert r.status_code == 403, r.text
         assert r.json()["error"]["code"] == "FORBIDDEN"
-        assert client.get(path).status_code == 401
+        assert client.request(method, path).status_code == 401
     assert client.fake.calls == 0  # nothing was collected for the refused key
     r = client.get("/v1/ops/status", headers={"Authorization": f"Bearer {client.operator}"})
     assert r.status_code == 200 and r.json()["index"]["alias"] == "a"

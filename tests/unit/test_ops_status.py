@@ -8,11 +8,16 @@ import os
 from pathlib import Path
 
 import pytest
+import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from api.ops import (
     POOL_INPUTS,
+    WINDOW_S,
     WORKER_COMMAND,
+    OpsService,
+    PoolOut,
+    PoolScrape,
     histogram_quantile,
     metrics_ports,
     parse_pool_metrics,
@@ -103,3 +108,33 @@ def test_every_procfile_pool_is_a_pool_the_page_shows() -> None:
     commands = parse_procfile((PROJECT_ROOT / "Procfile").read_text())
     pools = {m.group(1) for c in commands.values() if (m := WORKER_COMMAND.search(c))}
     assert pools == set(POOL_INPUTS)
+
+
+def test_until_a_whole_window_was_scraped_the_numbers_are_since_the_pool_started() -> None:
+    ops = OpsService(Settings(), redis.Redis())  # no connection until used
+    inf = float("inf")
+
+    def row() -> PoolOut:
+        return PoolOut(name="retrieval", topic="t", group="g", max_batch=32, max_wait_ms=10)
+
+    def scrape(at: float, batches: float) -> PoolScrape:
+        return PoolScrape(
+            at, events_in=batches * 2, batch_count=batches, batch_sum=batches * 2,
+            latency={0.1: batches, inf: batches},
+        )  # fmt: skip
+
+    first = row()
+    ops._windowed(first, scrape(100.0, 5), 100.0)
+    assert first.since_start and first.batch_size_mean == 2 and first.batch_p50_ms is not None
+    idle = row()  # nothing happened since: the totals still show, the rate is 0
+    ops._windowed(idle, scrape(103.0, 5), 103.0)
+    assert idle.since_start and idle.batch_size_mean == 2 and idle.throughput_per_s == 0
+    assert len(idle.history) == 2
+    later = row()  # a whole window scraped: only the window counts (still idle: no batches)
+    ops._windowed(later, scrape(100.0 + WINDOW_S + 10, 5), 100.0 + WINDOW_S + 10)
+    assert not later.since_start and later.batch_size_mean is None
+    busy = row()
+    ops._windowed(busy, scrape(100.0 + WINDOW_S + 20, 15), 100.0 + WINDOW_S + 20)
+    # 10 batches of 2 events since the baseline, the scrape at 103 s (the newest a window old).
+    assert busy.batch_size_mean == 2
+    assert busy.throughput_per_s == pytest.approx(20 / (WINDOW_S + 20 - 3))

@@ -297,6 +297,7 @@ async function ask(event) {
     state.textContent = "";
     $("#question").value = "";
     loadHistory(true);
+    setTimeout(() => loadHistory(true), 2000); // once the delivery pool logged the answer
   } catch (err) {
     body.append(el("div", { class: "failure", text: `Failed: ${err.message}` }));
     state.textContent = "";
@@ -605,8 +606,9 @@ async function loadOps() {
       el("td", { class: "lag", text: p.lag === null ? "—" : p.lag }),
       el("td", { class: "small", text: p.partitions.map((x) => `p${x.partition}: ${x.lag}`).join(" · ") || (p.error || "—") }),
       el("td", { text: `${fmt(p.batch_size_mean, 1)} (${p.max_batch})` }),
-      el("td", { text: `${fmt(p.batch_p50_ms, 1)} / ${fmt(p.batch_p95_ms, 1)}` }),
-      el("td", { text: fmt(p.throughput_per_s, 2) }),
+      el("td", { class: "p50p95", title: p.since_start ? "since the pool started" : `last ${fmt(p.window_s)} s`,
+        text: `${fmt(p.batch_p50_ms, 1)} / ${fmt(p.batch_p95_ms, 1)}` }),
+      el("td", { class: "throughput", text: fmt(p.throughput_per_s, 2) }),
       el("td", { text: `${fmt(p.errors)} (${fmt(p.errors_total)} total, ${fmt(p.dead_letters_total)} DLQ)` }),
       el("td", {}, sparkline(p.history, 1), sparkline(p.history, 2)))));
   const procs = status.processes;
@@ -622,7 +624,8 @@ async function loadOps() {
   $("#dlq tbody").replaceChildren(...status.dlq.map((d) =>
     el("tr", { "data-dlq": d.topic },
       el("td", { text: d.topic }), el("td", { text: d.depth === null ? (d.error || "—") : d.depth }),
-      el("td", {}, d.depth ? el("button", { type: "button", text: "Inspect", onclick: () => inspectDlq(d.topic) }) : ""))));
+      el("td", {}, d.depth ? el("button", { type: "button", text: "Inspect", onclick: () => inspectDlq(d.topic) }) : "",
+        d.depth ? el("button", { type: "button", text: "Replay", onclick: () => replayDlq(d.topic) }) : ""))));
   $("#llm").replaceChildren(...status.llm.map((l) =>
     el("li", { class: l.healthy ? "healthy" : "unhealthy" }, `${l.name}: ${l.healthy ? "healthy" : "down"} `,
       el("span", { class: "muted small", text: `${l.detail} (${fmt(l.latency_ms)} ms)` }))));
@@ -633,6 +636,16 @@ async function loadOps() {
     el("dt", { text: "model" }), el("dd", { text: `${ix.model_id || "—"} (${ix.dims || "?"} dims)` }),
     el("dt", { text: "configured model" }), el("dd", { text: ix.configured_model }),
     el("dt", { text: "chunks" }), el("dd", { text: ix.chunk_count === null ? (ix.error || "—") : ix.chunk_count }));
+}
+
+async function replayDlq(topic) {
+  if (!window.confirm(`Re-publish the dead letters of ${topic} to their source topic?`)) return;
+  try {
+    const done = await api(`/v1/ops/dlq/${encodeURIComponent(topic)}/replay`, { method: "POST" });
+    window.alert(`replayed ${done.replayed} dead letter(s) from ${topic}`);
+  } catch (err) {
+    window.alert(err.message);
+  }
 }
 
 async function inspectDlq(topic) {
