@@ -50,13 +50,20 @@ def decode_cursor(cursor: str | None, kinds: tuple[type, ...]) -> tuple[Any, ...
         for value, kind in zip(values, kinds, strict=True):
             if kind is dt.datetime:
                 out.append(dt.datetime.fromisoformat(value))
-            elif isinstance(value, kind) and not isinstance(value, bool):
+            elif _valid(value, kind):
                 out.append(value)
             else:
                 raise ValueError("wrong type")
         return tuple(out)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
         raise ApiError(422, "INVALID_REQUEST", "cursor: not a cursor of this list") from exc
+
+
+def _valid(value: Any, kind: type) -> bool:
+    """A 64-bit row id, or a string a SQL driver takes (no NUL)."""
+    if kind is int:
+        return type(value) is int and 0 <= value < 2**63
+    return type(value) is str and "\x00" not in value
 
 
 class DocumentPage(BaseModel):

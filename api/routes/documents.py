@@ -165,7 +165,9 @@ async def list_documents(
     status: str | None = Query(
         default=None, pattern="^(indexed|deleted|failed)$", description="Only this status."
     ),
-    source: str | None = Query(default=None, max_length=2048, description="Only this source."),
+    source: str | None = Query(
+        default=None, max_length=2048, pattern=r"^[^\x00]*$", description="Only this source."
+    ),
     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
 ) -> DocumentPage:

@@ -134,3 +134,22 @@ def test_retry_needs_the_tenants_finished_job_with_failures(client: Any) -> None
 def test_me_names_the_keys_tenant_and_role(client: Any) -> None:
     r = client.get("/v1/me", headers={"Authorization": f"Bearer {client.keys['globex']}"})
     assert r.status_code == 200 and r.json() == {"tenant": "globex", "role": "user"}
+
+
+def test_cursor_values_out_of_range_are_refused() -> None:
+    from api.errors import ApiError
+    from api.pages import decode_cursor, encode_cursor
+
+    assert decode_cursor(encode_cursor([7]), (int,)) == (7,)
+    at = dt.datetime(2026, 12, 1, 8, 0)
+    assert decode_cursor(encode_cursor([at, "q-1"]), (dt.datetime, str)) == (at, "q-1")
+    bad: list[tuple[list[Any], tuple[type, ...]]] = [
+        ([2**70], (int,)),
+        ([-1], (int,)),
+        ([True], (int,)),
+        (["x"], (int,)),
+        ([at.isoformat(), "a\x00b"], (dt.datetime, str)),
+    ]
+    for key, kinds in bad:
+        with pytest.raises(ApiError):
+            decode_cursor(encode_cursor(key), kinds)
