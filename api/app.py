@@ -134,10 +134,9 @@ def create_app(settings: Settings) -> FastAPI:
         yield
         app.state.services.extras["queries"].close()
         extras = app.state.services.extras
-        if "ops" in extras:
-            await asyncio.to_thread(extras["ops"].close)
-        if "es" in extras:
-            await asyncio.to_thread(extras["es"].close)
+        for name in ("ops", "es"):  # built on first use; built again if the app restarts
+            if name in extras:
+                await asyncio.to_thread(extras.pop(name).close)
 
     app = FastAPI(
         title="ragstream",
