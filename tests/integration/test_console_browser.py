@@ -4,16 +4,23 @@ API in this process, an operator key.
 
 One walk through the three pages: sign in; ask a question (evidence tier) and see the streamed
 answer, open a citation ``[n]`` and find the evidence span highlighted in its passage at its
-offsets, with a link to the source document; upload a small file on the knowledge-base page and
-watch its document reach ``indexed``; open the operations page and find every Procfile pool
-with its lag. Any error in the browser console fails the test. The screenshots of the three
-pages are the docs' (``docs/img/console-*.png``, embedded by ``docs/console.md``).
+offsets, with a link to the source document; on the knowledge-base page upload a small file and
+watch its document reach ``indexed``, and a small zip archive and watch its bulk job (a Celery
+worker on the test's own queue) reach ``succeeded``; open the operations page and find every
+Procfile pool with its lag. Any error in the browser console fails the test. The screenshots of
+the three pages are the docs' (``docs/img/console-*.png``, embedded by ``docs/console.md``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
+import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +30,9 @@ import pytest
 
 from api.ops import WORKER_COMMAND
 from entry.supervisor import parse_procfile
-from ragstream.settings import PROJECT_ROOT
-from tests.integration.stack import Stack, free_port, get_json, make_stack, wait_for
+from ragstream.celery_app import configure_celery
+from ragstream.settings import PROJECT_ROOT, get_settings
+from tests.integration.stack import RAGSTREAM, Stack, free_port, get_json, make_stack, wait_for
 from tests.integration.test_api_docs_browser import CHROMEDRIVER, CHROMIUM, FLAGS
 
 pytestmark = [
@@ -48,6 +56,11 @@ DOCS = {
 }
 UPLOAD = "okapi-console.md"
 UPLOAD_TEXT = "# Okapi\n\nThe okapi is the only living relative of the giraffe.\n"
+ARCHIVE = "console-archive.zip"
+ARCHIVE_FILES = {
+    "quokka.md": "# Quokka\n\nThe quokka is a small macropod of Rottnest Island.\n",
+    "tuatara.md": "# Tuatara\n\nThe tuatara is the last living rhynchocephalian.\n",
+}
 
 
 def procfile_pools() -> set[str]:
@@ -63,10 +76,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         f"RAGSTREAM_POOLS__{pool.upper().replace('-', '_')}__METRICS_PORT": str(free_port())
         for pool in procfile_pools()
     }
-    s = make_stack(tmp_path_factory.mktemp("console"), "console", **ports)
+    tmp = tmp_path_factory.mktemp("console")
+    queue = f"console-jobs-{os.getpid()}-{int(time.time())}"
+    s = make_stack(
+        tmp, "console", **ports,
+        # Bulk jobs go to this test's own Celery queue and worker; uploads land under tmp.
+        RAGSTREAM_CELERY__QUEUE=queue,
+        RAGSTREAM_INGEST__ALLOWED_ROOTS=json.dumps([str(tmp / "roots")]),
+        RAGSTREAM_INGEST__UPLOAD_ROOT=str(tmp / "roots"),
+    )  # fmt: skip
+    configure_celery(s.settings)  # the in-process API submits to the test's queue
+    assert s.log_dir is not None
+    worker_log = (s.log_dir / "celery.log").open("wb")
+    worker = subprocess.Popen(
+        [RAGSTREAM, "celery-worker", "--queues", "jobs", "-n", f"{queue}@%h", "--concurrency", "1"],
+        env=s.env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     s.start_pools()
     try:
         s.wait_ready()
+        wait_for(
+            lambda: "ready" in (s.log_dir / "celery.log").read_text(errors="replace"),  # type: ignore[operator]
+            timeout_s=120,
+            what="the Celery worker ready",
+        )
         s.api()
         s.keys["op"] = s.key(s.name + "-console", role="operator", rate_per_minute=0)
         url = s.apis[0].url
@@ -88,6 +121,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             )
         yield s
     finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+        worker_log.close()
+        configure_celery(get_settings())
         s.close()
 
 
@@ -203,6 +245,24 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     row = driver.find_element(By.CSS_SELECTOR, f"#documents tr[data-doc='{UPLOAD}']")
     assert "indexed" in row.find_element(By.CSS_SELECTOR, ".status").text
     assert row.find_elements(By.CSS_SELECTOR, "button.delete")
+
+    # Upload an archive: a bulk job whose row shows its progress until it succeeded.
+    archive = tmp_path / ARCHIVE
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, text in ARCHIVE_FILES.items():
+            zf.writestr(name, text)
+    driver.find_element(By.ID, "file-input").send_keys(str(archive))
+    status = f"#uploads li[data-file='{ARCHIVE}'] .upload-status"
+    wait(
+        driver,
+        lambda d: d.find_element(By.CSS_SELECTOR, status).text == "succeeded",
+        "the archive's job succeeded",
+        timeout_s=120,
+    )
+    job = driver.find_element(By.CSS_SELECTOR, "#jobs tbody tr")
+    assert job.find_element(By.CSS_SELECTOR, ".job-status").text == "succeeded"
+    assert "2/2" in job.text and "100%" in job.text, job.text
+    assert job.find_element(By.CSS_SELECTOR, ".bar > span").get_attribute("style") == "width: 100%;"
     driver.save_screenshot(str(IMAGES / "console-kb.png"))
     no_console_errors(driver, "knowledge base")
 

@@ -518,6 +518,7 @@ async function loadJobs() {
           item.state = j.status;
           item.detail = `${j.done_documents}/${j.total_documents} documents`;
           renderUpload(item);
+          loadDocuments(true);
         }
       }
       return el("tr", { "data-job": j.job_id },
