@@ -45,6 +45,8 @@ pytestmark = [
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
 By = pytest.importorskip("selenium.webdriver.common.by").By
 WebDriverWait = pytest.importorskip("selenium.webdriver.support.ui").WebDriverWait
+_errors = pytest.importorskip("selenium.common.exceptions")
+Stale, NoSuchElement = _errors.StaleElementReferenceException, _errors.NoSuchElementException
 
 IMAGES = PROJECT_ROOT / "docs" / "img"
 WAIT_S = 60
@@ -159,7 +161,11 @@ def no_console_errors(driver: Any, page: str) -> None:
 
 
 def wait(driver: Any, fn: Any, what: str, timeout_s: float = WAIT_S) -> Any:
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(fn, message=what)
+    """``fn(driver)`` once truthy; an element replaced by the page's refresh while ``fn`` reads
+    it (stale) or not there yet counts as not yet."""
+    return WebDriverWait(
+        driver, timeout_s, poll_frequency=0.2, ignored_exceptions=(Stale, NoSuchElement)
+    ).until(fn, message=what)
 
 
 def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path: Path) -> None:
@@ -237,14 +243,15 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
         "the uploaded document indexed",
         timeout_s=120,
     )
+    row = f"#documents tr[data-doc='{UPLOAD}']"
     wait(
         driver,
-        lambda d: d.find_elements(By.CSS_SELECTOR, f"#documents tr[data-doc='{UPLOAD}']"),
-        "the upload in the documents list",
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, f"{row} .status").text == "indexed"
+            and d.find_elements(By.CSS_SELECTOR, f"{row} button.delete")
+        ),
+        "the upload indexed in the documents list, with a delete button",
     )
-    row = driver.find_element(By.CSS_SELECTOR, f"#documents tr[data-doc='{UPLOAD}']")
-    assert "indexed" in row.find_element(By.CSS_SELECTOR, ".status").text
-    assert row.find_elements(By.CSS_SELECTOR, "button.delete")
 
     # Upload an archive: a bulk job whose row shows its progress until it succeeded.
     archive = tmp_path / ARCHIVE
@@ -259,10 +266,17 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
         "the archive's job succeeded",
         timeout_s=120,
     )
-    job = driver.find_element(By.CSS_SELECTOR, "#jobs tbody tr")
-    assert job.find_element(By.CSS_SELECTOR, ".job-status").text == "succeeded"
-    assert "2/2" in job.text and "100%" in job.text, job.text
-    assert job.find_element(By.CSS_SELECTOR, ".bar > span").get_attribute("style") == "width: 100%;"
+    job = "#jobs tbody tr:first-child"
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, f"{job} .job-status").text == "succeeded"
+            and "2/2" in d.find_element(By.CSS_SELECTOR, job).text
+            and d.find_element(By.CSS_SELECTOR, f"{job} .bar > span").get_attribute("style")
+            == "width: 100%;"
+        ),
+        "the job's row: succeeded, 2/2 documents, a full progress bar",
+    )
     driver.save_screenshot(str(IMAGES / "console-kb.png"))
     no_console_errors(driver, "knowledge base")
 
@@ -270,16 +284,12 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     driver.find_element(By.CSS_SELECTOR, "#nav a[data-page='ops']").click()
     pools = procfile_pools()
     for pool in sorted(pools):
-        lag = wait(
+        cell = f"#pools tr[data-pool='{pool}'] .lag"
+        wait(
             driver,
-            lambda d, p=pool: d.find_elements(By.CSS_SELECTOR, f"#pools tr[data-pool='{p}'] .lag"),
-            f"pool {pool}",
-        )[0]
-        wait(driver, lambda d, cell=lag: cell.text.strip().isdigit(), f"the lag of {pool}")
-    shown = {
-        r.get_attribute("data-pool") for r in driver.find_elements(By.CSS_SELECTOR, "#pools tr")
-    }
-    assert pools <= shown
+            lambda d, c=cell: d.find_element(By.CSS_SELECTOR, c).text.strip().isdigit(),
+            f"pool {pool} with its lag",
+        )
     # The pools' own metrics endpoints answered: the retrieval pool's batch latency is known.
     p50p95 = "#pools tr[data-pool='retrieval'] .p50p95"
     wait(
@@ -330,3 +340,26 @@ def test_another_tenant_sees_none_of_it_and_a_user_key_no_operations(stack: Stac
     # A user key: its own data, no operations.
     assert get_json(f"{url}/v1/ops/status", other)[0] == 403
     assert get_json(f"{url}/v1/ops/status", op)[0] == 200
+
+
+def test_a_user_key_is_told_the_operations_page_needs_an_operator_key(
+    stack: Stack, browser: Any
+) -> None:
+    driver = browser
+    user = stack.key(stack.name + "-console", rate_per_minute=0)
+    driver.get(f"{stack.apis[0].url}/console/ops")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(user)
+    driver.find_element(By.ID, "signin").click()
+    note = wait(
+        driver,
+        lambda d: (
+            d.find_element(By.ID, "ops-forbidden").is_displayed()
+            and d.find_element(By.ID, "ops-forbidden")
+        ),
+        "the 403 note",
+    )
+    assert note.text.startswith("403") and "operator key" in note.text
+    assert not driver.find_element(By.ID, "ops-body").is_displayed()
+    assert not driver.find_elements(By.CSS_SELECTOR, "#pools tbody tr")
+    assert "user key" in driver.find_element(By.ID, "who").text
