@@ -196,6 +196,8 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     turn = driver.find_element(By.CSS_SELECTOR, "#conversation .turn")
     assert "tier evidence" in turn.find_element(By.CSS_SELECTOR, ".tier").text
     assert "ms" in turn.find_element(By.CSS_SELECTOR, ".latency").text
+    stages = [td.text for td in turn.find_elements(By.CSS_SELECTOR, ".trace tr td:first-child")]
+    assert stages[:3] == ["retrieval", "rerank", "evidence"], stages
     result = get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]
     assert result["status"] == "answered"
 
@@ -214,8 +216,29 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     )
     doc_link = driver.find_element(By.ID, "passage-doc")
     assert "doc=ports" in (doc_link.get_attribute("href") or "")
-    # The past question is listed (GET /v1/queries) for reopening.
-    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#history li a"), "past questions")
+    # A follow-up carries the conversation so far (as the OpenAI-compatible route rewrites it).
+    driver.find_element(By.ID, "question").send_keys("And which parameter sets it?")
+    driver.find_element(By.ID, "ask").click()
+    wait(
+        driver,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .turn .meta")) == 2,
+        "the follow-up's answer",
+    )
+    asked = get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]["query"]
+    assert asked.startswith("Conversation so far:\nUser: Which TCP port"), asked
+    assert "\nAssistant: " in asked and asked.endswith("Question: And which parameter sets it?")
+    # The past questions are listed (GET /v1/queries) for reopening, by their own words.
+    wait(
+        driver,
+        lambda d: (
+            [a.text for a in d.find_elements(By.CSS_SELECTOR, "#history li a")][:2]
+            == [
+                "And which parameter sets it?",
+                "Which TCP port does the server listen on by default?",
+            ]
+        ),
+        "past questions",
+    )
     IMAGES.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(IMAGES / "console-ask.png"))
     no_console_errors(driver, "ask")

@@ -246,7 +246,9 @@ function renderResult(turn, result) {
     if ((result.evidence || []).length) box.append(evidenceList(result.evidence, result));
     box.append(el("div", { class: "answer" }, ...answerNodes(result.answer || "", result)));
   }
-  const trace = el("details", {}, el("summary", { text: "trace" }), traceTable(result.trace));
+  // The latest answer shows its per-stage trace; earlier ones fold theirs away.
+  for (const open of document.querySelectorAll("#conversation details[open]")) open.open = false;
+  const trace = el("details", { open: true }, el("summary", { text: "per-stage trace" }), traceTable(result.trace));
   box.append(
     el("div", { class: "meta" },
       el("span", { class: "badge tier", text: `tier ${result.tier || "—"}` }),
