@@ -386,3 +386,61 @@ def test_a_user_key_is_told_the_operations_page_needs_an_operator_key(
     assert not driver.find_element(By.ID, "ops-body").is_displayed()
     assert not driver.find_elements(By.CSS_SELECTOR, "#pools tbody tr")
     assert "user key" in driver.find_element(By.ID, "who").text
+
+
+def test_operators_inspect_and_replay_a_dead_letter(stack: Stack) -> None:
+    from kafka import TopicPartition
+
+    from topics.consumer import make_consumer
+    from topics.dlq import SourceRecord, dead_letter_headers
+    from topics.producer import EventProducer, make_producer
+    from topics.registry import INGEST_RESULTS, TopicRegistry
+
+    url, op = stack.apis[0].url, stack.keys["op"]
+    registry = TopicRegistry(stack.settings.kafka.topic_prefix)
+    source, dlq = registry.name(INGEST_RESULTS), registry.dlq(INGEST_RESULTS)
+    record = SourceRecord(source, 0, 7, b"doc-1", b"not an event", [("x", b"1")])
+    producer = EventProducer(make_producer(stack.settings.kafka))
+    producer.send_raw(
+        dlq, record.key, record.value, dead_letter_headers(record, ValueError("bad"), 3, "p")
+    )
+    producer.flush()
+    producer.close()
+
+    depth = wait_for(
+        lambda: next(
+            (
+                d["depth"]
+                for d in get_json(f"{url}/v1/ops/status", op)[1]["dlq"]
+                if d["topic"] == dlq and d["depth"]
+            ),
+            None,
+        ),
+        timeout_s=30,
+        what="the DLQ depth",
+    )
+    assert depth == 1
+    status, letters = get_json(f"{url}/v1/ops/dlq/{dlq}", op)
+    assert status == 200 and letters["total"] == 1, letters
+    letter = letters["letters"][0]
+    assert letter["key"] == "doc-1" and letter["context"]["error.message"] == "bad"
+    assert letter["context"]["source.topic"] == source
+
+    consumer = make_consumer(stack.settings.kafka, group=None)
+    try:
+        tps = [
+            TopicPartition(source, p) for p in sorted(consumer.partitions_for_topic(source) or [])
+        ]
+        before = sum(consumer.end_offsets(tps).values())
+        r = httpx.post(
+            f"{url}/v1/ops/dlq/{dlq}/replay", headers={"Authorization": f"Bearer {op}"}, timeout=60
+        )
+        assert r.status_code == 200 and r.json() == {"topic": dlq, "replayed": 1}, r.text
+        assert sum(consumer.end_offsets(tps).values()) >= before + 1  # back on its topic
+    finally:
+        consumer.close()
+    again = httpx.post(
+        f"{url}/v1/ops/dlq/{dlq}/replay", headers={"Authorization": f"Bearer {op}"}, timeout=60
+    )
+    assert again.json()["replayed"] == 0  # the replay group remembers: never twice
+    assert get_json(f"{url}/v1/ops/dlq/nope.dlq", op)[0] == 404
