@@ -11,10 +11,11 @@ One row per ``request_id``, written idempotently (a replay or a duplicate change
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -127,3 +128,52 @@ def read(
             "created_at": aware(row.created_at),
             "completed_at": aware(row.completed_at) if row.completed_at else None,
         }
+
+
+def page(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    *,
+    limit: int,
+    before: tuple[dt.datetime, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` of ``tenant``'s logged queries, newest first by ``(created_at,
+    request_id)``, those after the sort key ``before`` of the previous page's last one (keyset
+    pagination); each as ``{request_id, query, status, tier, error_code, created_at,
+    completed_at, sort_key}``."""
+    stmt = select(
+        QueryLog.request_id,
+        QueryLog.query,
+        QueryLog.status,
+        QueryLog.trace,
+        QueryLog.error_code,
+        QueryLog.created_at,
+        QueryLog.completed_at,
+    ).where(QueryLog.tenant == tenant)
+    if before is not None:
+        created, request_id = before
+        stmt = stmt.where(
+            or_(
+                QueryLog.created_at < created,
+                and_(QueryLog.created_at == created, QueryLog.request_id < request_id),
+            )
+        )
+    stmt = stmt.order_by(QueryLog.created_at.desc(), QueryLog.request_id.desc()).limit(limit)
+    with sessions() as session:
+        rows = session.execute(stmt).all()
+    out = []
+    for rid, query, status, trace, code, created, completed in rows:
+        tier = trace.get("tier", "") if isinstance(trace, dict) else ""
+        out.append(
+            {
+                "request_id": rid,
+                "query": query,
+                "status": status if status in FINAL else "pending",
+                "tier": tier or "",
+                "error_code": code,
+                "created_at": aware(created),
+                "completed_at": aware(completed) if completed else None,
+                "sort_key": (created, rid),
+            }
+        )
+    return out

@@ -1,4 +1,5 @@
-"""``POST /v1/query`` (sync, async or SSE) and ``GET /v1/queries/{request_id}``.
+"""``POST /v1/query`` (sync, async or SSE), ``GET /v1/queries`` (the tenant's query log, a
+cursor-paginated page, newest first) and ``GET /v1/queries/{request_id}``.
 
 Server-Sent Events of a streamed query (``"stream": true``), in order:
 
@@ -28,9 +29,10 @@ import datetime as dt
 import json
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 from sse_starlette import EventSourceResponse
@@ -39,6 +41,14 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody, QueryResult
+from api.pages import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    QueryPage,
+    QuerySummary,
+    decode_cursor,
+    encode_cursor,
+)
 from api.querying import QueryService, replies_until
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
@@ -267,6 +277,36 @@ async def sse_stream(  # noqa: PLR0917 - one call site
         raise
     finally:
         svc.unsubscribe(event.request_id)
+
+
+@router.get(
+    "/v1/queries",
+    response_model=QueryPage,
+    responses={s: {"model": ErrorEnvelope} for s in (401, 422, 429)},
+)
+async def list_queries(
+    request: Request,
+    who: Principal = Depends(principal),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
+) -> QueryPage:
+    """The caller's past queries from the query log, newest first, one page at a time."""
+    svc = query_service(request)
+    before = decode_cursor(cursor, (dt.datetime, str))
+    rows = await asyncio.to_thread(
+        partial(query_log.page, svc.sessions, who.tenant, limit=limit + 1, before=before)
+    )
+    items = [
+        QuerySummary(
+            **{k: v for k, v in row.items() if k != "sort_key"},
+            links=poll_link(svc.settings, row["request_id"]),
+        )
+        for row in rows[:limit]
+    ]
+    more = len(rows) > limit
+    return QueryPage(
+        items=items, next_cursor=encode_cursor(list(rows[limit - 1]["sort_key"])) if more else None
+    )
 
 
 @router.get(

@@ -191,7 +191,8 @@ class ApiKey(Base):
 
     Keys are 256-bit random tokens, so an unsalted fast hash is the right lookup (as GitHub and
     Stripe do for tokens); ``prefix`` (the first 12 characters) identifies a key in listings.
-    ``rate_per_minute`` overrides the deployment default when set.
+    ``rate_per_minute`` overrides the deployment default when set. ``role``: ``user`` (the
+    tenant's data) or ``operator`` (also the deployment's operations: pools, DLQs, index).
     """
 
     __tablename__ = "api_keys"
@@ -202,6 +203,7 @@ class ApiKey(Base):
     tenant: Mapped[str] = mapped_column(String(128), index=True)
     name: Mapped[str] = mapped_column(String(128), default="")
     rate_per_minute: Mapped[int | None] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16), default="user", server_default="user")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column()
 
