@@ -115,6 +115,6 @@ def test_a_cut_completion_is_kept_to_its_last_sentence_and_marked() -> None:
 def test_a_question_over_the_budget_is_prompt_too_long_with_citations() -> None:
     long_question = "why " * 500 + "?"
     response = _answer(_generator(Backend("x"), budget=120), _event(long_question))
-    assert response.status == "error" and response.error is not None
+    assert response.status == "failed" and response.error is not None
     assert response.error.code == "PROMPT_TOO_LONG"
     assert [c.chunk_id for c in response.citations] == ["c1"] and response.evidence
