@@ -13,13 +13,17 @@ says ``answered`` or ``failed``; only the answer view knows ``pending``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, model_validator
 
 from topics.base import Contract, StageTiming, UtcDatetime
 from topics.responses import Citation, ErrorInfo, EvidenceSpan, QueryResponse, TokenUsage
 
+#: What the system answers when the documents do not hold the answer: the evidence tier's
+#: refusal, the sentence the LLM tiers are told to say, and what the evaluation counts as a
+#: refusal (the one definition).
+NOT_IN_DOCUMENTS: Final = "The documents do not contain the answer."
 #: The status of a query as every exit says it.
 AnswerStatus = Literal["pending", "answered", "failed"]
 #: The trace stage a cache hit carries (``workers.caches.CacheHit.readdress``).

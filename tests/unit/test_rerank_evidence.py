@@ -7,13 +7,14 @@ import datetime as dt
 from collections.abc import Sequence
 
 from ragstream.settings import PoolSettings, RerankSettings
+from topics.answers import NOT_IN_DOCUMENTS
 from topics.queries import QueryRequest
 from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import Candidate, RetrievedCandidates
 from topics.tokens import AnswerToken
-from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy
+from workers.evidence.answer import AnswerPolicy
 from workers.evidence.select import EvidenceSelector
 from workers.evidence.stage import EvidenceStage, TierPolicy
 from workers.pools.rerank import rerank_handler
@@ -100,6 +101,10 @@ def test_llm_tier_gets_the_evidence_and_a_stream_gets_it_first() -> None:
     assert isinstance(passages, RerankedPassages) and passages.tier == "small"
     assert passages.evidence and token.evidence == passages.evidence
     assert passages.route_reason == "policy"
+    # The evidence answer is composed here, once, and carried for the LLM tier's fallback.
+    assert passages.fallback is not None and not passages.fallback.refused
+    cited = passages.fallback.cited
+    assert cited and all(f"[{n}]" in passages.fallback.text for n in cited)
 
 
 def test_a_forced_route_wins() -> None:

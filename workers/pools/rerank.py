@@ -137,6 +137,7 @@ def _with_evidence(
                 "evidence": d.evidence,
                 "evidence_confidence": d.confidence,
                 "route_reason": d.reason,
+                "fallback": d.fallback,
             }
         ).traced(
             "evidence",
@@ -148,7 +149,7 @@ def _with_evidence(
             spans=len(d.evidence),
         )
         if d.tier == "evidence":
-            response = evidence_response(traced, d)
+            response = evidence_response(traced)
             if cache is not None:
                 cache.put(r.request, response, r.index_version)
             out.append(Emit(RESPONSES, response))
