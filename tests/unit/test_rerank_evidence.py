@@ -111,3 +111,21 @@ def test_a_forced_route_wins() -> None:
     [emit] = _run([_event("How long is the deadlock timeout?", route="large")])
     assert emit.topic == RERANKED_BY_TIER["large"]
     assert isinstance(emit.event, RerankedPassages) and emit.event.route_reason == "forced"
+
+
+def test_the_tier_is_decided_once_with_its_reason_in_the_trace() -> None:
+    """The retrieval pool's router only suggests; the decision is traced once, by the stage that
+    makes it: the evidence stage, or the rerank stage when no evidence stage runs."""
+    suggested = _event("How long is the deadlock timeout?").model_copy(
+        update={"tier": "large", "route_reason": "cue"}
+    )
+    [emit] = _run([suggested], mode="evidence")
+    stages = {t.stage: dict(t.detail) for t in emit.event.trace}
+    assert "tier" not in stages["rerank"]
+    assert stages["evidence"]["tier"] == "evidence" and stages["evidence"]["route"] == "policy"
+    handler = rerank_handler(KeepOrder(), RerankSettings(), pool=PoolSettings())
+    [plain] = handler.fn([suggested])
+    assert isinstance(plain, Emit) and plain.topic == RERANKED_BY_TIER["large"]
+    assert isinstance(plain.event, RerankedPassages) and plain.event.route_reason == "cue"
+    [rerank] = [t for t in plain.event.trace if t.stage == "rerank"]
+    assert rerank.detail["tier"] == "large" and rerank.detail["route"] == "cue"

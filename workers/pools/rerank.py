@@ -94,8 +94,16 @@ def rerank_handler(
                 passages=tuple(top),
                 tier=_llm_tier(e.tier),
                 index_version=e.index_version,
+                route_reason=e.route_reason,
                 trace=e.trace,
-            ).traced("rerank", started, took, batch=len(events), pairs=len(pairs))
+            ).traced(
+                "rerank",
+                started,
+                took,
+                batch=len(events),
+                pairs=len(pairs),
+                **({} if evidence is not None else _as_suggested(e)),
+            )
             for e, top in zip(events, tops, strict=True)
         ]
         if evidence is None:
@@ -112,6 +120,13 @@ def rerank_handler(
         on_expired=expired_hook("rerank"),
         on_dead_letter=dead_letter_hook("rerank"),
     )
+
+
+def _as_suggested(e: RetrievedCandidates) -> dict[str, str]:
+    """The trace of the decision without an evidence stage: the suggested LLM tier, and why
+    (with an evidence stage, :func:`~workers.evidence.stage.choose_tier` decides, in the
+    ``evidence`` stage's trace)."""
+    return {"tier": _llm_tier(e.tier), "route": e.route_reason or "suggested"}
 
 
 def _llm_tier(tier: str) -> Literal["small", "large"]:

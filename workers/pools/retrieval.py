@@ -4,7 +4,8 @@ Per batch: exact answer-cache lookups; ONE embedding call for every remaining qu
 model the index records, followed across alias swaps; a model this pool cannot build answers
 each query ``EMBEDDING_MODEL_MISMATCH``, and the pool keeps consuming); semantic
 cache lookups; ONE ``_msearch`` with a BM25 and a kNN search per query, fused client-side with
-reciprocal rank fusion; the router picks each query's generation tier.
+reciprocal rank fusion; the router suggests each query's LLM tier (the rerank pool decides the
+answer tier, :mod:`workers.routing`).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def retrieval_handler(
                 tier=route.tier,
                 route_reason=route.reason,
                 trace=e.trace,
-            ).traced("retrieval", started, took, batch=len(events), tier=route.tier)
+            ).traced("retrieval", started, took, batch=len(events), suggested=route.tier)
             out.append(Emit(RETRIEVED, retrieved))
         return out
 
