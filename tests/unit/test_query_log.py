@@ -68,3 +68,21 @@ def test_settle_finalises_only_a_pending_row(tmp_path: Path) -> None:
         "message": "Kafka unreachable",
         "stage": "",
     }
+
+
+def test_a_row_written_before_the_answer_view_is_read_from_its_columns(tmp_path: Path) -> None:
+    """Rows of revision 0004 and older have no ``result``: they read back without evidence."""
+    from ragstream.db.models import QueryLog
+
+    sessions = _sessions(tmp_path)
+    with sessions.begin() as session:
+        session.add(
+            QueryLog(
+                request_id="old", tenant="acme", query="q", status="answered", answer="It is 5.",
+                citations=[{"n": 1, "doc_id": "d", "chunk_id": "c", "title": "", "source": ""}],
+                trace={"stages": [], "tier": "small"}, completed_at=dt.datetime.now(dt.UTC),
+            )
+        )  # fmt: skip
+    logged = query_log.read(sessions, "acme", "old")
+    assert logged is not None and logged.status == "answered" and logged.answer == "It is 5."
+    assert logged.tier == "small" and logged.citations[0].doc_id == "d" and logged.evidence == ()
