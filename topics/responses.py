@@ -28,7 +28,7 @@ class ErrorCode(StrEnum):
     #: (``ingest/model_follow.py``): no query vector comparable with its vectors.
     EMBEDDING_MODEL_MISMATCH = "EMBEDDING_MODEL_MISMATCH"
     #: The query event could not be produced (Kafka unreachable); set by the API on the query
-    #: log only, never carried by a response event.
+    #: log only, never published on ``rag.responses``.
     UNAVAILABLE = "UNAVAILABLE"
 
 

@@ -98,14 +98,12 @@ def settle(
         if response is not None:
             _finalise(row, _answer_of(row, response))
             return
+        # The query never reached the pipeline: its failure, as a response would say it.
         error = ErrorInfo(code=ErrorCode.UNAVAILABLE, message=failure[1] if failure else "")
-        _finalise(
-            row,
-            Answer(
-                request_id=row.request_id, tenant=row.tenant, query=row.query, status="failed",
-                error=error, created_at=aware(row.created_at), completed_at=utcnow(),
-            ),
-        )  # fmt: skip
+        unavailable = QueryResponse(
+            tenant=row.tenant, request_id=row.request_id, status="failed", error=error
+        )
+        _finalise(row, _answer_of(row, unavailable))
 
 
 def read(sessions: sessionmaker[Session], tenant: str | None, request_id: str) -> Answer | None:
