@@ -9,7 +9,8 @@ answers, even while Kafka is down), and then:
 2. the exact answer cache (same key as the retrieval pool: tenant, index version, normalised
    query and parameters): a hit is answered at once, and its response event is still published
    to ``rag.responses`` so the delivery pool writes the query log and fires webhooks as for any
-   answer;
+   answer; a miss is marked on the query event (``exact_cache_checked``), so the retrieval pool
+   does not read the exact cache again;
 3. otherwise a ``pending`` query-log row, a waiter registered *before* the query event is
    produced (acks=all), and an await on the waiter's queue.
 """
