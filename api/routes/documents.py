@@ -63,7 +63,7 @@ from api.uploads import (
 from ingest import jobs
 from ingest.registry import DocumentRegistry
 from ingest.sources import SourceFile
-from ragstream.db.models import Document, IngestJob
+from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob
 from ragstream.settings import Settings
 from topics.ingest import IngestRequest
 from topics.registry import INGEST
@@ -357,7 +357,7 @@ async def retry_ingest_job(
     found = await asyncio.to_thread(_job, sessions, who.tenant, job_id[:64])
     if found is None:
         raise ApiError(404, "NOT_FOUND", f"no ingest job {job_id!r} for this tenant")
-    if found.status not in jobs.FINAL_JOB_STATUSES or found.failed_documents == 0:
+    if found.status not in FINAL_JOB_STATUSES or found.failed_documents == 0:
         raise ApiError(
             409, "CONFLICT", f"job {job_id!r} is {found.status} with no failed documents to retry"
         )

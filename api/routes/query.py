@@ -51,6 +51,7 @@ from api.pages import (
 )
 from api.querying import QueryService, replies_until
 from ragstream.settings import Settings
+from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, QueryResponse
 from topics.tokens import AnswerToken, TokenOrder
@@ -68,6 +69,7 @@ FAILED_STATUS = {
     ErrorCode.INTERNAL: 500,
     ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
     ErrorCode.EMBEDDING_MODEL_MISMATCH: 503,  # the deployment lacks the index's model
+    ErrorCode.UNAVAILABLE: 503,  # the query event could not be produced
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
@@ -161,7 +163,7 @@ def logged_result(
 ) -> QueryResult | None:
     """The query-log state of ``request_id`` if it belongs to ``tenant``."""
     logged = query_log.read(sessions, tenant, request_id)
-    return None if logged is None else QueryResult.model_validate(logged)
+    return None if logged is None else QueryResult.render(logged)
 
 
 @router.post(
@@ -195,9 +197,11 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
         return event_stream(settings, stream, event.request_id)
     if hit is not None:
         ms = (time.monotonic() - started) * 1000
-        return result_response(QueryResult.from_response(hit, latency_ms=ms, links=links))
+        return result_response(
+            QueryResult.render(Answer.of(hit, query=event.query), latency_ms=ms, links=links)
+        )
     if queue is None:
-        pending = QueryResult(request_id=event.request_id, status="pending", links=links)
+        pending = QueryResult.render(_pending(event), links=links)
         return JSONResponse(pending.model_dump(mode="json"), status_code=202)
     try:
         response = None
@@ -208,10 +212,14 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
         svc.unsubscribe(event.request_id)
     ms = (time.monotonic() - started) * 1000
     if response is not None:
-        return result_response(QueryResult.from_response(response, latency_ms=ms, links=links))
-    late = await asyncio.to_thread(logged_result, svc.sessions, who.tenant, event.request_id)
-    result = late or QueryResult(request_id=event.request_id, status="pending")
-    return result_response(result.model_copy(update={"latency_ms": ms, "links": links}))
+        answer = Answer.of(response, query=event.query)
+        return result_response(QueryResult.render(answer, latency_ms=ms, links=links))
+    late = await asyncio.to_thread(query_log.read, svc.sessions, who.tenant, event.request_id)
+    return result_response(QueryResult.render(late or _pending(event), latency_ms=ms, links=links))
+
+
+def _pending(event: QueryRequest) -> Answer:
+    return Answer.pending(event.request_id, tenant=event.tenant, query=event.query)
 
 
 def event_stream(
@@ -250,7 +258,9 @@ async def sse_stream(  # noqa: PLR0917 - one call site
         if hit is not None:
             ms = (time.monotonic() - started) * 1000
             yield sse("token", {"seq": 0, "text": hit.answer})
-            result = QueryResult.from_response(hit, latency_ms=ms, links=links)
+            result = QueryResult.render(
+                Answer.of(hit, query=event.query), latency_ms=ms, links=links
+            )
             yield sse("answer", result.model_dump(mode="json"))
             return
         assert queue is not None
@@ -266,7 +276,8 @@ async def sse_stream(  # noqa: PLR0917 - one call site
                     yield sse("token", {"seq": reply.seq, "text": reply.text})
                 continue
             ms = (time.monotonic() - started) * 1000
-            result = QueryResult.from_response(reply, latency_ms=ms, links=links)
+            answer = Answer.of(reply, query=event.query)
+            result = QueryResult.render(answer, latency_ms=ms, links=links)
             name = "answer" if result.status == "answered" else "error"
             yield sse(name, result.model_dump(mode="json"))
             return

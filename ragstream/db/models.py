@@ -123,7 +123,11 @@ class IngestJobItem(Base):
 class QueryLog(Base):
     """One query, keyed by ``request_id`` (idempotent writes de-duplicate replays).
 
-    ``status``: pending, answered, failed. ``trace`` holds per-stage timings in ms.
+    ``status``: pending, answered, failed. ``result`` holds the whole answer view
+    (``topics.answers.Answer`` as JSON: answer, citations, evidence with offsets, tier,
+    truncated, error, trace, usage) once the query is final; ``answer``, ``citations``,
+    ``trace`` (per-stage timings in ms) and ``error_code``/``error_message`` are columns
+    derived from it for SQL readers, and what rows written before revision 0005 hold.
     """
 
     __tablename__ = "query_log"
@@ -139,6 +143,7 @@ class QueryLog(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[dt.datetime | None] = mapped_column()
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class WebhookDelivery(Base):

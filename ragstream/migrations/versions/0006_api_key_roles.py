@@ -1,7 +1,7 @@
 """a role on each API key (user, operator)
 
 Revision ID: 0006_api_key_roles
-Revises: 0004
+Revises: 0005_query_log_answer
 Create Date: 2026-12-02 00:45:00.000000
 
 Keys created before this revision are ``user`` keys; ``ragstream keys create --role operator``
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006_api_key_roles"
-down_revision: str | None = "0004"
+down_revision: str | None = "0005_query_log_answer"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
