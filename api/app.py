@@ -9,6 +9,8 @@ Routes:
 - ``/v1/webhooks...`` (:mod:`api.routes.webhooks`);
 - ``GET /healthz`` (the process is up), ``GET /readyz`` (Kafka, Elasticsearch, Redis and SQL
   reachable; 503 with the failing probes otherwise), ``GET /metrics`` (Prometheus);
+- ``GET /``, ``/console/...``: the browser console (:mod:`api.console`);
+- ``GET /v1/ops/...``: the console's operations data, operator keys only (:mod:`api.routes.ops`);
 - ``GET /docs``: Swagger UI served from the app (assets of the ``swagger-ui-bundle-v2``
   package under ``/docs/assets``, no CDN), ``GET /openapi.json``: the spec.
 
@@ -33,6 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.console import mount_console
 from api.deps import Services
 from api.errors import error_json, install_error_handlers
 from api.querying import QueryService
@@ -130,6 +133,10 @@ def create_app(settings: Settings) -> FastAPI:
         )
         yield
         app.state.services.extras["queries"].close()
+        extras = app.state.services.extras
+        for name in ("ops", "es"):  # built on first use; built again if the app restarts
+            if name in extras:
+                await asyncio.to_thread(extras.pop(name).close)
 
     app = FastAPI(
         title="ragstream",
@@ -144,6 +151,7 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     _mount_routes(app)
     _mount_docs(app)
+    mount_console(app)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
 
     @app.middleware("http")
@@ -192,12 +200,14 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _mount_routes(app: FastAPI) -> None:
-    from api.routes import documents, openai_compat, query, webhooks
+    from api.routes import chunks, documents, openai_compat, ops, query, webhooks
 
     app.include_router(query.router)
     app.include_router(openai_compat.router)
     app.include_router(documents.router)
     app.include_router(webhooks.router)
+    app.include_router(chunks.router)
+    app.include_router(ops.router)
 
 
 def _mount_docs(app: FastAPI) -> None:

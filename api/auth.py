@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,16 +18,26 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragstream.db.models import ApiKey, utcnow
 
 KEY_PREFIX = "rsk_"
+Role = Literal["user", "operator"]
+#: ``user``: the key's tenant's data; ``operator``: also the deployment's operations (the
+#: console's Operations page and ``/v1/ops/...``).
+ROLES: tuple[Role, ...] = ("user", "operator")
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the key's row id, its tenant and its rate limit (per minute, or None
-    for the deployment default)."""
+    """Who is calling: the key's row id, its tenant, its rate limit (per minute, or None
+    for the deployment default) and its role (:data:`ROLES`)."""
 
     key_id: int
     tenant: str
     rate_per_minute: int | None = None
+    role: Role = "user"
+
+    @property
+    def is_operator(self) -> bool:
+        """True for an ``operator`` key."""
+        return self.role == "operator"
 
 
 def hash_key(key: str) -> str:
@@ -40,8 +51,16 @@ def create_key(
     *,
     name: str = "",
     rate_per_minute: int | None = None,
+    role: Role = "user",
 ) -> tuple[str, int]:
-    """Create a key for ``tenant``; return ``(key, id)``. The key is shown once, never stored."""
+    """Create a key for ``tenant`` with ``role``; return ``(key, id)``. The key is shown once,
+    never stored.
+
+    Raises:
+        ValueError: ``role`` is not one of :data:`ROLES`.
+    """
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
     key = KEY_PREFIX + secrets.token_urlsafe(24)
     with sessions.begin() as session:
         row = ApiKey(
@@ -50,6 +69,7 @@ def create_key(
             tenant=tenant,
             name=name,
             rate_per_minute=rate_per_minute,
+            role=role,
         )
         session.add(row)
         session.flush()
@@ -83,4 +103,5 @@ def lookup(sessions: sessionmaker[Session], key: str) -> Principal | None:
         row = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(key))).first()
         if row is None or row.revoked_at is not None:
             return None
-        return Principal(row.id, row.tenant, row.rate_per_minute)
+        role: Role = "operator" if row.role == "operator" else "user"
+        return Principal(row.id, row.tenant, row.rate_per_minute, role)

@@ -30,19 +30,31 @@ def keys_create(
     tenant: str = typer.Option("default", help="Tenant the key acts for."),
     name: str = typer.Option("", help="A label shown in listings."),
     rate: int | None = typer.Option(None, help="Requests per minute (default: api setting)."),
+    role: str = typer.Option(
+        "user", help="user (the tenant's data) or operator (also the operations pages)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the key."),
 ) -> None:
     """Create an API key and print it (once: only its SHA-256 is stored)."""
-    from api.auth import create_key
+    from api.auth import ROLES, create_key
 
     if not TENANT.fullmatch(tenant):
         console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
         raise typer.Exit(2)
-    key, key_id = create_key(_sessions(get_settings()), tenant, name=name, rate_per_minute=rate)
+    if role not in ROLES:
+        console.print(f"[red]error[/red]: role {role!r} must be one of {', '.join(ROLES)}")
+        raise typer.Exit(2)
+    key, key_id = create_key(
+        _sessions(get_settings()),
+        tenant,
+        name=name,
+        rate_per_minute=rate,
+        role=role,
+    )
     if quiet:
         print(key)
         return
-    console.print(f"key [bold]{key_id}[/bold] for tenant [bold]{tenant}[/bold]:")
+    console.print(f"{role} key [bold]{key_id}[/bold] for tenant [bold]{tenant}[/bold]:")
     print(key)
     console.print("[dim]store it now: it cannot be shown again[/dim]")
 
@@ -52,10 +64,11 @@ def keys_list(tenant: str | None = typer.Option(None, help="Only this tenant's k
     """List keys (prefixes only)."""
     from api.auth import list_keys
 
-    table = Table("id", "prefix", "tenant", "name", "rate/min", "created", "revoked")
+    table = Table("id", "prefix", "tenant", "role", "name", "rate/min", "created", "revoked")
     for k in list_keys(_sessions(get_settings()), tenant):
         table.add_row(
-            str(k.id), k.prefix + "…", k.tenant, k.name, str(k.rate_per_minute or "default"),
+            str(k.id), k.prefix + "…", k.tenant, k.role, k.name,
+            str(k.rate_per_minute or "default"),
             k.created_at.isoformat(timespec="seconds"),
             k.revoked_at.isoformat(timespec="seconds") if k.revoked_at else "",
         )  # fmt: skip

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 import structlog
-from fastapi import Request, Security
+from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from api.auth import Principal, lookup
@@ -142,3 +142,18 @@ async def principal(
         )
     await asyncio.to_thread(partial(check_rate, svc.redis, found, svc.settings.api.rate_per_minute))
     return found
+
+
+async def operator(request: Request, who: Principal = Depends(principal)) -> Principal:
+    """The authenticated caller, who must hold an ``operator`` key.
+
+    Raises:
+        ApiError: 401 (as :func:`principal`); 403 ``FORBIDDEN`` for a ``user`` key.
+    """
+    if not who.is_operator:
+        raise ApiError(
+            403,
+            "FORBIDDEN",
+            "this needs an operator key (ragstream keys create --role operator)",
+        )
+    return who

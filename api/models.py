@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from topics.answers import Answer, AnswerStatus
 from topics.queries import Filter
-from topics.responses import QueryResponse
 
 Mode = Literal["sync", "async"]
 
@@ -97,10 +97,16 @@ class StageOut(BaseModel):
 
 
 class QueryResult(BaseModel):
-    """The state of a query: ``pending``, ``answered`` or ``failed``."""
+    """The state of a query: ``pending``, ``answered`` or ``failed``.
+
+    The HTTP form of the answer view (:class:`topics.answers.Answer`): the same fields, plus
+    ``latency_ms`` and ``links``; built only by :meth:`render`.
+    """
 
     request_id: str
-    status: Literal["pending", "answered", "failed"]
+    tenant: str = ""
+    query: str = Field(default="", description="The question as asked (when known).")
+    status: AnswerStatus
     answer: str | None = None
     citations: list[CitationOut] = Field(default_factory=list)
     evidence: list[EvidenceOut] = Field(
@@ -120,30 +126,16 @@ class QueryResult(BaseModel):
     links: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
-    def from_response(cls, r: QueryResponse, **extra: Any) -> QueryResult:
-        """From a ``rag.responses`` event."""
-        return cls(
-            request_id=r.request_id,
-            status="answered" if r.status == "answered" else "failed",
-            answer=r.answer if r.status == "answered" else None,
-            citations=[CitationOut(**c.model_dump()) for c in r.citations],
-            evidence=[EvidenceOut(**e.model_dump()) for e in r.evidence],
-            truncated=r.truncated,
-            tier=r.tier,
-            error=ErrorOut(**r.error.model_dump(mode="json")) if r.error else None,
-            trace=[
-                StageOut(
-                    stage=t.stage,
-                    duration_ms=t.duration_ms,
-                    wait_ms=t.wait_ms,
-                    detail=dict(t.detail),
-                )
-                for t in r.trace
-            ],
-            usage=r.usage.model_dump(),
-            cached=any(t.stage == "cache" for t in r.trace),
-            **extra,
-        )
+    def render(
+        cls,
+        answer: Answer,
+        *,
+        latency_ms: float | None = None,
+        links: dict[str, str] | None = None,
+    ) -> QueryResult:
+        """The HTTP form of ``answer`` (the one place a public query result is built)."""
+        fields = answer.model_dump(mode="json")
+        return cls.model_validate({**fields, "latency_ms": latency_ms, "links": links or {}})
 
 
 class DocumentBody(Body):

@@ -9,7 +9,8 @@ answers, even while Kafka is down), and then:
 2. the exact answer cache (same key as the retrieval pool: tenant, index version, normalised
    query and parameters): a hit is answered at once, and its response event is still published
    to ``rag.responses`` so the delivery pool writes the query log and fires webhooks as for any
-   answer;
+   answer; a miss is marked on the query event (``exact_cache_checked``), so the retrieval pool
+   does not read the exact cache again;
 3. otherwise a ``pending`` query-log row, a waiter registered *before* the query event is
    produced (acks=all), and an await on the waiter's queue.
 """
@@ -17,7 +18,6 @@ answers, even while Kafka is down), and then:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import math
 import threading
 import time
@@ -34,14 +34,14 @@ from api.replies import Reply, ReplyRouter, Waiter
 from ingest.versions import IndexVersions
 from ragstream import tracing
 from ragstream.settings import Settings
-from topics.base import Event, StageTiming
+from topics.base import Event
 from topics.producer import make_producer
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, RESPONSES, TopicRegistry
 from topics.responses import QueryResponse
 from topics.serde import encode
 from workers import query_log
-from workers.caches import AnswerCache, CacheHit, answer_config
+from workers.caches import AnswerCache, answer_config
 from workers.cancel import Cancellations
 from workers.runtime.pressure import read_pressure
 
@@ -176,14 +176,18 @@ class QueryService:
             )
 
     # -- the cache fast path ---------------------------------------------------------------
-    def cached(self, request: QueryRequest) -> QueryResponse | None:
-        """The exact-cache answer re-addressed to ``request``, or ``None``."""
+    def cached(self, request: QueryRequest) -> tuple[QueryResponse | None, QueryRequest]:
+        """``(the exact-cache answer re-addressed to request, None)`` on a hit; on a miss
+        ``(None, request marked exact_cache_checked)`` so the retrieval pool does not read the
+        cache again (unmarked when the lookup could not be made: Redis unreachable)."""
         try:
             version = self.versions.get(request.tenant)
         except redis.RedisError:
-            return None
+            return None, request
         hit = self.cache.get_exact(request, version)
-        return None if hit is None else readdress(request, hit)
+        if hit is None:
+            return None, request.model_copy(update={"exact_cache_checked": True})
+        return hit.readdress(request, "api"), request
 
     # -- produce and await -----------------------------------------------------------------
     async def produce(self, event: Event, response: bool = False) -> None:
@@ -244,7 +248,7 @@ class QueryService:
         """
         await self.admit()
         await self.start()
-        hit = await asyncio.to_thread(self.cached, request)
+        hit, request = await asyncio.to_thread(self.cached, request)
         await asyncio.to_thread(query_log.log_pending, self.sessions, request)
         if hit is not None:
             try:  # the delivery pool logs it and fires webhooks, as for any answer
@@ -266,24 +270,6 @@ class QueryService:
             self.unsubscribe(request.request_id)
             raise
         return None, queue
-
-
-def readdress(request: QueryRequest, hit: CacheHit) -> QueryResponse:
-    """The cached response re-addressed to ``request`` with a ``cache`` stage (``api``)."""
-    started = dt.datetime.now(dt.UTC)
-    timing = StageTiming(
-        stage="cache", started_at=started, duration_ms=0.0,
-        detail={"kind": hit.kind, "at": "api"},
-    )  # fmt: skip
-    return hit.response.model_copy(
-        update={
-            "event_id": f"{request.request_id}:cache",
-            "tenant": request.tenant,
-            "request_id": request.request_id,
-            "trace": (*request.trace, timing),
-            "callback_url": request.callback_url,
-        }
-    )
 
 
 async def next_reply(queue: asyncio.Queue[Reply], until: float) -> Reply | None:

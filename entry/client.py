@@ -48,6 +48,7 @@ from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, Ev
 from ragstream.db.models import FINAL_JOB_STATUSES
 from ragstream.errors import RagstreamError
 from ragstream.settings import Settings, get_settings
+from topics.answers import Answer
 from topics.producer import make_producer
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, TopicRegistry
@@ -620,14 +621,11 @@ class KafkaClient:
                         on_token(reply.text)
                     continue
                 ms = (time.monotonic() - started) * 1000
-                return QueryResult.from_response(reply, latency_ms=ms)
+                return QueryResult.render(Answer.of(reply, query=query), latency_ms=ms)
         finally:
             self._replies.unregister(request.request_id)
-        return QueryResult(
-            request_id=request.request_id,
-            status="pending",
-            latency_ms=(time.monotonic() - started) * 1000,
-        )
+        pending = Answer.pending(request.request_id, tenant=tenant, query=query)
+        return QueryResult.render(pending, latency_ms=(time.monotonic() - started) * 1000)
 
 
 __all__ = [

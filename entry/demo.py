@@ -178,7 +178,9 @@ def wait_ready(settings: Settings, timeout_s: float = 300) -> None:
 
 
 def demo_key(settings: Settings) -> str:
-    """The demo's API key for tenant ``default`` (created once, kept in ``.local/demo``)."""
+    """The demo's operator API key for tenant ``default`` (created once, kept in
+    ``.local/demo``; a key kept from before keys had roles is replaced by an operator key, so
+    the console's Operations page opens with it)."""
     from api.auth import create_key, lookup
     from ragstream.db.engine import make_engine, make_session_factory
 
@@ -186,9 +188,10 @@ def demo_key(settings: Settings) -> str:
     path = _state_dir(settings) / "api_key"
     if path.exists():
         key = path.read_text().strip()
-        if lookup(sessions, key) is not None:
+        found = lookup(sessions, key)
+        if found is not None and found.is_operator:
             return key
-    key, _ = create_key(sessions, TENANT, name="demo")
+    key, _ = create_key(sessions, TENANT, name="demo", role="operator")
     path.write_text(key)
     path.chmod(0o600)
     return key

@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from api.cli import TENANT
 from api.models import QueryResult
 from ragstream.settings import get_settings
+from topics.answers import Answer
 
 console = Console()
 
@@ -123,7 +124,7 @@ def _get_sql(tenant: str | None, request_id: str) -> QueryResult | None:
         logged = query_log.read(make_session_factory(engine), tenant, request_id)
     finally:
         engine.dispose()
-    return None if logged is None else QueryResult.model_validate(logged)
+    return None if logged is None else QueryResult.render(logged)
 
 
 def _get_http(url: str, key: str | None, request_id: str) -> QueryResult | None:
@@ -173,7 +174,7 @@ def _ask_http(  # noqa: PLR0917 - one call site
                     on_token(str(ev.data.get("text", "")))
                 elif ev.result is not None:
                     final = ev.result
-            return final or QueryResult(request_id=rid, status="pending")
+            return final or QueryResult.render(Answer.pending(rid))
         except ApiRequestError as exc:
             console.print(f"[red]error[/red]: {exc}")
             raise typer.Exit(1) from exc

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest.sources import SourceFile
@@ -173,6 +173,29 @@ def recent_jobs(
         stmt = stmt.where(IngestJob.status == status)
     if tenant is not None:
         stmt = stmt.where(IngestJob.tenant == tenant)
+    with sessions() as session:
+        return [_progress(job) for job in session.scalars(stmt)]
+
+
+def page_jobs(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    *,
+    limit: int,
+    before: tuple[dt.datetime, str] | None = None,
+) -> list[JobProgress]:
+    """Up to ``limit`` of ``tenant``'s jobs, newest first by ``(created_at, id)``, those
+    after the sort key ``before`` of the previous page's last job (keyset pagination)."""
+    stmt = select(IngestJob).where(IngestJob.tenant == tenant)
+    if before is not None:
+        created, job_id = before
+        stmt = stmt.where(
+            or_(
+                IngestJob.created_at < created,
+                and_(IngestJob.created_at == created, IngestJob.id < job_id),
+            )
+        )
+    stmt = stmt.order_by(IngestJob.created_at.desc(), IngestJob.id.desc()).limit(limit)
     with sessions() as session:
         return [_progress(job) for job in session.scalars(stmt)]
 

@@ -33,6 +33,28 @@ class DocumentRegistry:
                     found[(row.tenant, row.doc_id)] = row
         return found
 
+    def page(
+        self,
+        tenant: str,
+        *,
+        limit: int,
+        before_id: int | None = None,
+        status: str | None = None,
+        source: str | None = None,
+    ) -> list[Document]:
+        """Up to ``limit`` of ``tenant``'s rows, newest first (by row id, below ``before_id``
+        when given: keyset pagination), optionally only those of ``status`` and ``source``
+        (exact match). Detached, read-only use."""
+        stmt = select(Document).where(Document.tenant == tenant)
+        if before_id is not None:
+            stmt = stmt.where(Document.id < before_id)
+        if status is not None:
+            stmt = stmt.where(Document.status == status)
+        if source is not None:
+            stmt = stmt.where(Document.source == source)
+        with self._sessions() as session:
+            return list(session.scalars(stmt.order_by(Document.id.desc()).limit(limit)))
+
     def children(self, tenant: str, parent: str) -> list[Document]:
         """Live records ``<parent>#<id>`` of a JSON/JSONL document (status not ``deleted``)."""
         escaped = parent.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

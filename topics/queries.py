@@ -52,6 +52,9 @@ class QueryRequest(Event):
     ``DEADLINE_EXCEEDED`` instead of working. ``top_n`` candidates are retrieved, ``top_k``
     passages are kept after rerank. ``route`` forces an answer tier (``evidence``: the quoted
     evidence, no LLM; ``small``/``large``: an LLM over the evidence) or lets the router pick.
+    ``exact_cache_checked``: the producer (the API) already looked the request up in the exact
+    answer cache and missed, so the retrieval pool does not read it again (the exact cache is
+    read once per request).
     """
 
     request_id: str = Field(default_factory=new_id, min_length=1, max_length=128)
@@ -63,6 +66,7 @@ class QueryRequest(Event):
     route: Literal["auto", "evidence", "small", "large"] = "auto"
     stream: bool = False
     callback_url: str | None = Field(default=None, max_length=2048)
+    exact_cache_checked: bool = False
 
     def key(self) -> bytes:
         """Keyed by ``request_id``."""

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 from typing import Literal
 
-from topics.base import Event
+from topics.base import Contract, Event
 from topics.queries import QueryRequest
 from topics.responses import EvidenceSpan
 from topics.retrieved import Candidate
+
+
+class FallbackAnswer(Contract):
+    """The evidence tier's answer to a question, composed once by the evidence stage, that an
+    LLM tier publishes instead of an unusable completion.
+
+    ``text`` quotes the evidence with ``[n]`` citations (or is the refusal, ``refused``);
+    ``cited`` holds the passage numbers it quotes, ascending.
+    """
+
+    text: str
+    cited: tuple[int, ...] = ()
+    refused: bool = False
 
 
 class RerankedPassages(Event):
     """Passages in rerank-score order, their evidence spans and the answer tier the router chose.
 
     ``evidence`` is best first; ``evidence_confidence`` is the best span's score (``None`` when
-    no evidence stage ran); ``route_reason`` says why the router chose ``tier``.
+    no evidence stage ran); ``route_reason`` says why the router chose ``tier``;
+    ``fallback`` is the evidence answer the evidence stage composed (``None``: no evidence stage
+    ran).
     """
 
     request: QueryRequest
@@ -24,6 +39,7 @@ class RerankedPassages(Event):
     evidence: tuple[EvidenceSpan, ...] = ()
     evidence_confidence: float | None = None
     route_reason: str = ""
+    fallback: FallbackAnswer | None = None
 
     @property
     def request_id(self) -> str:

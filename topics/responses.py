@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from topics.base import Contract, Event
 
@@ -27,6 +27,9 @@ class ErrorCode(StrEnum):
     #: The index was built with an embedding model this deployment cannot build
     #: (``ingest/model_follow.py``): no query vector comparable with its vectors.
     EMBEDDING_MODEL_MISMATCH = "EMBEDDING_MODEL_MISMATCH"
+    #: The query event could not be produced (Kafka unreachable); set by the API on the query
+    #: log only, never published on ``rag.responses``.
+    UNAVAILABLE = "UNAVAILABLE"
 
 
 class ErrorInfo(Contract):
@@ -73,6 +76,10 @@ class EvidenceSpan(Contract):
         return self
 
 
+#: The status events said for a failure before ``failed`` (read as ``failed``).
+LEGACY_FAILED = "error"
+
+
 class TokenUsage(Contract):
     """Token counts reported by the serving model."""
 
@@ -81,7 +88,11 @@ class TokenUsage(Contract):
 
 
 class QueryResponse(Event):
-    """An answer (``status="answered"``) or a typed error (``status="error"``).
+    """An answer (``status="answered"``) or a typed error (``status="failed"``).
+
+    ``failed`` is the status every exit shows (:class:`topics.answers.Answer`); readers also
+    accept the ``error`` that events said before, as ``failed`` (older records on the topics,
+    older entries in the answer cache).
 
     ``evidence`` holds the quoted spans the answer rests on (also on an error, when retrieval
     found them), ``citations`` the passages; ``truncated`` marks an LLM answer cut at its token
@@ -90,7 +101,7 @@ class QueryResponse(Event):
     """
 
     request_id: str = Field(min_length=1, max_length=128)
-    status: Literal["answered", "error"]
+    status: Literal["answered", "failed"]
     answer: str = ""
     citations: tuple[Citation, ...] = ()
     evidence: tuple[EvidenceSpan, ...] = ()
@@ -101,10 +112,15 @@ class QueryResponse(Event):
     #: Copied from the request: where the delivery pool posts the signed webhook, if anywhere.
     callback_url: str | None = Field(default=None, max_length=2048)
 
+    @field_validator("status", mode="before")
+    @classmethod
+    def _legacy_status(cls, value: object) -> object:
+        return "failed" if value == LEGACY_FAILED else value
+
     @model_validator(mode="after")
-    def _error_iff_status_error(self) -> QueryResponse:
-        if (self.status == "error") != (self.error is not None):
-            raise ValueError("error must be set exactly when status is 'error'")
+    def _error_iff_failed(self) -> QueryResponse:
+        if (self.status == "failed") != (self.error is not None):
+            raise ValueError("error must be set exactly when status is 'failed'")
         return self
 
     def key(self) -> bytes:

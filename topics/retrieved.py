@@ -39,7 +39,7 @@ class RetrievedCandidates(Event):
     request: QueryRequest
     candidates: tuple[Candidate, ...] = ()
     index_version: int = 0
-    #: Generation tier chosen by the router, and why (also in ``trace``).
+    #: The LLM tier the router suggests, and why; the rerank pool decides the answer tier.
     tier: Literal["evidence", "small", "large"] = "small"
     route_reason: str = ""
 

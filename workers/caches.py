@@ -17,6 +17,7 @@ or changed document. Redis errors degrade to misses.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import re
@@ -30,8 +31,11 @@ import structlog
 from prometheus_client import Counter
 
 from ragstream.settings import Settings
+from topics.answers import CACHE_STAGE
+from topics.base import StageTiming
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
+from workers.runtime.handler import derive_event_id
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +90,37 @@ class CacheHit:
     response: QueryResponse
     kind: str
     similarity: float = 1.0
+
+    def readdress(
+        self, request: QueryRequest, at: str, started: dt.datetime | None = None
+    ) -> QueryResponse:
+        """The cached response re-addressed to ``request`` (the one place a hit is re-addressed).
+
+        Its ``event_id`` is derived from the request's (a replayed request gets the same id), its
+        tenant, request id and ``callback_url`` are the request's, and its trace is the
+        request's plus a ``cache`` stage (``detail``: ``kind``, ``similarity`` and ``at``, the
+        process that found the hit: ``api`` or ``retrieval``).
+
+        Args:
+            request: the request the hit answers.
+            at: where the hit was found.
+            started: when the lookup started (UTC; default now).
+        """
+        timing = StageTiming(
+            stage=CACHE_STAGE,
+            started_at=started or dt.datetime.now(dt.UTC),
+            duration_ms=0.0,
+            detail={"kind": self.kind, "similarity": self.similarity, "at": at},
+        )
+        return self.response.model_copy(
+            update={
+                "event_id": derive_event_id(request.event_id, CACHE_STAGE),
+                "tenant": request.tenant,
+                "request_id": request.request_id,
+                "trace": (*request.trace, timing),
+                "callback_url": request.callback_url,
+            }
+        )
 
 
 class AnswerCache:

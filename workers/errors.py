@@ -49,7 +49,7 @@ def request_of(event: Event) -> QueryRequest:
 
 
 def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> QueryResponse:
-    """A ``status="error"`` response for the request of ``event`` (id derived, replay-stable),
+    """A ``status="failed"`` response for the request of ``event`` (id derived, replay-stable),
     with the passages the event carries (reranked passages or retrieved candidates) as its
     citations and their evidence spans, when it has any.
 
@@ -64,7 +64,7 @@ def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> Q
         event_id=derive_event_id(request.request_id, f"error:{stage}"),
         tenant=request.tenant,
         request_id=request.request_id,
-        status="error",
+        status="failed",
         error=ErrorInfo(code=code, message=message[:2000], stage=stage),
         # What retrieval found is still shown: the passages it cited and their evidence.
         citations=tuple(

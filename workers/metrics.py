@@ -35,7 +35,7 @@ LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 
 ANSWERS = Counter(
     "ragstream_answers_total",
-    "Final responses by answer tier, status (answered, error) and error code (none for an "
+    "Final responses by answer tier, status (answered, failed) and error code (none for an "
     "answer), counted once per request_id by the delivery pool.",
     ["tier", "status", "code"],
 )
@@ -76,7 +76,7 @@ def init_answer_labels() -> None:
         ANSWERS.labels(tier, "answered", "none")
     for tier in (*LLM_TIERS, "none"):
         for code in ErrorCode:
-            ANSWERS.labels(tier, "error", code.value)
+            ANSWERS.labels(tier, "failed", code.value)
 
 
 def init_llm_labels(tier: str) -> None:

@@ -7,21 +7,25 @@ One row per ``request_id``, written idempotently (a replay or a duplicate change
 - the API settles a ``pending`` row the delivery pool will never see: an answer in hand that
   could not be published, or a query that could not be produced (:func:`settle`);
 - ``GET /v1/queries/{id}`` and a late answer read it back (:func:`read`).
+
+A final row holds the whole answer view (:class:`topics.answers.Answer`, column ``result``);
+the older columns are derived from it in one place (:func:`_finalise`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ingest.jobs import aware
-from ragstream.db.models import QueryLog, utcnow
+from ragstream.db.models import QueryLog, as_utc, utcnow
+from topics.answers import Answer
 from topics.queries import QueryRequest
-from topics.responses import QueryResponse
+from topics.responses import ErrorCode, ErrorInfo, QueryResponse
 
 FINAL = ("answered", "failed")
 
@@ -38,6 +42,24 @@ def log_pending(sessions: sessionmaker[Session], request: QueryRequest) -> None:
         return
 
 
+def _finalise(row: QueryLog, answer: Answer) -> None:
+    """Write the final ``answer`` into ``row``: whole in ``result``, and the derived columns."""
+    row.status = answer.status
+    row.answer = answer.answer or None
+    row.citations = [c.model_dump(mode="json") for c in answer.citations]
+    row.trace = {"stages": [t.model_dump(mode="json") for t in answer.trace], "tier": answer.tier}
+    row.error_code = answer.error.code.value if answer.error else None
+    row.error_message = answer.error.message if answer.error else None
+    row.completed_at = answer.completed_at
+    row.result = answer.model_dump(mode="json")
+
+
+def _answer_of(row: QueryLog, response: QueryResponse) -> Answer:
+    return Answer.of(
+        response, query=row.query, created_at=as_utc(row.created_at), completed_at=utcnow()
+    )
+
+
 def record_final(session: Session, responses: Sequence[QueryResponse]) -> list[QueryResponse]:
     """Write each first final response into the query log in ``session`` (the caller's
     transaction); return those written, in order."""
@@ -50,18 +72,12 @@ def record_final(session: Session, responses: Sequence[QueryResponse]) -> list[Q
     for r in responses:
         row = rows.get(r.request_id)
         if row is None:
-            row = QueryLog(request_id=r.request_id, tenant=r.tenant, query="")
+            row = QueryLog(request_id=r.request_id, tenant=r.tenant, query="", created_at=utcnow())
             session.add(row)
             rows[r.request_id] = row
         elif row.status in FINAL:
             continue  # a replay or a duplicate: the first answer stays
-        row.status = "answered" if r.status == "answered" else "failed"
-        row.answer = r.answer or None
-        row.citations = [c.model_dump(mode="json") for c in r.citations]
-        row.trace = {"stages": [t.model_dump(mode="json") for t in r.trace], "tier": r.tier}
-        row.error_code = r.error.code.value if r.error else None
-        row.error_message = r.error.message if r.error else None
-        row.completed_at = utcnow()
+        _finalise(row, _answer_of(row, r))
         written.append(r)
     return written
 
@@ -79,51 +95,107 @@ def settle(
         row = session.get(QueryLog, request_id)
         if row is None or row.status != "pending":
             return
-        row.completed_at = utcnow()
         if response is not None:
-            row.status, row.answer = "answered", response.answer
-            row.citations = [c.model_dump(mode="json") for c in response.citations]
-            row.trace = {
-                "stages": [t.model_dump(mode="json") for t in response.trace],
-                "tier": response.tier,
-            }
-        else:
-            row.status, row.error_code = "failed", "UNAVAILABLE"
-            row.error_message = failure[1] if failure else None
+            _finalise(row, _answer_of(row, response))
+            return
+        # The query never reached the pipeline: its failure, as a response would say it.
+        error = ErrorInfo(code=ErrorCode.UNAVAILABLE, message=failure[1] if failure else "")
+        unavailable = QueryResponse(
+            tenant=row.tenant, request_id=row.request_id, status="failed", error=error
+        )
+        _finalise(row, _answer_of(row, unavailable))
 
 
-def read(
-    sessions: sessionmaker[Session], tenant: str | None, request_id: str
-) -> dict[str, Any] | None:
-    """The logged state of ``request_id`` if it belongs to ``tenant`` (``None``: any tenant,
-    for operators reading the store, ``ragstream query get``), as the fields of the API's
-    ``QueryResult`` (``status`` pending, answered or failed); ``None`` otherwise."""
+def read(sessions: sessionmaker[Session], tenant: str | None, request_id: str) -> Answer | None:
+    """The logged answer view of ``request_id`` if it belongs to ``tenant`` (``None``: any
+    tenant, for operators reading the store, ``ragstream query get``); ``None`` otherwise.
+
+    A row written before revision 0005 (no ``result``) is read from its columns: it has no
+    evidence, truncated flag or token usage.
+    """
     with sessions() as session:
         row = session.get(QueryLog, request_id)
         if row is None or (tenant is not None and row.tenant != tenant):
             return None
-        trace = row.trace or {}
-        stages = trace.get("stages", []) if isinstance(trace, dict) else []
-        error = None
-        if row.error_code:
-            error = {"code": row.error_code, "message": row.error_message or "", "stage": ""}
-        return {
-            "request_id": row.request_id,
-            "status": row.status if row.status in FINAL else "pending",
-            "answer": row.answer,
-            "citations": row.citations or [],
-            "tier": trace.get("tier", "") if isinstance(trace, dict) else "",
-            "error": error,
-            "trace": [
-                {
-                    "stage": s["stage"],
-                    "duration_ms": s["duration_ms"],
-                    "wait_ms": s.get("wait_ms"),
-                    "detail": s.get("detail", {}),
-                }
-                for s in stages
-            ],
-            "cached": any(s.get("stage") == "cache" for s in stages),
-            "created_at": aware(row.created_at),
-            "completed_at": aware(row.completed_at) if row.completed_at else None,
-        }
+        if row.status not in FINAL:
+            return Answer.pending(
+                row.request_id,
+                tenant=row.tenant,
+                query=row.query,
+                created_at=as_utc(row.created_at),
+            )
+        if row.result is not None:
+            return Answer.model_validate(row.result)
+        return Answer.model_validate(_columns(row))
+
+
+def _columns(row: QueryLog) -> dict[str, Any]:
+    """The answer view's fields of a final row written before revision 0005."""
+    trace = row.trace if isinstance(row.trace, dict) else {}
+    stages = trace.get("stages", [])
+    error = None
+    if row.error_code:
+        error = {"code": row.error_code, "message": row.error_message or "", "stage": ""}
+    return {
+        "request_id": row.request_id,
+        "tenant": row.tenant,
+        "query": row.query,
+        "status": row.status,
+        "answer": row.answer if row.status == "answered" else None,
+        "citations": row.citations or [],
+        "tier": trace.get("tier", ""),
+        "error": error,
+        "trace": stages,
+        "cached": any(s.get("stage") == "cache" for s in stages),
+        "created_at": as_utc(row.created_at),
+        "completed_at": as_utc(row.completed_at) if row.completed_at else None,
+    }
+
+
+def page(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    *,
+    limit: int,
+    before: tuple[dt.datetime, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` of ``tenant``'s logged queries, newest first by ``(created_at,
+    request_id)``, those after the sort key ``before`` of the previous page's last one (keyset
+    pagination); each as ``{request_id, query, status, tier, error_code, created_at,
+    completed_at, sort_key}``."""
+    stmt = select(
+        QueryLog.request_id,
+        QueryLog.query,
+        QueryLog.status,
+        QueryLog.trace,
+        QueryLog.error_code,
+        QueryLog.created_at,
+        QueryLog.completed_at,
+    ).where(QueryLog.tenant == tenant)
+    if before is not None:
+        created, request_id = before
+        stmt = stmt.where(
+            or_(
+                QueryLog.created_at < created,
+                and_(QueryLog.created_at == created, QueryLog.request_id < request_id),
+            )
+        )
+    stmt = stmt.order_by(QueryLog.created_at.desc(), QueryLog.request_id.desc()).limit(limit)
+    with sessions() as session:
+        rows = session.execute(stmt).all()
+    out = []
+    for rid, query, status, trace, code, created, completed in rows:
+        tier = trace.get("tier", "") if isinstance(trace, dict) else ""
+        out.append(
+            {
+                "request_id": rid,
+                "query": query,
+                "status": status if status in FINAL else "pending",
+                "tier": tier or "",
+                "error_code": code,
+                "created_at": as_utc(created),
+                "completed_at": as_utc(completed) if completed else None,
+                "sort_key": (created, rid),
+            }
+        )
+    return out

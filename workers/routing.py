@@ -1,9 +1,14 @@
-"""Model routing: a cheap classifier sends each query to the ``small`` or ``large`` tier.
+"""Model routing: a cheap classifier suggests each query's LLM tier, ``small`` or ``large``.
+
+The suggestion is an input, not the decision: the answer tier is decided once, in the rerank
+pool, by the evidence stage (:func:`workers.evidence.stage.choose_tier`, which may answer from
+the evidence instead), or as suggested when no evidence stage runs; that decision and its
+reason go into the trace (``tier`` and ``route`` of the ``evidence`` or ``rerank`` stage).
 
 Features (no model call beyond the query embedding the retrieval stage already computed):
 length in words, question-type cue words, and the difference of cosine similarity to the
-centroids of labelled easy and hard example questions. The decision goes into the trace and
-into ``ragstream_route_total{tier,reason}``.
+centroids of labelled easy and hard example questions. The suggestion goes into the retrieval
+stage's trace (``suggested``) and into ``ragstream_route_total{tier,reason}``.
 """
 
 from __future__ import annotations

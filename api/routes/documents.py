@@ -5,12 +5,17 @@
   body is inline text as JSON, or one file as ``multipart/form-data`` (any format the parsers
   read, sniffed from its bytes and name, checked by parsing it once, kept under the upload
   root: :mod:`ingest.uploads`).
+- ``GET /v1/documents``: the tenant's documents, newest first, a cursor-paginated page
+  (filters: ``status``, ``source``; :mod:`api.pages`).
 - ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
 - ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
   each allowed root (``<root>/<tenant>/``), or over an uploaded zip/tar(.gz) archive, safely
   extracted into the job's own folder (:mod:`ingest.archives`).
+- ``GET /v1/ingest/jobs``: the tenant's jobs, newest first, a cursor-paginated page.
 - ``GET /v1/ingest/jobs/{job_id}``: progress and per-document failures.
+- ``POST /v1/ingest/jobs/{job_id}/retry``: set the job's failed documents back to pending and
+  queue the job again (202 with its progress; 409 when none failed).
 
 Every route is scoped to the API key's tenant.
 """
@@ -18,11 +23,13 @@ Every route is scoped to the API key's tenant.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import shutil
 import uuid
+from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,6 +38,15 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.models import DocumentAccepted, DocumentBody, DocumentOut, JobBody, JobFailure, JobOut
+from api.pages import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    DocumentPage,
+    JobPage,
+    JobSummary,
+    decode_cursor,
+    encode_cursor,
+)
 from api.querying import send_acked
 from api.routes.query import check_callback, query_service
 from api.uploads import (
@@ -45,8 +61,9 @@ from api.uploads import (
     request_body,
 )
 from ingest import jobs
+from ingest.registry import DocumentRegistry
 from ingest.sources import SourceFile
-from ragstream.db.models import Document, IngestJob
+from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob
 from ragstream.settings import Settings
 from topics.ingest import IngestRequest
 from topics.registry import INGEST
@@ -139,6 +156,36 @@ async def delete_document(
     await _produce_ingest(request, event)
     return DocumentAccepted(
         doc_id=doc_id, op="delete", event_id=event.event_id, links=_doc_links(doc_id)
+    )
+
+
+@router.get("/v1/documents", response_model=DocumentPage, responses=ERRORS)
+async def list_documents(
+    request: Request,
+    *,
+    who: Principal = Depends(principal),
+    status: str | None = Query(
+        default=None, pattern="^(indexed|deleted|failed)$", description="Only this status."
+    ),
+    source: str | None = Query(
+        default=None, max_length=2048, pattern=r"^[^\x00]*$", description="Only this source."
+    ),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
+) -> DocumentPage:
+    """The caller's documents, newest first, one page at a time."""
+    before = decode_cursor(cursor, (int,))
+    registry = DocumentRegistry(services(request).sessions)
+    rows = await asyncio.to_thread(
+        partial(
+            registry.page, who.tenant, limit=limit + 1, status=status, source=source,
+            before_id=None if before is None else before[0],
+        )
+    )  # fmt: skip
+    items = [_document_out(row) for row in rows[:limit]]
+    more = len(rows) > limit
+    return DocumentPage(
+        items=items, next_cursor=encode_cursor([rows[limit - 1].id]) if more else None
     )
 
 
@@ -253,6 +300,29 @@ async def _submit(request: Request, who: Principal, job_id: str) -> JSONResponse
     return JSONResponse(out.model_dump(mode="json"), status_code=202)
 
 
+@router.get("/v1/ingest/jobs", response_model=JobPage, responses=ERRORS)
+async def list_ingest_jobs(
+    request: Request,
+    who: Principal = Depends(principal),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
+) -> JobPage:
+    """The caller's bulk ingest jobs with their progress, newest first, one page at a time."""
+    before = decode_cursor(cursor, (dt.datetime, str))
+    found = await asyncio.to_thread(
+        partial(
+            jobs.page_jobs, services(request).sessions, who.tenant, limit=limit + 1,
+            before=before,
+        )
+    )  # fmt: skip
+    items = [_job_summary(j) for j in found[:limit]]
+    last = found[limit - 1] if len(found) > limit else None
+    return JobPage(
+        items=items,
+        next_cursor=None if last is None else encode_cursor([last.created_at, last.job_id]),
+    )
+
+
 @router.get("/v1/ingest/jobs/{job_id}", response_model=JobOut, responses=ERRORS)
 async def get_ingest_job(
     job_id: str, request: Request, who: Principal = Depends(principal)
@@ -262,6 +332,37 @@ async def get_ingest_job(
     if found is None:
         raise ApiError(404, "NOT_FOUND", f"no ingest job {job_id!r} for this tenant")
     return found
+
+
+def _job_summary(j: jobs.JobProgress) -> JobSummary:
+    return JobSummary(
+        job_id=j.job_id, status=j.status, total_documents=j.total, done_documents=j.done,
+        failed_documents=j.failed, chunk_count=j.chunks, error=j.error,
+        created_at=jobs.aware(j.created_at),
+        started_at=jobs.aware(j.started_at) if j.started_at else None,
+        finished_at=jobs.aware(j.finished_at) if j.finished_at else None,
+        links={"self": f"/v1/ingest/jobs/{j.job_id}"},
+    )  # fmt: skip
+
+
+@router.post(
+    "/v1/ingest/jobs/{job_id}/retry", status_code=202, response_model=JobOut,
+    responses={**ERRORS, 409: {"model": ErrorEnvelope}},
+)  # fmt: skip
+async def retry_ingest_job(
+    job_id: str, request: Request, who: Principal = Depends(principal)
+) -> JSONResponse:
+    """Retry the failed documents of a finished job (the others keep their status)."""
+    sessions = services(request).sessions
+    found = await asyncio.to_thread(_job, sessions, who.tenant, job_id[:64])
+    if found is None:
+        raise ApiError(404, "NOT_FOUND", f"no ingest job {job_id!r} for this tenant")
+    if found.status not in FINAL_JOB_STATUSES or found.failed_documents == 0:
+        raise ApiError(
+            409, "CONFLICT", f"job {job_id!r} is {found.status} with no failed documents to retry"
+        )
+    await asyncio.to_thread(jobs.reset_failed, sessions, found.job_id)
+    return await _submit(request, who, found.job_id)
 
 
 def _check_doc_id(doc_id: str) -> None:
@@ -278,13 +379,15 @@ def _document(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> Docu
         row = session.scalars(
             select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
         ).first()
-        if row is None:
-            return None
-        return DocumentOut(
-            doc_id=row.doc_id, status=row.status, version=row.version,
-            chunk_count=row.chunk_count, title=row.title, source=row.source, error=row.error,
-            updated_at=row.updated_at,
-        )  # fmt: skip
+        return None if row is None else _document_out(row)
+
+
+def _document_out(row: Document) -> DocumentOut:
+    return DocumentOut(
+        doc_id=row.doc_id, status=row.status, version=row.version, chunk_count=row.chunk_count,
+        title=row.title, source=row.source, error=row.error,
+        updated_at=jobs.aware(row.updated_at) if row.updated_at else None,
+    )  # fmt: skip
 
 
 def _job(sessions: sessionmaker[Session], tenant: str, job_id: str) -> JobOut | None:

@@ -54,6 +54,7 @@ from api.routes.query import (
     wait_seconds,
 )
 from ragstream.settings import Settings
+from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
 from topics.tokens import AnswerToken, TokenOrder
@@ -154,7 +155,7 @@ def client_wait_s(settings: Settings, request: Request) -> float:
     return wait_seconds(settings, None)
 
 
-def _usage(r: QueryResponse) -> dict[str, int]:
+def _usage(r: Answer) -> dict[str, int]:
     return {
         "prompt_tokens": r.usage.prompt_tokens,
         "completion_tokens": r.usage.completion_tokens,
@@ -162,15 +163,15 @@ def _usage(r: QueryResponse) -> dict[str, int]:
     }
 
 
-def _sources(r: QueryResponse) -> dict[str, list[dict[str, Any]]]:
+def _sources(r: Answer) -> dict[str, list[dict[str, Any]]]:
     return {
         "citations": [c.model_dump(mode="json") for c in r.citations],
         "evidence": [e.model_dump(mode="json") for e in r.evidence],
     }
 
 
-def completion(r: QueryResponse, model: str) -> dict[str, Any]:
-    """A ``chat.completion`` object for an answered response."""
+def completion(r: Answer, model: str) -> dict[str, Any]:
+    """A ``chat.completion`` object for an answer (``status="answered"``)."""
     return {
         "id": f"chatcmpl-{r.request_id}",
         "object": "chat.completion",
@@ -188,7 +189,7 @@ def completion(r: QueryResponse, model: str) -> dict[str, Any]:
     }
 
 
-def _failure(r: QueryResponse) -> ApiError:
+def _failure(r: Answer) -> ApiError:
     assert r.error is not None
     return ApiError(
         FAILED_STATUS.get(r.error.code, 500),
@@ -275,9 +276,10 @@ async def chat_completions(
             svc.unsubscribe(event.request_id)
     if response is None:
         raise _timeout(event.request_id)
-    if response.status != "answered":
-        raise _failure(response)
-    return JSONResponse(completion(response, body.model))
+    answer = Answer.of(response, query=question)
+    if answer.status != "answered":
+        raise _failure(answer)
+    return JSONResponse(completion(answer, body.model))
 
 
 def _chunk(
@@ -285,7 +287,7 @@ def _chunk(
     model: str,
     delta: dict[str, Any],
     finish: str | None,
-    final: QueryResponse | None = None,
+    final: Answer | None = None,
 ) -> bytes:
     data: dict[str, Any] = {
         "id": f"chatcmpl-{request_id}",
@@ -319,8 +321,8 @@ async def chunks(  # noqa: PLR0917 - one call site
     shown = ""
     order = TokenOrder()
     try:
-        final = hit
-        if final is None:
+        response = hit
+        if response is None:
             async for reply in replies_until(queue, until):
                 if isinstance(reply, AnswerToken):
                     if not order.fresh(reply):
@@ -329,13 +331,15 @@ async def chunks(  # noqa: PLR0917 - one call site
                         shown += reply.text
                         yield _chunk(rid, model, {"content": reply.text}, None)
                 else:
-                    final = reply
+                    response = reply
+        final = None if response is None else Answer.of(response, query=event.query)
         if final is None or final.status != "answered":
             err = _timeout(rid) if final is None else _failure(final)
             payload = {"error": {"code": err.code, "message": err.message}}
             yield f"data: {json.dumps(payload)}\n\n".encode()
         else:
-            rest = final.answer[len(shown) :] if final.answer.startswith(shown) else ""
+            text = final.answer or ""
+            rest = text[len(shown) :] if text.startswith(shown) else ""
             if rest:
                 yield _chunk(rid, model, {"content": rest}, None)
             yield _chunk(rid, model, {}, "stop", final)

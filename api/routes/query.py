@@ -1,4 +1,5 @@
-"""``POST /v1/query`` (sync, async or SSE) and ``GET /v1/queries/{request_id}``.
+"""``POST /v1/query`` (sync, async or SSE), ``GET /v1/queries`` (the tenant's query log, a
+cursor-paginated page, newest first) and ``GET /v1/queries/{request_id}``.
 
 Server-Sent Events of a streamed query (``"stream": true``), in order:
 
@@ -28,9 +29,10 @@ import datetime as dt
 import json
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 from sse_starlette import EventSourceResponse
@@ -39,8 +41,17 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.models import QueryBody, QueryResult
+from api.pages import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    QueryPage,
+    QuerySummary,
+    decode_cursor,
+    encode_cursor,
+)
 from api.querying import QueryService, replies_until
 from ragstream.settings import Settings
+from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, QueryResponse
 from topics.tokens import AnswerToken, TokenOrder
@@ -59,6 +70,7 @@ FAILED_STATUS = {
     ErrorCode.INTERNAL: 500,
     ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
     ErrorCode.EMBEDDING_MODEL_MISMATCH: 503,  # the deployment lacks the index's model
+    ErrorCode.UNAVAILABLE: 503,  # the query event could not be produced
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
@@ -155,7 +167,7 @@ def logged_result(
 ) -> QueryResult | None:
     """The query-log state of ``request_id`` if it belongs to ``tenant``."""
     logged = query_log.read(sessions, tenant, request_id)
-    return None if logged is None else QueryResult.model_validate(logged)
+    return None if logged is None else QueryResult.render(logged)
 
 
 @router.post(
@@ -189,9 +201,11 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
         return event_stream(settings, stream, event.request_id)
     if hit is not None:
         ms = (time.monotonic() - started) * 1000
-        return result_response(QueryResult.from_response(hit, latency_ms=ms, links=links))
+        return result_response(
+            QueryResult.render(Answer.of(hit, query=event.query), latency_ms=ms, links=links)
+        )
     if queue is None:
-        pending = QueryResult(request_id=event.request_id, status="pending", links=links)
+        pending = QueryResult.render(_pending(event), links=links)
         return JSONResponse(pending.model_dump(mode="json"), status_code=202)
     try:
         response = None
@@ -202,10 +216,14 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
         svc.unsubscribe(event.request_id)
     ms = (time.monotonic() - started) * 1000
     if response is not None:
-        return result_response(QueryResult.from_response(response, latency_ms=ms, links=links))
-    late = await asyncio.to_thread(logged_result, svc.sessions, who.tenant, event.request_id)
-    result = late or QueryResult(request_id=event.request_id, status="pending")
-    return result_response(result.model_copy(update={"latency_ms": ms, "links": links}))
+        answer = Answer.of(response, query=event.query)
+        return result_response(QueryResult.render(answer, latency_ms=ms, links=links))
+    late = await asyncio.to_thread(query_log.read, svc.sessions, who.tenant, event.request_id)
+    return result_response(QueryResult.render(late or _pending(event), latency_ms=ms, links=links))
+
+
+def _pending(event: QueryRequest) -> Answer:
+    return Answer.pending(event.request_id, tenant=event.tenant, query=event.query)
 
 
 def event_stream(
@@ -244,7 +262,9 @@ async def sse_stream(  # noqa: PLR0917 - one call site
         if hit is not None:
             ms = (time.monotonic() - started) * 1000
             yield sse("token", {"seq": 0, "text": hit.answer})
-            result = QueryResult.from_response(hit, latency_ms=ms, links=links)
+            result = QueryResult.render(
+                Answer.of(hit, query=event.query), latency_ms=ms, links=links
+            )
             yield sse("answer", result.model_dump(mode="json"))
             return
         assert queue is not None
@@ -260,7 +280,8 @@ async def sse_stream(  # noqa: PLR0917 - one call site
                     yield sse("token", {"seq": reply.seq, "text": reply.text})
                 continue
             ms = (time.monotonic() - started) * 1000
-            result = QueryResult.from_response(reply, latency_ms=ms, links=links)
+            answer = Answer.of(reply, query=event.query)
+            result = QueryResult.render(answer, latency_ms=ms, links=links)
             name = "answer" if result.status == "answered" else "error"
             yield sse(name, result.model_dump(mode="json"))
             return
@@ -271,6 +292,36 @@ async def sse_stream(  # noqa: PLR0917 - one call site
         raise
     finally:
         svc.unsubscribe(event.request_id)
+
+
+@router.get(
+    "/v1/queries",
+    response_model=QueryPage,
+    responses={s: {"model": ErrorEnvelope} for s in (401, 422, 429)},
+)
+async def list_queries(
+    request: Request,
+    who: Principal = Depends(principal),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
+) -> QueryPage:
+    """The caller's past queries from the query log, newest first, one page at a time."""
+    svc = query_service(request)
+    before = decode_cursor(cursor, (dt.datetime, str))
+    rows = await asyncio.to_thread(
+        partial(query_log.page, svc.sessions, who.tenant, limit=limit + 1, before=before)
+    )
+    items = [
+        QuerySummary(
+            **{k: v for k, v in row.items() if k != "sort_key"},
+            links=poll_link(svc.settings, row["request_id"]),
+        )
+        for row in rows[:limit]
+    ]
+    more = len(rows) > limit
+    return QueryPage(
+        items=items, next_cursor=encode_cursor(list(rows[limit - 1]["sort_key"])) if more else None
+    )
 
 
 @router.get(

@@ -37,6 +37,7 @@ from workers.evidence.stage import (
     TierPolicy,
     build_evidence_stage,
     choose_tier,
+    fallback_answer,
     to_contract,
 )
 from workers.generation.generator import Generator
@@ -267,6 +268,7 @@ class Answerer:
                 passages=tuple(jobs[i].passages),
                 tier="large" if tier == "large" else "small",
                 evidence=tuple(to_contract(s, jobs[i].passages) for s in found.evidence[i].spans),
+                fallback=fallback_answer(compose(found.evidence[i], self.stage.answer_policy)),
             )
             for i in batch
         ]

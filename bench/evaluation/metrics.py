@@ -27,7 +27,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from bench.evaluation.questions import PageRef
-from workers.generation.prompt import NOT_IN_DOCUMENTS
+from topics.answers import NOT_IN_DOCUMENTS
 
 #: Cut-offs reported for hit@k.
 HIT_KS = (1, 3, 5, 10, 20, 30)

@@ -123,7 +123,11 @@ class IngestJobItem(Base):
 class QueryLog(Base):
     """One query, keyed by ``request_id`` (idempotent writes de-duplicate replays).
 
-    ``status``: pending, answered, failed. ``trace`` holds per-stage timings in ms.
+    ``status``: pending, answered, failed. ``result`` holds the whole answer view
+    (``topics.answers.Answer`` as JSON: answer, citations, evidence with offsets, tier,
+    truncated, error, trace, usage) once the query is final; ``answer``, ``citations``,
+    ``trace`` (per-stage timings in ms) and ``error_code``/``error_message`` are columns
+    derived from it for SQL readers, and what rows written before revision 0005 hold.
     """
 
     __tablename__ = "query_log"
@@ -139,6 +143,7 @@ class QueryLog(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[dt.datetime | None] = mapped_column()
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class WebhookDelivery(Base):
@@ -191,7 +196,8 @@ class ApiKey(Base):
 
     Keys are 256-bit random tokens, so an unsalted fast hash is the right lookup (as GitHub and
     Stripe do for tokens); ``prefix`` (the first 12 characters) identifies a key in listings.
-    ``rate_per_minute`` overrides the deployment default when set.
+    ``rate_per_minute`` overrides the deployment default when set. ``role``: ``user`` (the
+    tenant's data) or ``operator`` (also the deployment's operations: pools, DLQs, index).
     """
 
     __tablename__ = "api_keys"
@@ -202,6 +208,7 @@ class ApiKey(Base):
     tenant: Mapped[str] = mapped_column(String(128), index=True)
     name: Mapped[str] = mapped_column(String(128), default="")
     rate_per_minute: Mapped[int | None] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16), default="user", server_default="user")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column()
 

@@ -59,7 +59,7 @@ def test_exact_and_semantic_hits_are_tenant_and_version_scoped(
     errors = QueryResponse.model_validate(
         {
             **answer.model_dump(),
-            "status": "error",
+            "status": "failed",
             "answer": "",
             "error": {"code": "INTERNAL", "message": "x"},
         }

@@ -73,7 +73,7 @@ def test_query_log_is_written_once_per_request(
     failed = QueryResponse(
         tenant="acme",
         request_id="r2",
-        status="error",
+        status="failed",
         error=ErrorInfo(code=ErrorCode.DEADLINE_EXCEEDED, message="late", stage="retrieval"),
     )
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")

@@ -287,7 +287,7 @@ def test_llm_down_gives_a_typed_error_after_retries_then_recovers(qp: QueryPath)
     try:
         q = _query("Which TCP port does the server listen on? (while down)", deadline_s=6)
         resp = qp.ask([q], timeout_s=60)[q.request_id]
-        assert resp.status == "error" and resp.error is not None
+        assert resp.status == "failed" and resp.error is not None
         assert resp.error.code in (ErrorCode.BACKEND_UNAVAILABLE, ErrorCode.DEADLINE_EXCEEDED)
     finally:
         qp.proxy.up()

@@ -156,7 +156,7 @@ def test_expired_query_gets_deadline_exceeded_without_work() -> None:
         return [
             Emit(
                 rout,
-                QueryResponse(tenant=e.tenant, request_id=e.request_id, status="error", error=err),
+                QueryResponse(tenant=e.tenant, request_id=e.request_id, status="failed", error=err),
             )
         ]
 

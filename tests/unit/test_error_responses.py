@@ -30,7 +30,7 @@ def test_dead_lettered_oversized_event_gets_a_small_typed_error_response() -> No
     [emit] = dead_letter_hook("retrieval")(event, error)
     response = emit.event
     assert emit.topic == RESPONSES and isinstance(response, QueryResponse)
-    assert response.request_id == event.request.request_id and response.status == "error"
+    assert response.request_id == event.request.request_id and response.status == "failed"
     assert response.error is not None and response.error.code == ErrorCode.INTERNAL
     assert "RecordTooLargeError" in response.error.message
     assert len(encode(response)) <= MAX_ERROR_RESPONSE_BYTES

@@ -39,9 +39,8 @@ from bench.evaluation.report import (
     write_report,
 )
 from ragstream.settings import LlmSettings, RerankSettings, Settings
+from topics.answers import NOT_IN_DOCUMENTS
 from topics.retrieved import Candidate
-from workers.generation.generator import NOT_FOUND
-from workers.generation.prompt import NOT_IN_DOCUMENTS
 from workers.pools.rerank import _passage
 
 PY, PG = "python-3.11", "postgresql-15"
@@ -143,7 +142,8 @@ def test_an_empty_completion_is_told_from_a_refusal_the_model_wrote() -> None:
     # and says so in its trace ("judged"), which the evaluation reads.
     assert Answer("quoted evidence [1]", None, "small", "fallback", judged="empty").empty
     assert Answer("quoted evidence [1]", None, "small", "fallback", judged="repeated").empty
-    assert not Answer(NOT_FOUND, None, "small", "refusal").empty  # the model wrote the sentence
+    # the model wrote the sentence
+    assert not Answer(NOT_IN_DOCUMENTS, None, "small", "refusal").empty
     assert not Answer("It is 4 [1].", None, "small", "llm", judged="length_cut").empty
     assert not Answer("timed out", "BACKEND_UNAVAILABLE", "small", "error").empty
 
@@ -365,5 +365,5 @@ def test_a_quoted_piece_of_evidence_is_never_a_refusal() -> None:
 
     quote = 'fprintf(stderr, "Cannot find function") [1]'
     assert not refused(Answer(quote, None, "evidence", "evidence"))
-    assert refused(Answer(NOT_FOUND, None, "evidence", "refusal"))
+    assert refused(Answer(NOT_IN_DOCUMENTS, None, "evidence", "refusal"))
     assert refused(Answer("The passages do not mention it.", None, "small", "llm"))

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy, compose, quote
+from topics.answers import NOT_IN_DOCUMENTS
+from workers.evidence.answer import AnswerPolicy, compose, quote
 from workers.evidence.lexical import answer_type, identifiers, terms, type_match
 from workers.evidence.segment import segment, split_sentences
 from workers.evidence.select import EvidenceSelector, Weights

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import Any
+
+import pytest
 
 from ragstream.retry import RetryPolicy
 from topics.queries import QueryRequest
-from topics.reranked import RerankedPassages
+from topics.reranked import FallbackAnswer, RerankedPassages
 from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
+from workers.evidence.answer import AnswerPolicy, quote
 from workers.generation.backend import GenerationRequest, GenerationResult, OnTokenFor
 from workers.generation.generator import Generator
 from workers.generation.prompt import PromptBuilder
@@ -75,7 +79,12 @@ def _event(question: str = "What is the default of shared_buffers?") -> Reranked
     span = EvidenceSpan(
         n=1, chunk_id="c1", doc_id="d1", start=start, end=end, text=TEXT[start:end], score=1.2
     )
-    return RerankedPassages(tenant="t", request=request, passages=(passage,), evidence=(span,))
+    # The evidence answer the evidence stage composed: what an unusable completion falls back on.
+    text, quoted = quote((span,), AnswerPolicy())
+    fallback = FallbackAnswer(text=text, cited=tuple(s.n for s in quoted))
+    return RerankedPassages(
+        tenant="t", request=request, passages=(passage,), evidence=(span,), fallback=fallback
+    )
 
 
 def _answer(generator: Generator, event: RerankedPassages) -> QueryResponse:
@@ -115,6 +124,32 @@ def test_a_cut_completion_is_kept_to_its_last_sentence_and_marked() -> None:
 def test_a_question_over_the_budget_is_prompt_too_long_with_citations() -> None:
     long_question = "why " * 500 + "?"
     response = _answer(_generator(Backend("x"), budget=120), _event(long_question))
-    assert response.status == "error" and response.error is not None
+    assert response.status == "failed" and response.error is not None
     assert response.error.code == "PROMPT_TOO_LONG"
     assert [c.chunk_id for c in response.citations] == ["c1"] and response.evidence
+
+
+def test_the_fallback_is_the_composed_evidence_answer_and_evidence_is_compressed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unusable completion publishes the evidence answer the event carries (composed once,
+    by the evidence stage), and the evidence is compressed once per generated answer."""
+    import workers.generation.generator as generator_module
+
+    calls: list[int] = []
+    real = generator_module.compress
+
+    def counting(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(generator_module, "compress", counting)
+    carried = FallbackAnswer(text="Composed by the evidence stage [1].", cited=(1,))
+    event = _event().model_copy(update={"fallback": carried})
+    response = _answer(_generator(Backend("")), event)
+    assert response.answer == carried.text and [c.n for c in response.citations] == [1]
+    assert response.trace[-1].detail["outcome"] == "evidence"
+    assert len(calls) == 1
+    calls.clear()
+    _answer(_generator(Backend("It is 128MB [1].")), _event())
+    assert len(calls) == 1

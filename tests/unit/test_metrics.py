@@ -161,8 +161,8 @@ def test_label_sets_exist_at_zero_before_the_first_error() -> None:
     init_answer_labels()
     for labels in (
         {"tier": "evidence", "status": "answered", "code": "none"},
-        {"tier": "small", "status": "error", "code": "BACKEND_UNAVAILABLE"},
-        {"tier": "none", "status": "error", "code": "DEADLINE_EXCEEDED"},
+        {"tier": "small", "status": "failed", "code": "BACKEND_UNAVAILABLE"},
+        {"tier": "none", "status": "failed", "code": "DEADLINE_EXCEEDED"},
     ):
         assert REGISTRY.get_sample_value("ragstream_answers_total", labels) is not None, labels
     init_pool("pool-zero")
@@ -182,33 +182,33 @@ def test_answer_labels_name_the_tier_of_an_llm_error() -> None:
     answered = _response("a", status="answered", answer="x", tier="evidence")
     failed = _response(
         "b",
-        status="error",
+        status="failed",
         error=ErrorInfo(
             code=ErrorCode.BACKEND_UNAVAILABLE, message="down", stage="generation-large"
         ),
     )
     expired = _response(
         "c",
-        status="error",
+        status="failed",
         error=ErrorInfo(code=ErrorCode.DEADLINE_EXCEEDED, message="late", stage="retrieval"),
     )
     assert answer_labels(answered) == ("evidence", "answered", "none")
-    assert answer_labels(failed) == ("large", "error", "BACKEND_UNAVAILABLE")
-    assert answer_labels(expired) == ("none", "error", "DEADLINE_EXCEEDED")
+    assert answer_labels(failed) == ("large", "failed", "BACKEND_UNAVAILABLE")
+    assert answer_labels(expired) == ("none", "failed", "DEADLINE_EXCEEDED")
 
 
 def test_the_delivery_pool_counts_each_request_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     upgrade_head(url)
     sessions = make_session_factory(make_engine(url))
-    labels = {"tier": "small", "status": "error", "code": "BACKEND_UNAVAILABLE"}
+    labels = {"tier": "small", "status": "failed", "code": "BACKEND_UNAVAILABLE"}
     answered = {"tier": "cache", "status": "answered", "code": "none"}
     before, answered_before = (
         value("ragstream_answers_total", **labels),
         value("ragstream_answers_total", **answered),
     )
     error = ErrorInfo(code=ErrorCode.BACKEND_UNAVAILABLE, message="down", stage="generation-small")
-    failed = _response("r1", status="error", error=error)
+    failed = _response("r1", status="failed", error=error)
     hit = _response("r2", status="answered", answer="x", tier="cache")
 
     record_responses(sessions, [failed, hit])

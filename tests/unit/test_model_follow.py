@@ -294,7 +294,7 @@ def test_the_retrieval_pool_answers_a_model_it_cannot_build_with_a_typed_error()
     assert len(responses) == 2
     for response, query in zip(responses, queries, strict=True):
         assert isinstance(response, QueryResponse) and response.request_id == query.request_id
-        assert response.status == "error" and response.error is not None
+        assert response.status == "failed" and response.error is not None
         assert response.error.code == ErrorCode.EMBEDDING_MODEL_MISMATCH
         assert "e5-small-v2-q@beef" in response.error.message
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 import pytest
 
 from ragstream.errors import ConfigurationError
+from topics.answers import NOT_IN_DOCUMENTS
 from topics.retrieved import Candidate
 from workers.errors import PromptTooLongError
 from workers.generation.prompt import (
     CHAT_TOKENS_PER_MESSAGE,
     INSTRUCTION,
-    NOT_IN_DOCUMENTS,
     Prompt,
     PromptBuilder,
     PromptStyle,

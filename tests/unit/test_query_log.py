@@ -42,15 +42,15 @@ def test_pending_then_the_first_final_answer_wins(tmp_path: Path) -> None:
     query_log.log_pending(sessions, request)
     query_log.log_pending(sessions, request)  # idempotent
     pending = query_log.read(sessions, "acme", request.request_id)
-    assert pending is not None and pending["status"] == "pending"
+    assert pending is not None and pending.status == "pending"
     with sessions.begin() as session:
         first = query_log.record_final(session, [_answer(request, "first")])
     with sessions.begin() as session:
         replay = query_log.record_final(session, [_answer(request, "second")])
     assert [r.answer for r in first] == ["first"] and replay == []
     logged = query_log.read(sessions, "acme", request.request_id)
-    assert logged is not None and logged["status"] == "answered"
-    assert logged["answer"] == "first" and logged["citations"][0]["doc_id"] == "vacuum"
+    assert logged is not None and logged.status == "answered"
+    assert logged.answer == "first" and logged.citations[0].doc_id == "vacuum"
     assert query_log.read(sessions, "globex", request.request_id) is None  # another tenant's
 
 
@@ -61,5 +61,28 @@ def test_settle_finalises_only_a_pending_row(tmp_path: Path) -> None:
     query_log.settle(sessions, None, (request.request_id, "Kafka unreachable"))
     query_log.settle(sessions, _answer(request, "late"), None)  # no longer pending
     logged = query_log.read(sessions, "acme", request.request_id)
-    assert logged is not None and logged["status"] == "failed"
-    assert logged["error"] == {"code": "UNAVAILABLE", "message": "Kafka unreachable", "stage": ""}
+    assert logged is not None and logged.status == "failed"
+    assert logged.error is not None
+    assert logged.error.model_dump(mode="json") == {
+        "code": "UNAVAILABLE",
+        "message": "Kafka unreachable",
+        "stage": "",
+    }
+
+
+def test_a_row_written_before_the_answer_view_is_read_from_its_columns(tmp_path: Path) -> None:
+    """Rows of revision 0004 and older have no ``result``: they read back without evidence."""
+    from ragstream.db.models import QueryLog
+
+    sessions = _sessions(tmp_path)
+    with sessions.begin() as session:
+        session.add(
+            QueryLog(
+                request_id="old", tenant="acme", query="q", status="answered", answer="It is 5.",
+                citations=[{"n": 1, "doc_id": "d", "chunk_id": "c", "title": "", "source": ""}],
+                trace={"stages": [], "tier": "small"}, completed_at=dt.datetime.now(dt.UTC),
+            )
+        )  # fmt: skip
+    logged = query_log.read(sessions, "acme", "old")
+    assert logged is not None and logged.status == "answered" and logged.answer == "It is 5."
+    assert logged.tier == "small" and logged.citations[0].doc_id == "d" and logged.evidence == ()

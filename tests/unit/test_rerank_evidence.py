@@ -7,13 +7,14 @@ import datetime as dt
 from collections.abc import Sequence
 
 from ragstream.settings import PoolSettings, RerankSettings
+from topics.answers import NOT_IN_DOCUMENTS
 from topics.queries import QueryRequest
 from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import Candidate, RetrievedCandidates
 from topics.tokens import AnswerToken
-from workers.evidence.answer import NOT_IN_DOCUMENTS, AnswerPolicy
+from workers.evidence.answer import AnswerPolicy
 from workers.evidence.select import EvidenceSelector
 from workers.evidence.stage import EvidenceStage, TierPolicy
 from workers.pools.rerank import rerank_handler
@@ -100,6 +101,10 @@ def test_llm_tier_gets_the_evidence_and_a_stream_gets_it_first() -> None:
     assert isinstance(passages, RerankedPassages) and passages.tier == "small"
     assert passages.evidence and token.evidence == passages.evidence
     assert passages.route_reason == "policy"
+    # The evidence answer is composed here, once, and carried for the LLM tier's fallback.
+    assert passages.fallback is not None and not passages.fallback.refused
+    cited = passages.fallback.cited
+    assert cited and all(f"[{n}]" in passages.fallback.text for n in cited)
 
 
 def test_a_forced_route_wins() -> None:
@@ -113,3 +118,21 @@ def test_a_forced_llm_tier_never_skips_the_refusal_gate() -> None:
     assert emit.topic == RESPONSES
     assert isinstance(emit.event, QueryResponse) and emit.event.tier == "evidence"
     assert emit.event.answer == NOT_IN_DOCUMENTS
+
+
+def test_the_tier_is_decided_once_with_its_reason_in_the_trace() -> None:
+    """The retrieval pool's router only suggests; the decision is traced once, by the stage that
+    makes it: the evidence stage, or the rerank stage when no evidence stage runs."""
+    suggested = _event("How long is the deadlock timeout?").model_copy(
+        update={"tier": "large", "route_reason": "cue"}
+    )
+    [emit] = _run([suggested], mode="evidence")
+    stages = {t.stage: dict(t.detail) for t in emit.event.trace}
+    assert "tier" not in stages["rerank"]
+    assert stages["evidence"]["tier"] == "evidence" and stages["evidence"]["route"] == "policy"
+    handler = rerank_handler(KeepOrder(), RerankSettings(), pool=PoolSettings())
+    [plain] = handler.fn([suggested])
+    assert isinstance(plain, Emit) and plain.topic == RERANKED_BY_TIER["large"]
+    assert isinstance(plain.event, RerankedPassages) and plain.event.route_reason == "cue"
+    [rerank] = [t for t in plain.event.trace if t.stage == "rerank"]
+    assert rerank.detail["tier"] == "large" and rerank.detail["route"] == "cue"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from api.models import QueryResult
+from topics.answers import Answer
 from topics.dlq import SourceRecord
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES, RETRIEVED
@@ -65,7 +66,7 @@ def test_only_the_pools_first_stage_is_stamped_and_earlier_stages_are_kept() -> 
     )
     (out,) = stamp_waits([Emit(RESPONSES, response)], [_item(upstream)], picked)
     assert [t.wait_ms for t in out.event.trace] == [7.0, 40.0, None]
-    result = QueryResult.from_response(out.event)  # type: ignore[arg-type]
+    result = QueryResult.render(Answer.of(out.event))  # type: ignore[arg-type]
     assert [s.wait_ms for s in result.trace] == [7.0, 40.0, None]
 
 

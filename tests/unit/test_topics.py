@@ -89,9 +89,18 @@ def test_ingest_request_payload_must_match_op() -> None:
 
 def test_error_response_requires_error_info() -> None:
     with pytest.raises(pydantic.ValidationError):
-        QueryResponse(tenant="t", request_id="r", status="error")
+        QueryResponse(tenant="t", request_id="r", status="failed")
     err = ErrorInfo(code=ErrorCode.DEADLINE_EXCEEDED, message="late")
-    assert QueryResponse(tenant="t", request_id="r", status="error", error=err).key() == b"r"
+    assert QueryResponse(tenant="t", request_id="r", status="failed", error=err).key() == b"r"
+
+
+def test_a_response_that_says_error_is_read_as_failed() -> None:
+    """Events and cache entries written before ``failed`` said ``error``: readers map it."""
+    err = ErrorInfo(code=ErrorCode.DEADLINE_EXCEEDED, message="late")
+    old = QueryResponse(tenant="t", request_id="r", status="error", error=err)  # type: ignore[arg-type]
+    assert old.status == "failed"
+    raw = old.model_dump_json().replace('"failed"', '"error"')
+    assert QueryResponse.model_validate_json(raw).status == "failed"
 
 
 def test_registry_has_a_dlq_for_every_consumed_topic_and_prefixes_names() -> None:

@@ -70,7 +70,7 @@ def test_query_completed_payload() -> None:
     failed = QueryResponse(
         tenant="acme",
         request_id="r2",
-        status="error",
+        status="failed",
         error=ErrorInfo(code=ErrorCode.DEADLINE_EXCEEDED, message="late", stage="retrieval"),
     )
     data = events.query_completed(failed)["data"]

@@ -12,10 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from topics.answers import NOT_IN_DOCUMENTS
 from workers.evidence.select import Evidence, Span
-
-#: What the system answers when the documents do not hold the answer.
-NOT_IN_DOCUMENTS = "The documents do not contain the answer."
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,11 @@ from typing import Literal
 
 from ragstream.settings import EvidenceSettings
 from topics.queries import QueryRequest
-from topics.reranked import RerankedPassages
-from topics.responses import Citation, EvidenceSpan, QueryResponse
+from topics.reranked import FallbackAnswer, RerankedPassages
+from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
 from topics.tokens import AnswerToken
+from workers.citations import citations_of
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
 from workers.evidence.lexical import identifiers
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
@@ -53,8 +54,9 @@ class Decision:
             ``confident:<score>``, ``unsure:<score>``).
         evidence: the question's evidence spans as carried by events, best first.
         confidence: the best span's score (``None`` without evidence).
-        answer: the evidence tier's answer (a quote or a refusal); set for every question, so
-            an LLM tier can fall back to it.
+        answer: the evidence tier's answer (a quote or a refusal), composed once for every
+            question: the evidence tier's response, and what an LLM tier falls back on
+            (:attr:`fallback`, carried by its ``rag.reranked`` event).
     """
 
     tier: AnswerTier
@@ -62,6 +64,18 @@ class Decision:
     evidence: tuple[EvidenceSpan, ...]
     confidence: float | None
     answer: EvidenceAnswer
+
+    @property
+    def fallback(self) -> FallbackAnswer:
+        """The event form of :attr:`answer`."""
+        return fallback_answer(self.answer)
+
+
+def fallback_answer(answer: EvidenceAnswer) -> FallbackAnswer:
+    """The event form of a composed evidence answer (the passage numbers it quotes)."""
+    return FallbackAnswer(
+        text=answer.text, cited=tuple(sorted({s.n for s in answer.spans})), refused=answer.refused
+    )
 
 
 def to_contract(span: Span, passages: Sequence[Candidate]) -> EvidenceSpan:
@@ -180,23 +194,6 @@ class EvidenceStage:
         return out
 
 
-def evidence_citations(
-    answer: EvidenceAnswer, passages: Sequence[Candidate]
-) -> tuple[Citation, ...]:
-    """The passages an evidence answer quotes, by ``[n]``, in order (none for a refusal)."""
-    numbers = sorted({s.n for s in answer.spans})
-    return tuple(
-        Citation(
-            n=n,
-            doc_id=passages[n - 1].doc_id,
-            chunk_id=passages[n - 1].chunk_id,
-            title=passages[n - 1].title,
-            source=passages[n - 1].source,
-        )
-        for n in numbers
-    )
-
-
 def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
     """The evidence tier's :class:`AnswerPolicy` from the settings."""
     return AnswerPolicy(
@@ -236,17 +233,24 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
     return EvidenceStage(selector, answer_policy(settings), tiers)
 
 
-def evidence_response(event: RerankedPassages, decision: Decision) -> QueryResponse:
-    """The evidence tier's answer to ``event`` (its passages and evidence set)."""
-    answer = decision.answer
+def evidence_response(event: RerankedPassages) -> QueryResponse:
+    """The evidence tier's answer to ``event``: its composed :attr:`~RerankedPassages.fallback`
+    with the passages it quotes cited, and its evidence.
+
+    Raises:
+        ValueError: ``event`` carries no evidence answer (no evidence stage ran).
+    """
+    answer = event.fallback
+    if answer is None:
+        raise ValueError("no evidence answer was composed for this event")
     return QueryResponse(
         event_id=derive_event_id(event.event_id, "answer-evidence"),
         tenant=event.tenant,
         request_id=event.request.request_id,
         status="answered",
         answer=answer.text,
-        citations=evidence_citations(answer, event.passages),
-        evidence=decision.evidence,
+        citations=citations_of(answer.cited, event.passages),
+        evidence=event.evidence,
         tier="evidence",
         trace=event.trace,
         callback_url=event.request.callback_url,

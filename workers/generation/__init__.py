@@ -9,6 +9,7 @@
   batch: budget, generate concurrently with retries, answer) and its :class:`TokenSink`.
 """
 
+from topics.answers import NOT_IN_DOCUMENTS
 from workers.generation.backend import (
     GenerationBackend,
     GenerationRequest,
@@ -20,7 +21,6 @@ from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slo
 from workers.generation.openai_compat import OpenAICompatibleBackend
 from workers.generation.prompt import (
     INSTRUCTION,
-    NOT_IN_DOCUMENTS,
     Prompt,
     PromptBuilder,
     PromptStyle,

@@ -13,7 +13,8 @@ backend is retried with back-off until the request's deadline, then answered wit
 With evidence (the rerank pool's evidence stage), the prompt holds the evidence spans, not whole
 chunks (:func:`workers.generation.compress.compress`), and every completion is judged before it
 is published (:func:`workers.generation.compress.judge`): an empty, stop-only or repeating
-completion is replaced by the evidence answer, one cut at its token limit is kept up to its last
+completion is replaced by the evidence answer (the one the evidence stage composed, carried by
+the event: never composed again here), one cut at its token limit is kept up to its last
 whole sentence and marked ``truncated`` (or replaced by the evidence answer when no sentence is
 whole). A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
 silently cut question.
@@ -30,20 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import structlog
 
 from ragstream.retry import RetryPolicy
+from topics.answers import NOT_IN_DOCUMENTS
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from topics.responses import Citation, ErrorCode, EvidenceSpan, QueryResponse, TokenUsage
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
+from workers.citations import citations, citations_of
 from workers.errors import (
     BackendUnavailableError,
     PromptTooLongError,
@@ -51,7 +52,6 @@ from workers.errors import (
     error_response,
     llm_outcome,
 )
-from workers.evidence.answer import AnswerPolicy, quote
 from workers.generation.backend import (
     GenerationBackend,
     GenerationRequest,
@@ -72,13 +72,11 @@ from workers.runtime.metrics import ERRORS, MODEL_CALLS
 
 log = structlog.get_logger(__name__)
 
-NOT_FOUND = "The documents do not contain the answer."
 #: Seconds between two reads of the cancellation flags of the requests being generated.
 CANCEL_POLL_S = 0.5
 
 #: Which of these request ids are cancelled (:meth:`workers.cancel.Cancellations.cancelled`).
 CancelCheck = Callable[[Sequence[str]], set[str]]
-CITE = re.compile(r"\[(\d{1,3})\]")
 
 
 class TokenSink:
@@ -121,12 +119,6 @@ class TokenSink:
         return on_token, lambda: send("", True)
 
 
-def citations(answer: str, used: Sequence[Any]) -> tuple[Citation, ...]:
-    """Passages cited as ``[n]`` in ``answer``; every passage used if it cites none."""
-    numbers = {int(m) for m in CITE.findall(answer) if 1 <= int(m) <= len(used)}
-    return citations_of(numbers or set(range(1, len(used) + 1)), used)
-
-
 class Generator:
     """Runs one batch: budget prompts, generate concurrently with retries, build responses.
 
@@ -139,7 +131,6 @@ class Generator:
         backoff: the retry policy for an unreachable backend; its deadline option is each
             request's deadline (the pools give ``max_attempts=None``: only the deadline ends
             the retries).
-        fallback: how the evidence answer that replaces an unusable completion is quoted.
         stop: the backend's stop sequences (a completion made of one is empty).
         cancelled: reads which requests were cancelled (their client left); ``None``: none is.
         cancel_poll_s: seconds between two such reads while generating.
@@ -154,14 +145,12 @@ class Generator:
         cache: AnswerCache | None,
         tier: str,
         backoff: RetryPolicy,
-        fallback: AnswerPolicy | None = None,
         stop: Sequence[str] = (),
         cancelled: CancelCheck | None = None,
         cancel_poll_s: float = CANCEL_POLL_S,
     ) -> None:
         self.cancelled = cancelled
         self.cancel_poll_s = cancel_poll_s
-        self.fallback = fallback or AnswerPolicy()
         self.stop = tuple(stop)
         self.backend = backend
         self.builder = builder
@@ -178,7 +167,7 @@ class Generator:
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
         out: dict[int, Outcome] = {}
-        prompts = self._prompts(events, out)
+        prompts, shown = self._prompts(events, out)
         self._drop_cancelled(events, prompts, out)
         streams = {
             i: self._stream(events[i].request, 1 if events[i].evidence else 0) for i in prompts
@@ -201,24 +190,27 @@ class Generator:
             finish = streams[i][1]
             if finish is not None:
                 finish()
-            out[i] = Emit(RESPONSES, self._answer(e, prompts[i], result, started, t0))
+            answer = self._answer(e, (prompts[i], shown[i]), result, started, t0)
+            out[i] = Emit(RESPONSES, answer)
         return [out[i] for i in range(len(events))]
 
     def _prompts(
         self, events: list[RerankedPassages], out: dict[int, Outcome]
-    ) -> dict[int, Prompt]:
-        """The budgeted prompt of each event with passages, by index; a question over the
-        budget is answered ``PROMPT_TOO_LONG`` in ``out`` instead."""
+    ) -> tuple[dict[int, Prompt], dict[int, tuple[EvidenceSpan, ...]]]:
+        """The budgeted prompt of each event with passages and the evidence as that prompt
+        numbers it, by index; a question over the budget is answered ``PROMPT_TOO_LONG`` in
+        ``out`` instead."""
         prompts: dict[int, Prompt] = {}
+        shown: dict[int, tuple[EvidenceSpan, ...]] = {}
         for i, e in enumerate(events):
             if not e.passages:
                 continue
             try:
-                prompts[i] = self._prompt(e)
+                prompts[i], shown[i] = self._prompt(e)
             except PromptTooLongError as exc:
                 stage = f"generation-{self.tier}"
                 out[i] = Emit(RESPONSES, error_response(e, code_of(exc), str(exc), stage))
-        return prompts
+        return prompts, shown
 
     def _drop_cancelled(
         self, events: list[RerankedPassages], prompts: dict[int, Prompt], out: dict[int, Outcome]
@@ -245,14 +237,17 @@ class Generator:
             for rid in await asyncio.to_thread(check, open_ids):
                 flags[rid].set()
 
-    def _prompt(self, e: RerankedPassages) -> Prompt:
-        """The budgeted prompt of ``e``: over its evidence when it has some, else its passages.
+    def _prompt(self, e: RerankedPassages) -> tuple[Prompt, tuple[EvidenceSpan, ...]]:
+        """The budgeted prompt of ``e`` (over its evidence when it has some, else its passages)
+        and its evidence renumbered to the prompt's passages (compressed once per answer).
 
         Raises:
             PromptTooLongError: the question does not fit the prompt budget.
         """
+        renumbered: tuple[EvidenceSpan, ...] = ()
         if e.evidence:
-            passages, _ = compress(e.passages, e.evidence)
+            passages, spans = compress(e.passages, e.evidence)
+            renumbered = tuple(spans)
             prompt = self.builder.build(e.request.query, passages, instruction=EVIDENCE_INSTRUCTION)
         else:
             prompt = self.builder.build(e.request.query, e.passages)
@@ -261,7 +256,7 @@ class Generator:
                 f"the question does not fit the {self.builder.budget_tokens}-token prompt "
                 "budget of the serving model; ask a shorter question"
             )
-        return prompt
+        return prompt, renumbered
 
     def close(self) -> None:
         """Close the backend's connections, the token counter and the event loop (finalising
@@ -355,21 +350,24 @@ class Generator:
     def _answer(
         self,
         e: RerankedPassages,
-        prompt: Prompt | None,
+        budgeted: tuple[Prompt, tuple[EvidenceSpan, ...]] | None,
         result: GenerationResult | None,
         started: dt.datetime,
         t0: float,
     ) -> QueryResponse:
+        """The response to ``e`` from its completion ``result`` over ``budgeted`` = ``(prompt,
+        evidence renumbered to it)``; ``None``: no passages, nothing was generated."""
         took = (time.perf_counter() - t0) * 1000
         cites: tuple[Citation, ...] = ()
         evidence = e.evidence
         truncated = False
-        if prompt is None or result is None:
-            answer, usage = NOT_FOUND, TokenUsage()
+        if budgeted is None or result is None:
+            answer, usage = NOT_IN_DOCUMENTS, TokenUsage()
             detail: dict[str, str | int | float | bool] = {"passages": 0}
         else:
+            prompt, renumbered = budgeted
             judged = judge(result.text, result.finish_reason, self.stop)
-            answer, cites, evidence, outcome = self._publishable(e, prompt, judged)
+            answer, cites, evidence, outcome = self._publishable(e, prompt, renumbered, judged)
             truncated = judged.truncated and outcome == "llm"
             usage = TokenUsage(
                 prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens
@@ -403,37 +401,22 @@ class Generator:
         return response
 
     def _publishable(
-        self, e: RerankedPassages, prompt: Prompt, judged: Judged
+        self,
+        e: RerankedPassages,
+        prompt: Prompt,
+        renumbered: tuple[EvidenceSpan, ...],
+        judged: Judged,
     ) -> tuple[str, tuple[Citation, ...], tuple[EvidenceSpan, ...], str]:
         """``(answer, citations, evidence, outcome)`` for a judged completion; ``outcome`` is
         ``llm``, ``refusal`` (the model's not-in-the-documents sentence), ``evidence`` (the
         evidence answer replaced an unusable completion) or ``empty`` (nothing to fall back on).
         """
-        if e.evidence:
-            _, renumbered = compress(e.passages, e.evidence)
-        else:
-            renumbered = []
         if judged.fallback:
-            if not e.evidence:
-                return NOT_FOUND, (), (), "empty"
-            text, quoted = quote(e.evidence, self.fallback)
-            numbers = {s.n for s in quoted}
-            return text, citations_of(numbers, e.passages), e.evidence, "evidence"
-        if judged.text.startswith(NOT_FOUND):  # "not in the documents" cites nothing
-            return judged.text, (), tuple(renumbered), "refusal"
-        return judged.text, citations(judged.text, prompt.passages_used), tuple(renumbered), "llm"
-
-
-def citations_of(numbers: set[int], passages: Sequence[Any]) -> tuple[Citation, ...]:
-    """Citations of ``passages`` by 1-based number, in order."""
-    return tuple(
-        Citation(
-            n=n,
-            doc_id=passages[n - 1].doc_id,
-            chunk_id=passages[n - 1].chunk_id,
-            title=passages[n - 1].title,
-            source=passages[n - 1].source,
-        )
-        for n in sorted(numbers)
-        if 1 <= n <= len(passages)
-    )
+            if e.fallback is None or not e.evidence:
+                return NOT_IN_DOCUMENTS, (), (), "empty"
+            # The evidence answer the evidence stage composed (never composed again here).
+            cites = citations_of(e.fallback.cited, e.passages)
+            return e.fallback.text, cites, e.evidence, "evidence"
+        if judged.text.startswith(NOT_IN_DOCUMENTS):  # "not in the documents" cites nothing
+            return judged.text, (), renumbered, "refusal"
+        return judged.text, citations(judged.text, prompt.passages_used), renumbered, "llm"

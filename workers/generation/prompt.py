@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ragstream.errors import ConfigurationError
+from topics.answers import NOT_IN_DOCUMENTS
 from topics.retrieved import Candidate
 from workers.errors import PromptTooLongError
 
 PromptStyle = Literal["completion", "chat"]
 
-#: What the model must say when the passages do not contain the answer.
-NOT_IN_DOCUMENTS = "The documents do not contain the answer."
 
 INSTRUCTION = (
     "Answer the question using only the numbered passages below. "

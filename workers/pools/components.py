@@ -85,7 +85,6 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
     """The ``tier`` generator: its backend, a prompt builder budgeted in the serving model's
     tokens (``/tokenize`` of the llama.cpp server), the answer cache and the token sink."""
     from workers.cancel import Cancellations
-    from workers.evidence.stage import answer_policy
     from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
     from workers.generation.openai_compat import OpenAICompatibleBackend
     from workers.generation.prompt import PromptBuilder
@@ -121,7 +120,6 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
         cache=build_answer_cache(settings),
         tier=tier,
         backoff=backoff,
-        fallback=answer_policy(settings.evidence),
         stop=stop,
         cancelled=Cancellations(
             redis.Redis.from_url(settings.redis.url, socket_timeout=2)

@@ -94,8 +94,16 @@ def rerank_handler(
                 passages=tuple(top),
                 tier=_llm_tier(e.tier),
                 index_version=e.index_version,
+                route_reason=e.route_reason,
                 trace=e.trace,
-            ).traced("rerank", started, took, batch=len(events), pairs=len(pairs))
+            ).traced(
+                "rerank",
+                started,
+                took,
+                batch=len(events),
+                pairs=len(pairs),
+                **({} if evidence is not None else _as_suggested(e)),
+            )
             for e, top in zip(events, tops, strict=True)
         ]
         if evidence is None:
@@ -112,6 +120,13 @@ def rerank_handler(
         on_expired=expired_hook("rerank"),
         on_dead_letter=dead_letter_hook("rerank"),
     )
+
+
+def _as_suggested(e: RetrievedCandidates) -> dict[str, str]:
+    """The trace of the decision without an evidence stage: the suggested LLM tier, and why
+    (with an evidence stage, :func:`~workers.evidence.stage.choose_tier` decides, in the
+    ``evidence`` stage's trace)."""
+    return {"tier": _llm_tier(e.tier), "route": e.route_reason or "suggested"}
 
 
 def _llm_tier(tier: str) -> Literal["small", "large"]:
@@ -137,6 +152,7 @@ def _with_evidence(
                 "evidence": d.evidence,
                 "evidence_confidence": d.confidence,
                 "route_reason": d.reason,
+                "fallback": d.fallback,
             }
         ).traced(
             "evidence",
@@ -148,7 +164,7 @@ def _with_evidence(
             spans=len(d.evidence),
         )
         if d.tier == "evidence":
-            response = evidence_response(traced, d)
+            response = evidence_response(traced)
             if cache is not None:
                 cache.put(r.request, response, r.index_version)
             out.append(Emit(RESPONSES, response))

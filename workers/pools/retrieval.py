@@ -4,7 +4,8 @@ Per batch: exact answer-cache lookups; ONE embedding call for every remaining qu
 model the index records, followed across alias swaps; a model this pool cannot build answers
 each query ``EMBEDDING_MODEL_MISMATCH``, and the pool keeps consuming); semantic
 cache lookups; ONE ``_msearch`` with a BM25 and a kNN search per query, fused client-side with
-reciprocal rank fusion; the router picks each query's generation tier.
+reciprocal rank fusion; the router suggests each query's LLM tier (the rerank pool decides the
+answer tier, :mod:`workers.routing`).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import numpy as np
 from ingest.index import EmbeddingModelMismatchError
 from ingest.versions import IndexVersions
 from ragstream.settings import PoolSettings, Settings
-from topics.base import StageTiming
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, RESPONSES, RETRIEVED
 from topics.responses import ErrorCode, QueryResponse
 from topics.retrieved import Candidate, RetrievedCandidates
-from workers.caches import AnswerCache, CacheHit
+from workers.caches import AnswerCache
 from workers.errors import dead_letter_hook, error_response, expired_hook
 from workers.registry import register_pool
 from workers.routing import Router
@@ -48,23 +48,6 @@ class Retrieves(Protocol):
     def search_batch(
         self, queries: Sequence[QueryRequest], vectors: np.ndarray[Any, Any]
     ) -> list[list[Candidate]]: ...
-
-
-def cached_response(request: QueryRequest, hit: CacheHit, started: dt.datetime) -> QueryResponse:
-    """The cached answer re-addressed to ``request``, with a ``cache`` stage in its trace."""
-    timing = StageTiming(
-        stage="cache", started_at=started, duration_ms=0.0,
-        detail={"kind": hit.kind, "similarity": hit.similarity},
-    )  # fmt: skip
-    return hit.response.model_copy(
-        update={
-            "event_id": derive_event_id(request.event_id, "cache"),
-            "tenant": request.tenant,
-            "request_id": request.request_id,
-            "trace": (*request.trace, timing),
-            "callback_url": request.callback_url,
-        }
-    )
 
 
 def model_mismatch(request: QueryRequest, error: EmbeddingModelMismatchError) -> QueryResponse:
@@ -92,9 +75,11 @@ def retrieval_handler(
         out: list[Outcome] = []
         live = []
         for e in events:
-            hit = cache.get_exact(e, version[e.tenant])
+            # The API looked it up already (once per request); other producers' queries are
+            # looked up here.
+            hit = None if e.exact_cache_checked else cache.get_exact(e, version[e.tenant])
             if hit is not None:
-                out.append(Emit(RESPONSES, cached_response(e, hit, started)))
+                out.append(Emit(RESPONSES, hit.readdress(e, "retrieval", started)))
             else:
                 live.append(e)
         if not live:
@@ -109,7 +94,7 @@ def retrieval_handler(
         for i, e in enumerate(live):
             hit = cache.get_semantic(e, vectors[i], version[e.tenant], model_id)
             if hit is not None:
-                out.append(Emit(RESPONSES, cached_response(e, hit, started)))
+                out.append(Emit(RESPONSES, hit.readdress(e, "retrieval", started)))
             else:
                 todo.append(i)
         if not todo:
@@ -130,7 +115,7 @@ def retrieval_handler(
                 tier=route.tier,
                 route_reason=route.reason,
                 trace=e.trace,
-            ).traced("retrieval", started, took, batch=len(events), tier=route.tier)
+            ).traced("retrieval", started, took, batch=len(events), suggested=route.tier)
             out.append(Emit(RETRIEVED, retrieved))
         return out
 

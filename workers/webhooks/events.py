@@ -3,8 +3,10 @@
 Every payload has the Standard Webhooks shape ``{"type", "timestamp", "data"}``:
 
 - ``query.completed``: one per ``request_id``, when the query log records its first final
-  response; ``data`` holds the request id, tenant, status (``answered`` or ``failed``), answer,
-  citations, typed error, generation tier and a trace summary (per-stage ms);
+  response; ``data`` renders its answer view (:class:`topics.answers.Answer`): the request id,
+  tenant, status (``answered`` or ``failed``), answer (``null`` on a failure), citations,
+  evidence spans with their offsets, truncated flag, typed error, answer tier, token usage,
+  whether it was cached, and a trace summary (per-stage ms);
 - ``ingest.job.completed``: when a bulk job reaches a final status; ``data`` holds the job id,
   status, document and chunk counts and the first :data:`MAX_JOB_FAILURES` failed documents.
 
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ragstream.db.models import IngestJob, as_utc
+from topics.answers import Answer
 from topics.responses import QueryResponse
 
 QUERY_COMPLETED: Final = "query.completed"
@@ -31,6 +34,12 @@ EVENT_TYPES: Final = (QUERY_COMPLETED, INGEST_JOB_COMPLETED)
 WILDCARD: Final = "*"
 #: Failed documents listed in an ``ingest.job.completed`` payload (the rest are counted).
 MAX_JOB_FAILURES: Final = 100
+#: The answer view's fields a ``query.completed`` payload carries as they are (its ``trace``
+#: is summarised; the question and the query log's times stay in the log).
+WEBHOOK_FIELDS: Final = (
+    "request_id", "tenant", "status", "answer", "citations", "evidence", "truncated", "error",
+    "tier", "usage", "cached",
+)  # fmt: skip
 
 
 def webhook_id(event_type: str, tenant: str, subject: str, url: str) -> str:
@@ -51,28 +60,21 @@ def _iso(value: dt.datetime) -> str:
 
 
 def query_completed(response: QueryResponse) -> dict[str, Any]:
-    """The ``query.completed`` payload of a final response.
+    """The ``query.completed`` payload of a final response, rendered from its answer view
+    (:meth:`topics.answers.Answer.of`).
 
     ``timestamp`` is the response event's ``created_at`` (so the payload is the same whenever
     it is built); ``data.trace`` is ``{"stages": [{"stage", "duration_ms"}], "total_ms"}``.
     """
-    stages = [{"stage": t.stage, "duration_ms": round(t.duration_ms, 3)} for t in response.trace]
-    error = response.error.model_dump(mode="json") if response.error else None
+    answer = Answer.of(response)
+    view = answer.model_dump(mode="json")
+    stages = [{"stage": t.stage, "duration_ms": round(t.duration_ms, 3)} for t in answer.trace]
     return {
         "type": QUERY_COMPLETED,
         "timestamp": _iso(response.created_at),
         "data": {
-            "request_id": response.request_id,
-            "tenant": response.tenant,
-            "status": "answered" if response.status == "answered" else "failed",
-            "answer": response.answer,
-            "citations": [c.model_dump(mode="json") for c in response.citations],
-            "error": error,
-            "tier": response.tier,
-            "trace": {
-                "stages": stages,
-                "total_ms": round(sum(t.duration_ms for t in response.trace), 3),
-            },
+            **{k: view[k] for k in WEBHOOK_FIELDS},
+            "trace": {"stages": stages, "total_ms": round(answer.total_ms, 3)},
         },
     }
 

@@ -1,0 +1,446 @@
+"""The console in a real browser (Debian's Chromium and chromedriver, as
+``test_api_docs_browser.py`` drives them) against a private stack: every pool as a process, the
+API in this process, an operator key.
+
+One walk through the three pages: sign in; ask a question (evidence tier) and see the streamed
+answer, open a citation ``[n]`` and find the evidence span highlighted in its passage at its
+offsets, with a link to the source document; on the knowledge-base page upload a small file and
+watch its document reach ``indexed``, and a small zip archive and watch its bulk job (a Celery
+worker on the test's own queue) reach ``succeeded``; open the operations page and find every
+Procfile pool with its lag. Any error in the browser console fails the test. The screenshots of
+the three pages are the docs' (``docs/img/console-*.png``, embedded by ``docs/console.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.ops import WORKER_COMMAND
+from entry.supervisor import parse_procfile
+from ragstream.celery_app import configure_celery
+from ragstream.settings import PROJECT_ROOT, get_settings
+from tests.integration.stack import RAGSTREAM, Stack, free_port, get_json, make_stack, wait_for
+from tests.integration.test_api_docs_browser import CHROMEDRIVER, CHROMIUM, FLAGS
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+        reason="Debian's chromium and chromium-driver are not installed (make browser)",
+    ),
+]
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is a dev dependency")
+By = pytest.importorskip("selenium.webdriver.common.by").By
+WebDriverWait = pytest.importorskip("selenium.webdriver.support.ui").WebDriverWait
+_errors = pytest.importorskip("selenium.common.exceptions")
+Stale, NoSuchElement = _errors.StaleElementReferenceException, _errors.NoSuchElementException
+
+IMAGES = PROJECT_ROOT / "docs" / "img"
+WAIT_S = 60
+DOCS = {
+    "ports": "# Connections\n\nThe server listens on TCP port 5432 by default. The port is set "
+    "with the port configuration parameter.",
+    "vacuum": "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum "
+    "launcher starts workers every autovacuum_naptime, which defaults to one minute.",
+}
+UPLOAD = "okapi-console.md"
+UPLOAD_TEXT = "# Okapi\n\nThe okapi is the only living relative of the giraffe.\n"
+ARCHIVE = "console-archive.zip"
+ARCHIVE_FILES = {
+    "quokka.md": "# Quokka\n\nThe quokka is a small macropod of Rottnest Island.\n",
+    "tuatara.md": "# Tuatara\n\nThe tuatara is the last living rhynchocephalian.\n",
+}
+
+
+def procfile_pools() -> set[str]:
+    """The pools the Procfile runs (``ragstream worker <pool>`` lines)."""
+    commands = parse_procfile((PROJECT_ROOT / "Procfile").read_text())
+    return {m.group(1) for c in commands.values() if (m := WORKER_COMMAND.search(c))}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # Each pool serves its metrics on a port of its own, so the operations page scrapes them.
+    ports = {
+        f"RAGSTREAM_POOLS__{pool.upper().replace('-', '_')}__METRICS_PORT": str(free_port())
+        for pool in procfile_pools()
+    }
+    tmp = tmp_path_factory.mktemp("console")
+    queue = f"console-jobs-{os.getpid()}-{int(time.time())}"
+    s = make_stack(
+        tmp, "console", **ports,
+        # Bulk jobs go to this test's own Celery queue and worker; uploads land under tmp.
+        RAGSTREAM_CELERY__QUEUE=queue,
+        RAGSTREAM_INGEST__ALLOWED_ROOTS=json.dumps([str(tmp / "roots")]),
+        RAGSTREAM_INGEST__UPLOAD_ROOT=str(tmp / "roots"),
+    )  # fmt: skip
+    configure_celery(s.settings)  # the in-process API submits to the test's queue
+    assert s.log_dir is not None
+    worker_log = (s.log_dir / "celery.log").open("wb")
+    worker = subprocess.Popen(
+        [RAGSTREAM, "celery-worker", "--queues", "jobs", "-n", f"{queue}@%h", "--concurrency", "1"],
+        env=s.env, stdout=worker_log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    s.start_pools()
+    try:
+        s.wait_ready()
+        wait_for(
+            lambda: "ready" in (s.log_dir / "celery.log").read_text(errors="replace"),  # type: ignore[operator]
+            timeout_s=120,
+            what="the Celery worker ready",
+        )
+        s.api()
+        s.keys["op"] = s.key(s.name + "-console", role="operator", rate_per_minute=0)
+        url = s.apis[0].url
+        for doc_id, text in DOCS.items():
+            r = httpx.post(
+                f"{url}/v1/documents",
+                json={"doc_id": doc_id, "text": text, "content_type": "text/markdown"},
+                headers={"Authorization": f"Bearer {s.keys['op']}"},
+                timeout=30,
+            )
+            assert r.status_code == 202, r.text
+        for doc_id in DOCS:
+            wait_for(
+                lambda d=doc_id: (
+                    get_json(f"{url}/v1/documents/{d}", s.keys["op"])[1].get("status") == "indexed"
+                ),
+                timeout_s=120,
+                what=f"document {doc_id} indexed",
+            )
+        yield s
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+        worker_log.close()
+        configure_celery(get_settings())
+        s.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    profile = tempfile.mkdtemp(prefix="ragstream-console-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(
+        options=options, service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER))
+    )
+    driver.set_window_size(1280, 1000)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def no_console_errors(driver: Any, page: str) -> None:
+    """Fail on any error the page logged in the browser console since the last call."""
+    errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    assert not errors, f"{page}: browser console errors: {errors}"
+
+
+def wait(driver: Any, fn: Any, what: str, timeout_s: float = WAIT_S) -> Any:
+    """``fn(driver)`` once truthy; an element replaced by the page's refresh while ``fn`` reads
+    it (stale) or not there yet counts as not yet."""
+    return WebDriverWait(
+        driver, timeout_s, poll_frequency=0.2, ignored_exceptions=(Stale, NoSuchElement)
+    ).until(fn, message=what)
+
+
+def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path: Path) -> None:
+    driver = browser
+    url = stack.apis[0].url
+    driver.get(f"{url}/")
+    no_console_errors(driver, "sign-in")
+
+    # Sign in: the key is checked against GET /v1/me, the pages appear.
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(stack.keys["op"])
+    driver.find_element(By.ID, "signin").click()
+    wait(driver, lambda d: d.find_element(By.ID, "question").is_displayed(), "the Ask page")
+    assert "operator key" in driver.find_element(By.ID, "who").text
+
+    # Ask (evidence tier): the answer streams in with its evidence, tier and latency.
+    driver.find_element(By.CSS_SELECTOR, "#route option[value='evidence']").click()
+    driver.find_element(By.ID, "question").send_keys(
+        "Which TCP port does the server listen on by default?"
+    )
+    driver.find_element(By.ID, "ask").click()
+    answer = wait(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#conversation .turn .answer:not(.streaming)"),
+        "the answer",
+    )[0]
+    assert "5432" in answer.text, answer.text
+    turn = driver.find_element(By.CSS_SELECTOR, "#conversation .turn")
+    assert "tier evidence" in turn.find_element(By.CSS_SELECTOR, ".tier").text
+    assert "ms" in turn.find_element(By.CSS_SELECTOR, ".latency").text
+    stages = [td.text for td in turn.find_elements(By.CSS_SELECTOR, ".trace tr td:first-child")]
+    assert stages[:3] == ["retrieval", "rerank", "evidence"], stages
+    result = get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]
+    assert result["status"] == "answered"
+
+    # A citation opens its passage with the evidence span highlighted at its offsets.
+    cite = answer.find_elements(By.CSS_SELECTOR, "a.cite")
+    assert cite, f"no [n] link in {answer.text!r}"
+    cite[0].click()
+    mark = wait(
+        driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#passage-text mark.evidence-span"),
+        "a highlighted evidence span",
+    )[0]  # fmt: skip
+    passage = driver.find_element(By.ID, "passage-text").text
+    assert "5432" in mark.text and mark.text in passage and len(mark.text) < len(passage), (
+        mark.text,
+        passage,
+    )
+    doc_link = driver.find_element(By.ID, "passage-doc")
+    assert "doc=ports" in (doc_link.get_attribute("href") or "")
+    # A follow-up carries the conversation so far (as the OpenAI-compatible route rewrites it).
+    driver.find_element(By.ID, "question").send_keys("And which parameter sets it?")
+    driver.find_element(By.ID, "ask").click()
+    wait(
+        driver,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .turn .meta")) == 2,
+        "the follow-up's answer",
+    )
+    asked = get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]["query"]
+    assert asked.startswith("Conversation so far:\nUser: Which TCP port"), asked
+    assert "\nAssistant: " in asked and asked.endswith("Question: And which parameter sets it?")
+    # The past questions are listed (GET /v1/queries) for reopening, by their own words.
+    wait(
+        driver,
+        lambda d: (
+            [a.text for a in d.find_elements(By.CSS_SELECTOR, "#history li a")][:2]
+            == [
+                "And which parameter sets it?",
+                "Which TCP port does the server listen on by default?",
+            ]
+        ),
+        "past questions",
+    )
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(IMAGES / "console-ask.png"))
+    no_console_errors(driver, "ask")
+
+    # The source document link opens it on the knowledge-base page.
+    doc_link.click()
+    detail = wait(
+        driver, lambda d: d.find_element(By.ID, "doc-detail").is_displayed(), "the document"
+    )
+    assert detail
+    wait(
+        driver,
+        lambda d: "indexed" in d.find_element(By.ID, "doc-detail").text,
+        "the document's status",
+    )
+
+    # Upload a small file: its row goes uploading -> accepted -> indexed.
+    path = tmp_path / UPLOAD
+    path.write_text(UPLOAD_TEXT)
+    driver.find_element(By.ID, "file-input").send_keys(str(path))
+    status = f"#uploads li[data-file='{UPLOAD}'] .upload-status"
+    wait(
+        driver,
+        lambda d: d.find_element(By.CSS_SELECTOR, status).text == "indexed",
+        "the uploaded document indexed",
+        timeout_s=120,
+    )
+    row = f"#documents tr[data-doc='{UPLOAD}']"
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, f"{row} .status").text == "indexed"
+            and d.find_elements(By.CSS_SELECTOR, f"{row} button.delete")
+        ),
+        "the upload indexed in the documents list, with a delete button",
+    )
+
+    # Upload an archive: a bulk job whose row shows its progress until it succeeded.
+    archive = tmp_path / ARCHIVE
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, text in ARCHIVE_FILES.items():
+            zf.writestr(name, text)
+    driver.find_element(By.ID, "file-input").send_keys(str(archive))
+    status = f"#uploads li[data-file='{ARCHIVE}'] .upload-status"
+    wait(
+        driver,
+        lambda d: d.find_element(By.CSS_SELECTOR, status).text == "succeeded",
+        "the archive's job succeeded",
+        timeout_s=120,
+    )
+    job = "#jobs tbody tr:first-child"
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, f"{job} .job-status").text == "succeeded"
+            and "2/2" in d.find_element(By.CSS_SELECTOR, job).text
+            and d.find_element(By.CSS_SELECTOR, f"{job} .bar > span").get_attribute("style")
+            == "width: 100%;"
+        ),
+        "the job's row: succeeded, 2/2 documents, a full progress bar",
+    )
+    driver.save_screenshot(str(IMAGES / "console-kb.png"))
+    no_console_errors(driver, "knowledge base")
+
+    # Operations: every Procfile pool with its lag (a number, from Kafka).
+    driver.find_element(By.CSS_SELECTOR, "#nav a[data-page='ops']").click()
+    pools = procfile_pools()
+    for pool in sorted(pools):
+        cell = f"#pools tr[data-pool='{pool}'] .lag"
+        wait(
+            driver,
+            lambda d, c=cell: d.find_element(By.CSS_SELECTOR, c).text.strip().isdigit(),
+            f"pool {pool} with its lag",
+        )
+    # The pools' own metrics endpoints answered: the retrieval pool's batch latency is known.
+    p50p95 = "#pools tr[data-pool='retrieval'] .p50p95"
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, p50p95).text.split(" / ")[0].replace(".", "").isdigit()
+        ),
+        "the retrieval pool's batch p50",
+    )
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#dlq tr[data-dlq]"), "the DLQs")
+    # A second poll: the windowed rate and the trend charts have two samples.
+    wait(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#pools tr[data-pool='retrieval'] polyline"),
+        "the retrieval pool's trend chart",
+    )
+    driver.save_screenshot(str(IMAGES / "console-ops.png"))
+    no_console_errors(driver, "operations")
+
+
+def test_another_tenant_sees_none_of_it_and_a_user_key_no_operations(stack: Stack) -> None:
+    url = stack.apis[0].url
+    op = stack.keys["op"]
+    other = stack.key(stack.name + "-other", rate_per_minute=0)
+    httpx.post(
+        f"{url}/v1/query",
+        json={"query": "Which TCP port does the server listen on?", "route": "evidence"},
+        headers={"Authorization": f"Bearer {op}"},
+        timeout=60,
+    )
+    for path in ("/v1/documents", "/v1/ingest/jobs", "/v1/queries"):
+        status, body = get_json(f"{url}{path}", other)
+        assert status == 200 and body["items"] == [], (path, body)
+    assert get_json(f"{url}/v1/documents", op)[1]["items"]
+    assert get_json(f"{url}/v1/queries", op)[1]["items"]
+    # A passage of the first tenant is not found with the other tenant's key.
+    chunk = get_json(f"{url}/v1/documents/ports", op)[1]
+    assert chunk["chunk_count"] == 1
+    found = httpx.post(
+        f"{url}/v1/query",
+        json={"query": "Which TCP port does the server listen on?", "route": "evidence"},
+        headers={"Authorization": f"Bearer {op}"},
+        timeout=60,
+    ).json()
+    chunk_id = found["evidence"][0]["chunk_id"]
+    assert get_json(f"{url}/v1/chunks/{chunk_id}", op)[0] == 200
+    assert get_json(f"{url}/v1/chunks/{chunk_id}", other)[0] == 404
+    # A user key: its own data, no operations.
+    assert get_json(f"{url}/v1/ops/status", other)[0] == 403
+    assert get_json(f"{url}/v1/ops/status", op)[0] == 200
+
+
+def test_a_user_key_is_told_the_operations_page_needs_an_operator_key(
+    stack: Stack, browser: Any
+) -> None:
+    driver = browser
+    user = stack.key(stack.name + "-console", rate_per_minute=0)
+    driver.get(f"{stack.apis[0].url}/console/ops")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(user)
+    driver.find_element(By.ID, "signin").click()
+    note = wait(
+        driver,
+        lambda d: (
+            d.find_element(By.ID, "ops-forbidden").is_displayed()
+            and d.find_element(By.ID, "ops-forbidden")
+        ),
+        "the 403 note",
+    )
+    assert note.text.startswith("403") and "operator key" in note.text
+    assert not driver.find_element(By.ID, "ops-body").is_displayed()
+    assert not driver.find_elements(By.CSS_SELECTOR, "#pools tbody tr")
+    assert "user key" in driver.find_element(By.ID, "who").text
+
+
+def test_operators_inspect_and_replay_a_dead_letter(stack: Stack) -> None:
+    from kafka import TopicPartition
+
+    from topics.consumer import make_consumer
+    from topics.dlq import SourceRecord, dead_letter_headers
+    from topics.producer import EventProducer, make_producer
+    from topics.registry import INGEST_RESULTS, TopicRegistry
+
+    url, op = stack.apis[0].url, stack.keys["op"]
+    registry = TopicRegistry(stack.settings.kafka.topic_prefix)
+    source, dlq = registry.name(INGEST_RESULTS), registry.dlq(INGEST_RESULTS)
+    record = SourceRecord(source, 0, 7, b"doc-1", b"not an event", [("x", b"1")])
+    producer = EventProducer(make_producer(stack.settings.kafka))
+    producer.send_raw(
+        dlq, record.key, record.value, dead_letter_headers(record, ValueError("bad"), 3, "p")
+    )
+    producer.flush()
+    producer.close()
+
+    depth = wait_for(
+        lambda: next(
+            (
+                d["depth"]
+                for d in get_json(f"{url}/v1/ops/status", op)[1]["dlq"]
+                if d["topic"] == dlq and d["depth"]
+            ),
+            None,
+        ),
+        timeout_s=30,
+        what="the DLQ depth",
+    )
+    assert depth == 1
+    status, letters = get_json(f"{url}/v1/ops/dlq/{dlq}", op)
+    assert status == 200 and letters["total"] == 1, letters
+    letter = letters["letters"][0]
+    assert letter["key"] == "doc-1" and letter["context"]["error.message"] == "bad"
+    assert letter["context"]["source.topic"] == source
+
+    consumer = make_consumer(stack.settings.kafka, group=None)
+    try:
+        tps = [
+            TopicPartition(source, p) for p in sorted(consumer.partitions_for_topic(source) or [])
+        ]
+        before = sum(consumer.end_offsets(tps).values())
+        r = httpx.post(
+            f"{url}/v1/ops/dlq/{dlq}/replay", headers={"Authorization": f"Bearer {op}"}, timeout=60
+        )
+        assert r.status_code == 200 and r.json() == {"topic": dlq, "replayed": 1}, r.text
+        assert sum(consumer.end_offsets(tps).values()) >= before + 1  # back on its topic
+    finally:
+        consumer.close()
+    again = httpx.post(
+        f"{url}/v1/ops/dlq/{dlq}/replay", headers={"Authorization": f"Bearer {op}"}, timeout=60
+    )
+    assert again.json()["replayed"] == 0  # the replay group remembers: never twice
+    assert get_json(f"{url}/v1/ops/dlq/nope.dlq", op)[0] == 404

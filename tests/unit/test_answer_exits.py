@@ -1,0 +1,210 @@
+"""One answer, every exit: the sync JSON reply, the SSE final event, ``GET /v1/queries/{id}``,
+the ``query.completed`` webhook payload, the OpenAI completion and its stream's final chunk, and
+the CLI all render the same :class:`~topics.answers.Answer`, and agree field by field."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from rich.console import Console
+
+import entry.query as cli
+from api.models import QueryResult
+from entry.client import parse_sse
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from tests.unit.apikit import make_app
+from topics.answers import Answer
+from topics.base import StageTiming
+from topics.queries import QueryRequest
+from topics.responses import (
+    Citation,
+    ErrorCode,
+    ErrorInfo,
+    EvidenceSpan,
+    QueryResponse,
+    TokenUsage,
+)
+from workers import query_log
+from workers.webhooks import events
+
+T0 = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
+QUESTION = "What does VACUUM do?"
+SPANS = (
+    EvidenceSpan(
+        n=1, chunk_id="vacuum#0", doc_id="vacuum", start=4, end=30,
+        text="VACUUM reclaims storage", score=0.81, title="VACUUM", source="sql-vacuum.html",
+    ),
+    EvidenceSpan(
+        n=2, chunk_id="mvcc#3", doc_id="mvcc", start=0, end=12, text="dead tuples",
+        score=0.42, context="Term / Meaning",
+    ),
+)  # fmt: skip
+CITES = (
+    Citation(n=1, doc_id="vacuum", chunk_id="vacuum#0", title="VACUUM", source="sql-vacuum.html"),
+    Citation(n=2, doc_id="mvcc", chunk_id="mvcc#3"),
+)
+
+
+def _answered(request: QueryRequest) -> QueryResponse:
+    return QueryResponse(
+        request_id=request.request_id,
+        tenant=request.tenant,
+        status="answered",
+        answer="VACUUM reclaims storage [1] held by dead tuples [2].",
+        citations=CITES,
+        evidence=SPANS,
+        truncated=True,
+        usage=TokenUsage(prompt_tokens=40, completion_tokens=7),
+        tier="small",
+        created_at=T0,
+        trace=(
+            StageTiming(stage="retrieval", started_at=T0, duration_ms=12.5, wait_ms=3.0),
+            StageTiming(
+                stage="generation-small", started_at=T0, duration_ms=100.25, detail={"ttft_ms": 9}
+            ),
+        ),
+    )
+
+
+def _failed(request: QueryRequest) -> QueryResponse:
+    return QueryResponse(
+        request_id=request.request_id,
+        tenant=request.tenant,
+        status="failed",
+        evidence=SPANS[:1],
+        error=ErrorInfo(code=ErrorCode.BACKEND_UNAVAILABLE, message="down", stage="generation"),
+        tier="small",
+        created_at=T0,
+    )
+
+
+#: The fields every full exit carries (the webhook's trace is a summary, checked apart).
+VIEW = ("request_id", "tenant", "status", "answer", "citations", "evidence", "truncated",
+        "tier", "error", "usage", "cached")  # fmt: skip
+
+
+def _exits(tmp_path: Path, make: Any) -> dict[str, dict[str, Any]]:
+    """The answer of one question as each exit renders it (JSON-like dicts), and the
+    OpenAI forms under ``openai`` / ``openai_stream``."""
+    app, fake = make_app(tmp_path, lambda r: [make(r)])
+    url = fake.settings.database.url
+    upgrade_head(url)
+    sessions = make_session_factory(make_engine(url))
+    fake.sessions = sessions
+    out: dict[str, dict[str, Any]] = {}
+    with TestClient(app) as client:
+        r = client.post("/v1/query", json={"query": QUESTION})
+        body = r.json()
+        out["sync"] = body.get("result", body)
+        with client.stream("POST", "/v1/query", json={"query": QUESTION, "stream": True}) as s:
+            final = [e for e in parse_sse(s.iter_lines()) if e.kind in {"answer", "error"}]
+        out["sse"] = final[-1].data
+        question = fake.asked[0]
+        response = make(question)  # what the delivery pool records, and the webhook sends
+        query_log.log_pending(sessions, question)  # as the query service does on admission
+        with sessions.begin() as session:
+            query_log.record_final(session, [response])
+        out["poll"] = client.get(f"/v1/queries/{question.request_id}").json()
+        out["webhook"] = events.query_completed(response)["data"]
+        chat = {"messages": [{"role": "user", "content": QUESTION}]}
+        out["openai"] = client.post("/v1/chat/completions", json=chat).json()
+        raw = client.post("/v1/chat/completions", json={**chat, "stream": True}).text
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    out["openai_stream"] = {
+        "content": "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
+                           if "choices" in c),
+        "final": next((c for c in chunks if c.get("usage")), {}),
+        "error": next((c["error"] for c in chunks if "error" in c), None),
+    }  # fmt: skip
+    # The asked question ids differ per exit: compare them without the id.
+    for name in ("sync", "sse", "poll", "webhook"):
+        out[name] = {k: v for k, v in out[name].items() if k != "request_id"}
+    return out
+
+
+def test_an_answer_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
+    out = _exits(tmp_path, _answered)
+    view = Answer.of(_answered(QueryRequest(tenant="acme", query=QUESTION, deadline=T0)))
+    expected = {k: v for k, v in view.model_dump(mode="json").items() if k in VIEW}
+    expected.pop("request_id")
+    assert expected["evidence"][1]["context"] == "Term / Meaning" and expected["truncated"]
+    for name in ("sync", "sse", "poll", "webhook"):
+        got = {k: out[name][k] for k in expected}
+        assert got == expected, name
+    # The HTTP forms agree on every other field too (trace with waits and details, question).
+    trace = [
+        {"stage": t.stage, "duration_ms": t.duration_ms, "wait_ms": t.wait_ms,
+         "detail": dict(t.detail)}
+        for t in view.trace
+    ]  # fmt: skip
+    for name in ("sync", "sse", "poll"):
+        assert out[name]["trace"] == trace, name
+        assert out[name]["query"] == QUESTION, name
+    assert out["webhook"]["trace"] == {
+        "stages": [{"stage": t.stage, "duration_ms": t.duration_ms} for t in view.trace],
+        "total_ms": 112.75,
+    }
+    assert out["poll"]["completed_at"] is not None and out["poll"]["created_at"] is not None
+    openai, final = out["openai"], out["openai_stream"]["final"]
+    assert openai["choices"][0]["message"]["content"] == view.answer
+    assert out["openai_stream"]["content"] == view.answer
+    usage = {"prompt_tokens": 40, "completion_tokens": 7, "total_tokens": 47}
+    for form in (openai, final):
+        assert form["citations"] == expected["citations"]
+        assert form["evidence"] == expected["evidence"]
+        assert form["usage"] == usage
+    assert final["choices"][0]["finish_reason"] == "stop"
+    printed = _cli(out["poll"])
+    assert view.answer is not None and view.answer in printed
+    assert "[1] VACUUM — sql-vacuum.html" in printed and "[2] mvcc — mvcc" in printed
+    assert "tier small" in printed and "generation-small" in printed
+
+
+def test_a_failure_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
+    out = _exits(tmp_path, _failed)
+    view = Answer.of(_failed(QueryRequest(tenant="acme", query=QUESTION, deadline=T0)))
+    expected = {k: v for k, v in view.model_dump(mode="json").items() if k in VIEW}
+    expected.pop("request_id")
+    assert expected["status"] == "failed" and expected["answer"] is None
+    assert expected["evidence"], "a failure keeps the evidence retrieval found"
+    for name in ("sync", "sse", "poll", "webhook"):
+        assert {k: out[name][k] for k in expected} == expected, name
+    assert out["openai"]["error"]["code"] == "BACKEND_UNAVAILABLE"
+    assert out["openai_stream"]["error"]["code"] == "BACKEND_UNAVAILABLE"
+    printed = _cli(out["poll"])
+    assert "BACKEND_UNAVAILABLE" in printed and "down" in printed
+
+
+def _cli(data: dict[str, Any]) -> str:
+    """What ``ragstream query get`` prints for this HTTP result (as ``HttpClient`` parses it)."""
+    buffer = io.StringIO()
+    saved = cli.console
+    cli.console = Console(file=buffer, width=200, color_system=None)
+    try:
+        cli.print_result(QueryResult.model_validate({"request_id": "r", **data}))
+    finally:
+        cli.console = saved
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("make", [_answered, _failed])
+def test_the_query_log_keeps_the_whole_view(tmp_path: Path, make: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    upgrade_head(url)
+    sessions = make_session_factory(make_engine(url))
+    request = QueryRequest(tenant="acme", query=QUESTION, deadline=T0)
+    query_log.log_pending(sessions, request)
+    response = make(request)
+    with sessions.begin() as session:
+        query_log.record_final(session, [response])
+    logged = query_log.read(sessions, "acme", request.request_id)
+    assert logged is not None and logged.completed_at is not None
+    assert logged.query == QUESTION
+    keep = {"query", "created_at", "completed_at"}
+    assert logged.model_dump(exclude=keep) == Answer.of(response).model_dump(exclude=keep)
