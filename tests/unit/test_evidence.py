@@ -345,7 +345,7 @@ def test_the_label_of_a_value_says_which_setting_it_belongs_to() -> None:
     [labelled] = EvidenceSelector(None, Weights(label=2.0)).select([(question, passages)])
 
     def rank(ev: object, needle: str) -> int:
-        spans = getattr(ev, "spans")
+        spans = ev.spans
         return next(i for i, s in enumerate(spans) if needle in s.text)
 
     assert rank(labelled, "one second") < rank(labelled, "default is -2")
