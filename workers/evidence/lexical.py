@@ -277,6 +277,7 @@ def type_match(
     unit_terms: Iterable[str],
     is_code: bool,
     asked: frozenset[str] = frozenset(),
+    *,
     label: str = "",
 ) -> float:
     """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
@@ -306,9 +307,7 @@ def type_match(
         if label and len(label.split()) <= LABEL_NAME_WORDS:
             names.add(label.lower().strip())
         if kind.named in ("option", "flag"):
-            names = {
-                t.lower().lstrip("-") for t in _TOKEN.findall(text) if t.startswith("-")
-            }
+            names = {t.lower().lstrip("-") for t in _TOKEN.findall(text) if t.startswith("-")}
             checks.append(bool(names - asked))
         else:
             checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))

@@ -310,7 +310,7 @@ class EvidenceSelector:
                 low = unit.text.lower()
                 head = unit.head.lower() if HEAD_NAMES else ""
                 label = _label(unit)
-                fit = type_match(kind, unit.text, ut, unit.kind == "code", asked, _cell(unit))
+                fit = type_match(kind, unit.text, ut, unit.kind == "code", asked, label=_cell(unit))
                 typed = kind.value or kind.name or bool(kind.focus)
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
