@@ -12,7 +12,7 @@ from topics.answers import NOT_IN_DOCUMENTS
 from workers.evidence.answer import AnswerPolicy, compose, quote
 from workers.evidence.lexical import answer_type, identifiers, terms, type_match
 from workers.evidence.segment import segment, split_sentences
-from workers.evidence.select import Evidence, EvidenceSelector, Weights
+from workers.evidence.select import EvidenceSelector, Weights
 
 
 @dataclass(frozen=True)
