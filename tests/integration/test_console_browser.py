@@ -216,7 +216,7 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     )
     doc_link = driver.find_element(By.ID, "passage-doc")
     assert "doc=ports" in (doc_link.get_attribute("href") or "")
-    # A follow-up carries the conversation so far (as the OpenAI-compatible route rewrites it).
+    # A follow-up is rewritten from the conversation's earlier questions (not its answers).
     driver.find_element(By.ID, "question").send_keys("And which parameter sets it?")
     driver.find_element(By.ID, "ask").click()
     wait(
@@ -225,15 +225,17 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
         "the follow-up's answer",
     )
     asked = get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]["query"]
-    assert asked.startswith("Conversation so far:\nUser: Which TCP port"), asked
-    assert "\nAssistant: " in asked and asked.endswith("Question: And which parameter sets it?")
+    assert asked == (
+        "Which parameter sets the TCP port? | context: "
+        "Which TCP port does the server listen on by default?"
+    ), asked
     # The past questions are listed (GET /v1/queries) for reopening, by their own words.
     wait(
         driver,
         lambda d: (
             [a.text for a in d.find_elements(By.CSS_SELECTOR, "#history li a")][:2]
             == [
-                "And which parameter sets it?",
+                "Which parameter sets the TCP port?",
                 "Which TCP port does the server listen on by default?",
             ]
         ),

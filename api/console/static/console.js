@@ -8,9 +8,8 @@ const TENANT = "ragstream.tenant";
 const PAGES = ["ask", "kb", "ops"];
 // Earlier turns a follow-up carries, and the characters kept of each: the rewrite the
 // OpenAI-compatible route applies to its messages (api/routes/openai_compat.py).
-const HISTORY_TURNS = 2;
-const HISTORY_TURN_CHARS = 500;
-const MAX_QUERY_CHARS = 4000;
+const MAX_HISTORY = 20; // QueryBody.history's limit
+const CONTEXT_MARKER = " | context: "; // workers.conversation.CONTEXT_MARKER
 const ARCHIVE = /\.(zip|tar|tar\.gz|tgz)$/i;
 
 const $ = (sel, root = document) => root.querySelector(sel);
@@ -161,17 +160,15 @@ function openAsk() {
   loadHistory(true);
 }
 
-function followUpQuery(question) {
-  const earlier = [];
-  for (const turn of conversation) {
-    earlier.push(["User", turn.question]);
-    if (turn.answer) earlier.push(["Assistant", turn.answer]);
-  }
-  const last = earlier.slice(-HISTORY_TURNS);
-  if (!last.length) return question;
-  const lines = last.map(([who, text]) => `${who}: ${text.split(/\s+/).join(" ").slice(-HISTORY_TURN_CHARS)}`);
-  const rewritten = `Conversation so far:\n${lines.join("\n")}\n\nQuestion: ${question}`;
-  return rewritten.length <= MAX_QUERY_CHARS ? rewritten : question.slice(-MAX_QUERY_CHARS);
+// The earlier questions of the conversation (not the answers): the API rewrites a follow-up
+// into a standalone question from them (workers/conversation.py).
+function earlierQuestions() {
+  return conversation.map((turn) => turn.question).slice(-MAX_HISTORY);
+}
+
+// A logged query as the reader asked it: the rewritten question without its context.
+function askedText(query) {
+  return query.split(CONTEXT_MARKER)[0];
 }
 
 function isRefusal(result) {
@@ -280,7 +277,7 @@ async function ask(event) {
   state.textContent = "sending...";
   try {
     let final = null;
-    await streamQuery({ query: followUpQuery(question), route: $("#route").value }, (name, data) => {
+    await streamQuery({ query: question, history: earlierQuestions(), route: $("#route").value }, (name, data) => {
       if (name === "accepted") state.textContent = "accepted";
       else if (name === "queued") state.textContent = `queued (${data.backlog} ahead in ${data.pool || "the pools"})`;
       else if (name === "evidence") {
@@ -350,8 +347,8 @@ async function loadHistory(first) {
     if (first) list.replaceChildren();
     for (const q of page.items) {
       list.append(el("li", {},
-        el("a", { href: "#", "data-request": q.request_id, text: q.query.split("\n").pop().replace(/^Question: /, ""),
-          onclick: (e) => { e.preventDefault(); reopen(q.request_id, q.query); } }),
+        el("a", { href: "#", "data-request": q.request_id, text: askedText(q.query),
+          onclick: (e) => { e.preventDefault(); reopen(q.request_id, askedText(q.query)); } }),
         el("div", { class: "muted small", text: `${q.status}${q.tier ? " · " + q.tier : ""} · ${when(q.created_at)}` })));
     }
     historyCursor = page.next_cursor;
