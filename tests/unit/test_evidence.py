@@ -321,10 +321,12 @@ def test_an_answer_quotes_further_spans_only_from_the_first_ones_document() -> N
     ]
     [ev] = EvidenceSelector(None).select([("What does deadlock_timeout default to?", passages)])
     assert ev.spans[0].doc_id == "locks" and any(s.doc_id == "pool" for s in ev.spans)
-    answer = compose(ev, AnswerPolicy(max_spans=10, max_words=1000))
+    answer = compose(ev, AnswerPolicy(max_spans=10, max_words=1000, value_spans=10))
     assert answer.spans[0] == ev.spans[0]
     assert answer.spans == tuple(s for s in ev.spans if s.doc_id == "locks")
-    mixed = compose(ev, AnswerPolicy(max_spans=10, max_words=1000, same_document=False))
+    mixed = compose(
+        ev, AnswerPolicy(max_spans=10, max_words=1000, value_spans=10, same_document=False)
+    )
     assert mixed.spans == ev.spans
 
 
@@ -371,3 +373,32 @@ def test_an_answer_renders_on_one_line_and_shows_a_context_once() -> None:
     contexts = [s.context for s in answer.spans if s.context]
     for context in set(contexts):
         assert answer.text.count(context) == 1
+
+
+def test_a_value_question_gets_a_shorter_answer() -> None:
+    passages = [P(LOCKS, chunk_id="a", doc_id="locks"), P(LOCKS, chunk_id="b", doc_id="locks")]
+    [value] = EvidenceSelector(None).select([("What does deadlock_timeout default to?", passages)])
+    [other] = EvidenceSelector(None).select([("Why is the deadlock check expensive?", passages)])
+    assert value.asks_value and not other.asks_value
+    policy = AnswerPolicy(max_spans=3, max_words=1000, value_spans=1)
+    assert len(compose(value, policy).spans) == 1
+    assert len(compose(other, policy).spans) == 3
+
+
+def test_the_gate_refuses_unknown_names_and_passages_far_from_the_question() -> None:
+    far = P(LOCKS)
+    [paris] = EvidenceSelector(None).select([("What is the weather in Paris today?", [far])])
+    assert paris.unknown_names == ("paris",)
+    assert compose(paris, AnswerPolicy(refuse_unknown_names=True)).reason == "unknown:paris"
+    assert not compose(paris, AnswerPolicy(refuse_unknown_names=False)).refused
+
+    @dataclass(frozen=True)
+    class Scored(P):
+        knn_score: float | None = None
+
+    [ev] = EvidenceSelector(None).select(
+        [("How long is deadlock_timeout?", [Scored(LOCKS, knn_score=0.8)])]
+    )
+    assert ev.relevance == 0.8
+    assert compose(ev, AnswerPolicy(min_relevance=0.83)).reason == "off_topic:relevance=0.800"
+    assert not compose(ev, AnswerPolicy(min_relevance=0.75)).refused

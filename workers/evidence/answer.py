@@ -29,6 +29,8 @@ class AnswerPolicy:
             (chosen on the shared evaluation set; see the README).
         refuse_missing: refuse when an identifier of the question is in no passage.
         same_document: further spans only from the best span's passage or document.
+        value_spans: most spans quoted when the question asks for a value (a number, a size, a
+            default): one statement and little support.
         min_coverage: below this share of the question's terms held by the passages
             (:attr:`~workers.evidence.select.Evidence.coverage`) the passages are about
             something else: an off-topic question.
@@ -36,8 +38,6 @@ class AnswerPolicy:
             (:attr:`~workers.evidence.select.Evidence.relevance`) the same.
         refuse_unknown_names: refuse when the question names something that is not code
             (``Paris``, ``MongoDB``) and no passage names it.
-        lead_ratio: the answer opens with the best span that fits the asked answer type when
-            it scores at least this share of the best span (1.0: always the best span).
     """
 
     max_words: int = 100
@@ -46,10 +46,10 @@ class AnswerPolicy:
     min_confidence: float = 0.0
     refuse_missing: bool = True
     same_document: bool = True
+    value_spans: int = 4
     min_coverage: float = 0.0
     min_relevance: float = 0.0
     refuse_unknown_names: bool = False
-    lead_ratio: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,32 +159,21 @@ def _doc(span: Quotable) -> str:
     return str(getattr(span, "doc_id", "") or f"passage:{span.n}")
 
 
-def lead_of(spans: Sequence[S], policy: AnswerPolicy) -> int:
-    """Index of the span that opens the answer: the best-scoring span that fits the question's
-    answer type fully (a value for "how long", a name for "which function"; ``fit`` 1.0) when
-    it scores at least ``policy.lead_ratio`` of the best, else the best (index 0)."""
-    best = spans[0].score
-    for i, span in enumerate(spans):
-        if span.score < best * policy.lead_ratio:
-            break
-        if getattr(span, "fit", 1.0) >= 1.0:
-            return i
-    return 0
-
-
-def quote(spans: Sequence[S], policy: AnswerPolicy) -> tuple[str, tuple[S, ...]]:
+def quote(
+    spans: Sequence[S], policy: AnswerPolicy, *, max_spans: int | None = None
+) -> tuple[str, tuple[S, ...]]:
     """The quoted answer over ``spans`` (best first, at least one) and the spans it quotes.
 
-    The lead (:func:`lead_of`) comes first: it states the answer. Further spans follow, best
-    first, only while they support it (:func:`supports`, with ``policy.same_document``),
-    score at least ``keep_ratio`` of it, and fit ``max_spans`` and ``max_words``.
+    The best span comes first: it states the answer. Further spans follow, best first, only
+    while they support it (:func:`supports`, with ``policy.same_document``), score at least
+    ``keep_ratio`` of it, and fit ``max_spans`` and ``max_words``.
     """
-    at = lead_of(spans, policy)
-    best = spans[at]
+    limit = policy.max_spans if max_spans is None else max_spans
+    best = spans[0]
     chosen = [best]
     words = _words(best)
-    for span in [*spans[:at], *spans[at + 1 :]]:
-        if len(chosen) >= policy.max_spans:
+    for span in spans[1:]:
+        if len(chosen) >= limit:
             break
         if span.score < best.score * policy.keep_ratio:
             continue
@@ -203,5 +192,6 @@ def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
     reason = weakness(evidence, policy)
     if reason:
         return EvidenceAnswer(NOT_IN_DOCUMENTS, (), True, reason)
-    text, chosen = quote(evidence.spans, policy)
+    limit = min(policy.max_spans, policy.value_spans) if evidence.asks_value else None
+    text, chosen = quote(evidence.spans, policy, max_spans=limit)
     return EvidenceAnswer(text, chosen, False)

@@ -140,9 +140,6 @@ class Span:
         context: text that frames the span: a table row's header, or the definition term heading
             a sentence of a description; else "".
         kind: the kind of its first unit (:attr:`workers.evidence.segment.Unit.kind`).
-        fit: how well the span's first unit fits the question's expected answer type
-            (:func:`workers.evidence.lexical.type_match`), in [0, 1]; 1.0 when the question
-            asks for no particular type.
     """
 
     n: int
@@ -153,7 +150,6 @@ class Span:
     text: str
     score: float
     context: str = ""
-    fit: float = 1.0
     kind: str = "sentence"
 
     @property
@@ -176,6 +172,8 @@ class Evidence:
             passage holds weighs as the rarest term that one does.
         relevance: the best raw kNN score of the passages (Elasticsearch's cosine form
             ``(1 + cos) / 2``, in [0, 1]); ``None`` when no passage came from the kNN list.
+        asks_value: the question asks for a value (a number, a size, a default;
+            :func:`workers.evidence.lexical.answer_type`): its answer is one short statement.
         unknown_names: names of the question that are not code (``Paris``, ``MongoDB``,
             :func:`workers.evidence.lexical.proper_names`) that no passage holds as a word.
     """
@@ -187,6 +185,7 @@ class Evidence:
     coverage: float = 1.0
     relevance: float | None = None
     unknown_names: tuple[str, ...] = ()
+    asks_value: bool = False
 
 
 @dataclass(slots=True)
@@ -194,7 +193,6 @@ class _Scored:
     unit: Unit
     passage: int
     score: float
-    fit: float = 0.0
 
 
 class EvidenceSelector:
@@ -243,7 +241,7 @@ class EvidenceSelector:
         if self.dense_top > 0:
             self._add_cosine(batch, scored)
         out = []
-        for (_, passages), per_passage, (ranked, missing, covered, unknown) in zip(
+        for (question, passages), per_passage, (ranked, missing, covered, unknown) in zip(
             batch, units, scored, strict=True
         ):
             ranked.sort(key=lambda s: -s.score)
@@ -259,6 +257,7 @@ class EvidenceSelector:
                     coverage=round(covered, 4),
                     relevance=round(max(knn), 4) if knn else None,
                     unknown_names=unknown,
+                    asks_value=answer_type(split_context(question)[0]).value,
                 )
             )
         return out
@@ -311,7 +310,6 @@ class EvidenceSelector:
                 head = unit.head.lower() if HEAD_NAMES else ""
                 label = _label(unit)
                 fit = type_match(kind, unit.text, ut, unit.kind == "code", asked, label=_cell(unit))
-                typed = kind.value or kind.name or bool(kind.focus)
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
@@ -323,7 +321,7 @@ class EvidenceSelector:
                     + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
                 )
-                scored.append(_Scored(unit, pi, score, fit if typed else 1.0))
+                scored.append(_Scored(unit, pi, score))
         return scored, missing, covered, unknown
 
     def _add_cosine(
@@ -376,7 +374,6 @@ class EvidenceSelector:
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
-                    fit=s.fit,
                     kind=first.kind,
                 )
             )
