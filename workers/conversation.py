@@ -128,14 +128,16 @@ def standalone_question(history: Sequence[str], question: str) -> str:
         question: the last question.
 
     Returns:
-        ``question`` itself (stripped) when it stands alone or there is no history; else the
+        ``question`` itself (stripped, its lines kept) when it stands alone or there is no
+        history; else the
         rewritten question followed by :data:`CONTEXT_MARKER` and the last
         :data:`MAX_CONTEXT_QUESTIONS` earlier questions (their own context removed).
     """
-    question = " ".join(question.split())
+    asked = question.strip()
+    question = " ".join(asked.split())
     earlier = [split_context(" ".join(h.split()))[0] for h in history if h.strip()]
     if not earlier or not is_follow_up(question):
-        return question
+        return asked
     rewritten = _LEADING.sub("", question, count=1) or question
     rewritten = rewritten[:1].upper() + rewritten[1:]
     topic = next((t for t in map(topic_of, reversed(earlier)) if t), "")
