@@ -5,7 +5,8 @@
   body is inline text as JSON, or one file as ``multipart/form-data`` (any format the parsers
   read, sniffed from its bytes and name, checked by parsing it once, kept under the upload
   root: :mod:`ingest.uploads`).
-- ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
+- ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks); for a JSON/JSONL
+  records file (whose records are rows ``<doc_id>#<record id>``), the summary of its records.
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
 - ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
   each allowed root (``<root>/<tenant>/``), or over an uploaded zip/tar(.gz) archive, safely
@@ -144,7 +145,13 @@ async def delete_document(
 async def get_document(
     doc_id: str, request: Request, who: Principal = Depends(principal)
 ) -> DocumentOut:
-    """A document of the caller's registry."""
+    """A document of the caller's registry.
+
+    A JSON/JSONL records file answers with its records summed up: ``indexed`` while any
+    record is served (``failed`` when none is), the chunks of the served ones, and in
+    ``error`` how many records failed and the first one's id and reason (e.g. an id holding
+    a lone surrogate); each record is ``GET /v1/documents/<doc_id>#<record id>``.
+    """
     _check_doc_id(doc_id)
     sessions = services(request).sessions
     found = await asyncio.to_thread(_document, sessions, who.tenant, doc_id)
@@ -276,13 +283,40 @@ def _document(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> Docu
         row = session.scalars(
             select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
         ).first()
-        if row is None:
-            return None
-        return DocumentOut(
-            doc_id=row.doc_id, status=row.status, version=row.version,
-            chunk_count=row.chunk_count, title=row.title, source=row.source, error=row.error,
-            updated_at=row.updated_at,
-        )  # fmt: skip
+    if row is None:
+        return _records_file(sessions, tenant, doc_id)
+    return DocumentOut(
+        doc_id=row.doc_id, status=row.status, version=row.version,
+        chunk_count=row.chunk_count, title=row.title, source=row.source, error=row.error,
+        updated_at=row.updated_at,
+    )  # fmt: skip
+
+
+def _records_file(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> DocumentOut | None:
+    """The summary of records file ``doc_id``'s live records, or ``None`` when it has none."""
+    from ingest.registry import DocumentRegistry
+
+    records = sorted(DocumentRegistry(sessions).children(tenant, doc_id), key=lambda r: r.doc_id)
+    if not records:
+        return None
+    served = [r for r in records if r.status == "indexed"]
+    failed = [r for r in records if r.status == "failed"]
+    error = None
+    if failed:
+        first = failed[0]
+        error = (
+            f"{len(failed)} of {len(records)} records failed; first: "
+            f"{first.doc_id}: {first.error or 'failed'}"
+        )[:4000]
+    return DocumentOut(
+        doc_id=doc_id,
+        status="indexed" if served else "failed",
+        version=max(r.version for r in records),
+        chunk_count=sum(r.chunk_count for r in served),
+        source=records[0].source,
+        error=error,
+        updated_at=max(r.updated_at for r in records),
+    )
 
 
 def _job(sessions: sessionmaker[Session], tenant: str, job_id: str) -> JobOut | None:
