@@ -86,6 +86,34 @@ def pending_item_ids(sessions: sessionmaker[Session], job_id: str) -> list[int]:
         return list(session.scalars(stmt))
 
 
+def note_batch_error(sessions: sessionmaker[Session], item_ids: list[int], error: str) -> None:
+    """Keep ``error`` (why their batch task raised) on the items of ``item_ids`` still pending;
+    they stay pending, so a resume retries them, and the watchdog can name the cause."""
+    with sessions.begin() as session:
+        for item in session.scalars(
+            select(IngestJobItem).where(
+                IngestJobItem.id.in_(item_ids), IngestJobItem.status == "pending"
+            )
+        ):
+            item.error = error[:4000]
+            item.attempts += 1
+
+
+def pending_error(sessions: sessionmaker[Session], job_id: str) -> str | None:
+    """The last error kept on a pending item of the job (:func:`note_batch_error`), if any."""
+    with sessions() as session:
+        return session.scalars(
+            select(IngestJobItem.error)
+            .where(
+                IngestJobItem.job_id == job_id,
+                IngestJobItem.status == "pending",
+                IngestJobItem.error.is_not(None),
+            )
+            .order_by(IngestJobItem.updated_at.desc(), IngestJobItem.id.desc())
+            .limit(1)
+        ).first()
+
+
 def mark_running(sessions: sessionmaker[Session], job_id: str) -> None:
     """Set the job running (keeping its first ``started_at``) and beat its heartbeat."""
     now = utcnow()

@@ -270,3 +270,42 @@ def test_a_json_body_whose_doc_id_holds_a_surrogate_is_refused_up_front(client: 
     r = client.post("/v1/documents", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert client.sent == []
+
+
+def test_a_batch_that_keeps_raising_fails_its_job_naming_the_cause(
+    job_context: tuple[tasks._Context, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever still makes a batch raise, the watchdog's reason says what it was, instead of
+    "are the Celery workers running?" while the workers were running all along."""
+    import datetime as dt
+
+    from ragstream.db.models import IngestJob, IngestJobItem, utcnow
+
+    ctx, announced = job_context
+    root = ctx.settings.ingest.allowed_roots[0]
+    (root / "a.txt").write_bytes(b"alpha")
+    job_id = jobs.create_job(ctx.sessions, "t", [SourceFile(str(root / "a.txt"), "a")])
+    jobs.mark_running(ctx.sessions, job_id)
+
+    class Broken:
+        def apply(self, ops: Any) -> Any:
+            raise UnicodeEncodeError("utf-8", "j-\ud83d", 2, 3, "surrogates not allowed")
+
+    monkeypatch.setattr(tasks, "_pipeline", Broken)
+    with ctx.sessions() as session:
+        ids = list(session.scalars(select(IngestJobItem.id).where(IngestJobItem.job_id == job_id)))
+    with pytest.raises(UnicodeEncodeError):
+        tasks.ingest_batch(job_id, ids)
+    with ctx.sessions.begin() as session:  # stale, every resume spent
+        job = session.get(IngestJob, job_id)
+        assert job is not None
+        job.heartbeat_at = utcnow() - dt.timedelta(hours=1)
+        job.resumes = ctx.settings.ingest.job_max_resumes
+    assert tasks.reap_stale_jobs(ctx.settings, ctx.sessions) == [job_id]
+    state = jobs.progress(ctx.sessions, job_id)
+    assert state.status == "failed" and state.error is not None
+    assert "never finished; their last batch failed: UnicodeEncodeError: 'utf-8' codec" in (
+        state.error
+    )
+    assert "surrogates not allowed" in state.error and "Celery workers" not in state.error
+    assert announced == [job_id]
