@@ -276,9 +276,15 @@ class EchoSettings(BaseModel):
 
 
 class LoggingSettings(BaseModel):
-    """structlog output: ``console`` for people, ``json`` for log shippers."""
+    """structlog output (always on stderr): ``console`` for people, ``json`` for log shippers.
+
+    ``level`` is the long-running processes' (``api``, ``worker``, ``celery-worker``,
+    ``flower``); ``cli_level`` every other command's, quiet by default so that a command's
+    stdout and stderr hold its result and its errors only (``ragstream -v ...`` logs at INFO).
+    """
 
     level: str = "INFO"
+    cli_level: str = "WARNING"
     format: str = Field(default="console", pattern="^(console|json)$")
 
 
