@@ -56,14 +56,24 @@ def create_job(
     files: Sequence[SourceFile],
     callback_url: str | None = None,
     job_id: str | None = None,
+    *,
+    rejected: Sequence[tuple[str, str]] = (),
 ) -> str:
     """Insert a pending job with one item per file; return the job id (``job_id``, else a new
-    UUID4 string)."""
+    UUID4 string).
+
+    ``rejected`` holds ``(printable path, reason)`` of files the job was given but cannot
+    read (an archive member whose name is not UTF-8): each is an item ``failed`` from the
+    start with its reason, so it fails alone and shows in the job's failures."""
     job_id = job_id or str(uuid.uuid4())
     with sessions.begin() as session:
         session.add(
             IngestJob(
-                id=job_id, tenant=tenant, total_documents=len(files), callback_url=callback_url
+                id=job_id,
+                tenant=tenant,
+                total_documents=len(files) + len(rejected),
+                failed_documents=len(rejected),
+                callback_url=callback_url,
             )
         )
         session.add_all(
@@ -71,6 +81,10 @@ def create_job(
                 job_id=job_id, path=f.path, doc_id=f.doc_id, title=f.title, metadata_=f.metadata
             )
             for f in files
+        )
+        session.add_all(
+            IngestJobItem(job_id=job_id, path=path, status="failed", error=reason, metadata_={})
+            for path, reason in rejected
         )
     return job_id
 

@@ -180,14 +180,14 @@ async def create_ingest_job(request: Request, who: Principal = Depends(principal
         form, _, data = await read_form(request, JobForm, "archive")
         callback_url = form.callback_url
         await check_callback(settings, callback_url)
-        files = await _archive_files(settings, who.tenant, job_id, data)
+        files, rejected = await _archive_files(settings, who.tenant, job_id, data)
     else:
         body = await json_body(request, JobBody, upload_field="archive")
         callback_url = body.callback_url
         await check_callback(settings, callback_url)
-        files = await _path_files(settings, who.tenant, body.paths)
+        files, rejected = await _path_files(settings, who.tenant, body.paths), []
     job_id = await asyncio.to_thread(
-        jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id
+        jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id, rejected=rejected
     )
     return await _submit(request, who, job_id)
 
@@ -218,7 +218,9 @@ async def _path_files(settings: Settings, tenant: str, paths: list[str]) -> list
 
 async def _archive_files(
     settings: Settings, tenant: str, job_id: str, data: bytes
-) -> list[SourceFile]:
+) -> tuple[list[SourceFile], list[tuple[str, str]]]:
+    """The archive's files, and ``(member, reason)`` of each member that cannot be read
+    (a name that is not UTF-8): it fails alone in the job while the others are ingested."""
     from ingest.archives import ArchiveRejectedError
     from ingest.sources import scan
     from ingest.uploads import extract_job_archive
@@ -239,7 +241,8 @@ async def _archive_files(
         raise ApiError(
             422, "INVALID_REQUEST", f"archive: nothing to ingest: {found.nothing_reason()}"
         )
-    return found.files
+    rejected = [(s.path, s.detail) for s in found.skipped if s.cause == "unreadable"]
+    return found.files, rejected
 
 
 async def _submit(request: Request, who: Principal, job_id: str) -> JSONResponse:

@@ -309,3 +309,49 @@ def test_a_batch_that_keeps_raising_fails_its_job_naming_the_cause(
     )
     assert "surrogates not allowed" in state.error and "Celery workers" not in state.error
     assert announced == [job_id]
+
+
+def test_an_archive_member_fails_alone_by_name_or_by_record(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tar whose one member's name is not UTF-8 and whose records member holds the bad
+    id: the job takes every member, the bad name fails from the start, the records file's
+    bad record fails in the pipeline, and the rest is indexed."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", encoding="utf-8", errors="surrogateescape") as tar:
+        for name, data in (
+            ("kb/bad\udcff.md", b"# Bad name\n\nText."),
+            ("kb/good.md", b"# Good\n\nA good page."),
+            ("kb/recs.jsonl", RECORDS),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    submitted: list[str] = []
+    monkeypatch.setattr(tasks.run_job, "delay", submitted.append)
+    r = client.post("/v1/ingest/jobs", files={"archive": ("kb.tar", buf.getvalue())})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert (job["total_documents"], job["failed_documents"]) == (3, 1)
+    [failure] = job["failures"]
+    assert failure["path"].endswith("kb/bad\\udcff.md")
+    assert failure["error"].endswith("file name is not UTF-8")
+
+    services = client.app.state.services  # the Celery batch, in this process
+    pipeline, _, _ = _pipeline(services.sessions)
+    monkeypatch.setattr(
+        tasks, "_context", lambda: tasks._Context(services.settings, services.sessions)
+    )
+    monkeypatch.setattr(tasks, "_pipeline", lambda: pipeline)
+    monkeypatch.setattr(tasks, "announce_finished", lambda job_id: None)
+    jobs.mark_running(services.sessions, submitted[0])
+    tasks.ingest_batch(submitted[0], jobs.pending_item_ids(services.sessions, submitted[0]))
+    done = client.get(f"/v1/ingest/jobs/{submitted[0]}").json()
+    assert done["status"] == "completed_with_failures"
+    assert (done["done_documents"], done["failed_documents"]) == (1, 2)
+    reasons = sorted(f["error"] for f in done["failures"])
+    assert "file name is not UTF-8" in reasons[0]
+    assert "lone surrogate U+D83D" in reasons[1]
