@@ -74,11 +74,15 @@ def _quiet_logs(
 ) -> None:
     """Logs go to stderr, at ``settings.logging.cli_level`` (WARNING) unless ``-v``; the
     long-running commands switch to ``settings.logging.level`` when they start."""
+    import logging
+
     from ragstream.logging import configure_logging
 
-    logging = get_settings().logging
-    level = "INFO" if verbose and logging.cli_level.upper() != "DEBUG" else logging.cli_level
-    configure_logging(logging.model_copy(update={"level": level}))
+    settings = get_settings().logging
+    level = "INFO" if verbose and settings.cli_level.upper() != "DEBUG" else settings.cli_level
+    configure_logging(settings.model_copy(update={"level": level}))
+    if not verbose:  # kafka-python logs each refused connection; the command says it once
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
 @db_app.command("upgrade")

@@ -567,6 +567,10 @@ def _json_or_raise(response: httpx.Response) -> Any:
     return data
 
 
+class KafkaUnavailableError(RagstreamError):
+    """The Kafka brokers could not be reached (``kafka-python``'s errors, translated)."""
+
+
 class KafkaClient:
     """Produce query events and await the matching response on Kafka (no HTTP, no API key:
     for services inside the trust boundary, which name the tenant themselves).
@@ -575,15 +579,30 @@ class KafkaClient:
         settings: Kafka settings and topic prefix; default :func:`get_settings`.
 
     Raises:
-        kafka.errors.KafkaError: on start, when the broker cannot be reached.
+        KafkaUnavailableError: on start, when the broker cannot be reached.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
+        from kafka.errors import KafkaError
+
         self.settings = settings or get_settings()
         self._registry = TopicRegistry(self.settings.kafka.topic_prefix)
-        self._producer = make_producer(self.settings.kafka)
+        servers = self.settings.kafka.bootstrap_servers
+        try:
+            self._producer = make_producer(self.settings.kafka)
+        except KafkaError as exc:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {servers}: {type(exc).__name__} "
+                "(is `ragstream infra up` running?)"
+            ) from exc
         self._replies = ReplyRouter(self.settings)
-        self._replies.start()
+        try:
+            self._replies.start()
+        except KafkaError as exc:
+            self._producer.close(timeout=1)
+            raise KafkaUnavailableError(
+                f"cannot consume replies from Kafka at {servers}: {type(exc).__name__}"
+            ) from exc
 
     def __enter__(self) -> Self:
         return self

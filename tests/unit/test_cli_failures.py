@@ -120,6 +120,13 @@ def test_the_api_down_is_one_line_and_exit_1(env: dict[str, str]) -> None:
     assert result.stdout == ""
 
 
+def test_kafka_down_is_one_line_and_exit_1(env: dict[str, str]) -> None:
+    servers = f"127.0.0.1:{free_port()}"
+    result = run(env | {"RAGSTREAM_KAFKA__BOOTSTRAP_SERVERS": servers}, "query", "hi?")
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"error: cannot reach Kafka at {servers}")
+
+
 def test_an_empty_question_is_one_line_and_exit_2(env: dict[str, str]) -> None:
     for question in ("", "   "):
         result = run(env, "query", question)
