@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ragstream.console import print_rows
+from ragstream.console import USAGE, fail, print_rows
 from ragstream.settings import get_settings
 
 topics_app = typer.Typer(
@@ -89,8 +89,7 @@ def _dlq_name(topic: str) -> str:
     finally:
         admin.close()
     if not exists:
-        console.print(f"[red]error[/red]: no dead-letter topic {dlq!r}")
-        raise typer.Exit(2)
+        fail(f"no dead-letter topic {dlq!r}", USAGE)
     return dlq
 
 
