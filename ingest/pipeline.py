@@ -157,14 +157,15 @@ class IngestPipeline:
         A JSON/JSONL file op yields one document per record (``<doc_id>#<record id>``).
         Never raises for bad input: a document that cannot be parsed, chunked or indexed
         fails alone, and so does an op whose tenant or id holds a lone surrogate (recorded
-        under the id with the surrogate escaped) or whose wave raised something unexpected
+        under the id with the surrogate escaped) or whose wave raised an error of the data
         (the wave's ops are then applied one at a time, and the one that raises again fails
         with the exception as its reason). Lone surrogates in an op's title, source and
         metadata become U+FFFD, as in text.
 
         Raises:
             TransientError: Elasticsearch is unreachable (nothing is acknowledged then).
-            Exception: recording a failure in the registry failed (the database is down).
+            Exception: a store failed otherwise (the database is down, a connection broke):
+                the batch is retried, nothing is recorded as failed.
         """
         results: list[list[IngestOutcome]] = [[] for _ in ops]
         kept: list[int] = []
@@ -194,13 +195,15 @@ class IngestPipeline:
     def _apply_isolated(
         self, ops: list[IngestOp], timings: dict[str, float]
     ) -> list[list[IngestOutcome]]:
-        """:meth:`_apply_wave`; if it raises anything but a transient error, each op alone,
-        and an op that raises alone fails with the exception (a poison op fails alone)."""
+        """:meth:`_apply_wave`; if it raises an error of the data (:func:`_is_poison`), each
+        op alone, and an op that raises such an error alone fails with it (a poison op fails
+        alone). Any other error (a store down, a transient error) propagates, so the batch is
+        retried and nothing is acknowledged."""
         try:
             return self._apply_wave(ops, timings)
-        except (TransientError, MemoryError):
-            raise
         except Exception as exc:
+            if not _is_poison(exc):
+                raise
             if len(ops) == 1:
                 return [[self._fail_alone(ops[0], exc)]]
             log.warning(
@@ -210,9 +213,9 @@ class IngestPipeline:
         for op in ops:
             try:
                 results.extend(self._apply_wave([op], timings))
-            except (TransientError, MemoryError):
-                raise
             except Exception as exc:
+                if not _is_poison(exc):
+                    raise
                 results.append([self._fail_alone(op, exc)])
         return results
 
@@ -511,6 +514,24 @@ def _waves(ops: Sequence[IngestOp]) -> list[list[int]]:
         waves[w].append(i)
         last_wave[(op.tenant, op.doc_id)] = w
     return waves
+
+
+#: Errors that a value of the input raises (an unencodable string, a bad type or number),
+#: as opposed to a store or network failing: only these make an op fail alone.
+_DATA_ERRORS = (UnicodeError, ValueError, TypeError, LookupError, ArithmeticError, RecursionError)
+
+
+def _is_poison(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it wraps (``__cause__``, a driver's ``orig``), is an error of
+    the data (:data:`_DATA_ERRORS`) and not a transient one."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None or isinstance(seen, TransientError | MemoryError):
+            return False
+        if isinstance(seen, _DATA_ERRORS):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
 
 
 def _op_id_problem(op: IngestOp) -> str | None:

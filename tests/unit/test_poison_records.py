@@ -45,7 +45,9 @@ class JsonIndex:
     def bulk_index(self, docs: Sequence[dict[str, Any]], index: str | None = None) -> BulkReport:
         for d in docs:
             if d["doc_id"] == self.poison:
-                raise RuntimeError("the client choked on this document")
+                raise ValueError("the client choked on this document")
+            if d["doc_id"] == "outage":
+                raise ConnectionError("connection reset by peer")
         json.dumps(list(docs), ensure_ascii=False).encode()  # raises on a lone surrogate
         self.docs.update({d["chunk_id"]: d for d in docs})
         return BulkReport(succeeded=[d["chunk_id"] for d in docs])
@@ -161,9 +163,22 @@ def test_an_op_that_breaks_the_wave_fails_alone(sessions: sessionmaker[Session])
         ]
     )
     assert poison[0].status == "failed"
-    assert poison[0].error == "ingest failed: RuntimeError: the client choked on this document"
+    assert poison[0].error == "ingest failed: ValueError: the client choked on this document"
     assert good[0].status == "indexed"
     assert _row(registry, "poison").error == poison[0].error
+
+
+def test_a_store_failing_is_no_poison_and_propagates(sessions: sessionmaker[Session]) -> None:
+    """A connection that breaks is retried by the runtime or Celery: no document is failed."""
+    pipeline, _, registry = _pipeline(sessions)
+    with pytest.raises(ConnectionError):
+        pipeline.apply(
+            [
+                IngestOp("t", "outage", data=b"any text", content_type="text"),
+                IngestOp("t", "good", data=b"fine", content_type="text"),
+            ]
+        )
+    assert registry.get_many([("t", "outage"), ("t", "good")]) == {}
 
 
 @pytest.fixture
