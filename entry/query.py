@@ -29,6 +29,7 @@ console = Console()
 #: to every user of the machine through ``ps``).
 API_KEY_ENV = "RAGSTREAM_API_KEY"
 API_KEY_HELP = f"API key for --api (default: ${API_KEY_ENV})."
+NO_KEY = f"--api needs --api-key or ${API_KEY_ENV} (create one with `ragstream keys create`)"
 
 
 class AskByDefault(TyperGroup):
@@ -176,7 +177,7 @@ def _get_http(url: str, key: str | None, request_id: str) -> QueryResult | None:
     from entry.client import ApiRequestError, HttpClient
 
     if not key:
-        fail(f"--api needs --api-key or ${API_KEY_ENV} (ragstream keys create)", USAGE)
+        fail(NO_KEY, USAGE)
     with HttpClient(url, key) as client:
         try:
             return client.get(request_id)
@@ -206,7 +207,7 @@ def _ask_http(  # noqa: PLR0917 - one call site
     from entry.client import HttpClient
 
     if not key:
-        fail(f"--api needs --api-key or ${API_KEY_ENV} (ragstream keys create)", USAGE)
+        fail(NO_KEY, USAGE)
     with HttpClient(url, key, timeout_s=timeout + 10) as client:
         if not stream:
             return client.query(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]

@@ -283,7 +283,9 @@ class LoggingSettings(BaseModel):
     stdout and stderr hold its result and its errors only (``ragstream -v ...`` logs at INFO).
     """
 
+    #: Level of the long-running processes (api, worker, celery-worker, flower).
     level: str = "INFO"
+    #: Level of every other command (``ragstream -v`` logs at INFO).
     cli_level: str = "WARNING"
     format: str = Field(default="console", pattern="^(console|json)$")
 
@@ -512,6 +514,8 @@ class LlmSettings(BaseModel):
     #: paragraph or inventing the next question.
     stop: list[str] = ["\n\n", "Question:", "Context:"]
     max_tokens: int = Field(default=128, ge=1)
+    #: Cap of llama.cpp's host prompt cache in MiB (``--cache-ram``; -1 no limit, 0 off);
+    #: llama.cpp's own default is 8192 (docs/operations/memory.md).
     cache_ram_mib: int = Field(default=256, ge=-1)
     temperature: float = Field(default=0.0, ge=0.0)
     #: Limit on the time to first token (queue, prefill) of one generation, in seconds.
