@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ingest.parsers.text import replace_surrogates
 from ingest.pipeline import IngestOp, IngestOutcome, IngestPipeline
 from ingest.sources import SourceRejectedError, read_source
 from ragstream.settings import IngestSettings, PoolSettings, Settings
@@ -32,7 +31,7 @@ def to_op(event: IngestRequest, settings: IngestSettings) -> IngestOp:
     filename: str | None = None
     content_type: str | None = event.content_type
     if event.text is not None:
-        data = replace_surrogates(event.text).encode()  # a producer's lone surrogate
+        data = event.text.encode()
         content_type = content_type or "text"
     else:
         assert event.source_path is not None
