@@ -29,6 +29,8 @@ console = Console()
 #: to every user of the machine through ``ps``).
 API_KEY_ENV = "RAGSTREAM_API_KEY"
 API_KEY_HELP = f"API key for --api (default: ${API_KEY_ENV})."
+#: Printed between a streamed generation and the final answer that differs from it.
+FINAL_ANSWER = "final answer (the answer check replaced or cut the generated text):"
 NO_KEY = f"--api needs --api-key or ${API_KEY_ENV} (create one with `ragstream keys create`)"
 
 
@@ -93,12 +95,24 @@ def query_command(  # noqa: PLR0917 - typer options
         if streamed:
             print()
         fail(str(exc))
-    if stream and streamed:
-        print()
-    same = "".join(streamed).strip() == (result.answer or "").strip()
-    print_result(result, show_answer=not (stream and streamed and same))
+    _print_after_stream(result, "".join(streamed) if stream else None)
     if result.status != "answered":
         raise typer.Exit(1)
+
+
+def _print_after_stream(result: QueryResult, streamed: str | None) -> None:
+    """:func:`print_result`, after the text streamed so far (``None``: no stream): the final
+    answer is printed unless the stream already was exactly that answer."""
+    if not streamed:
+        print_result(result)
+        return
+    print()
+    if streamed.strip() == (result.answer or "").strip():
+        print_result(result, show_answer=False)
+        return
+    if result.status == "answered":
+        console.print(FINAL_ANSWER, style="dim")
+    print_result(result)
 
 
 def _ask_kafka(  # noqa: PLR0917 - one call site

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from entry.query import FINAL_ANSWER
 from ingest import jobs
 from ingest.sources import SourceFile
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
@@ -151,7 +152,9 @@ def test_stream_ends_with_the_final_answer_and_logs_stay_quiet(
     assert result.returncode == 0, result.stderr
     streamed, _, rest = result.stdout.partition("\\gset\\gset")
     assert streamed.startswith("\\gset\nAnswer: ")  # the generation, as it came
-    assert rest.lstrip().startswith("VACUUM reclaims storage.")  # then the final answer
+    note, _, answer = rest.partition(FINAL_ANSWER)
+    assert not note.strip()
+    assert answer.lstrip().startswith("VACUUM reclaims storage.")  # then the final answer
     assert result.stderr == ""  # no log line, on stderr or stdout
 
 
