@@ -146,7 +146,7 @@ _TERMINATOR = re.compile(
 )
 _BARE_CITES = re.compile(r"(?<![.?!\s])" + _CITES + r"(?=\s)")
 _FENCE = re.compile(r"^\s*(```|~~~)[\w+-]*\s*$")
-_CITE_MARK = re.compile(r"^\[\d+(?:,\d+)*\]+$")
+_CITE_MARK = re.compile(r"\[\d+(?:\s*,\s*\d+)*\]")
 
 
 def _starts_sentence(text: str, at: int) -> bool:
@@ -217,9 +217,11 @@ def first_sentence(answer: str) -> str:
 
 
 def answer_words(answer: str) -> int:
-    """Words of ``answer`` a reader reads: whitespace-separated tokens, citation marks
-    (``[1]``, ``[2][3]``) not counted."""
-    return sum(1 for w in answer.split() if not _CITE_MARK.match(w.rstrip(".,;:")))
+    """Words of ``answer`` a reader reads: whitespace-separated tokens once the citation marks
+    (``[1]``, ``[2][3]``, ``[1, 2]``) are taken out; a token of punctuation alone (the ``.``
+    left of ``[1].``) is no word."""
+    tokens = _CITE_MARK.sub(" ", answer).split()
+    return sum(1 for w in tokens if any(c.isalnum() for c in w))
 
 
 def is_answer_first(
