@@ -62,8 +62,13 @@ def eval_command(  # noqa: PLR0917 - typer options
     off_topic: bool = typer.Option(
         True,
         "--off-topic/--no-off-topic",
-        help="Also answer the off-topic probes (bench/evaluation/questions.offtopic.jsonl) and "
-        "report their refusal rate apart (off_topic_refusal_rate; not in the file's accuracy).",
+        help="Also answer the off-topic probes (--off-topic-file) and report their refusal "
+        "rate apart (off_topic_refusal_rate; not in the file's accuracy).",
+    ),
+    off_topic_file: Path | None = typer.Option(
+        None,
+        "--off-topic-file",
+        help="Off-topic probes (JSONL); default: bench/evaluation/questions.offtopic.jsonl.",
     ),
 ) -> None:
     """Measure retrieval (hit@1/5/10, MRR@10 per mode) and answers (accuracy, refusals).
@@ -107,7 +112,7 @@ def eval_command(  # noqa: PLR0917 - typer options
             roots=parse_roots(root),
             tiers=tuple(t.strip() for t in tiers.split(",") if t.strip()),
             llms=tuple(_model_url(x) for x in llm),
-            off_topic=OFF_TOPIC_QUESTIONS if off_topic else None,
+            off_topic=(off_topic_file or OFF_TOPIC_QUESTIONS) if off_topic else None,
         )
         report = run_evaluation(
             settings,
