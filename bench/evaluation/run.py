@@ -440,21 +440,25 @@ def _records(  # noqa: PLR0917 - one call site per question set
 
 
 def judge(q: EvalQuestion, a: Answer) -> Judged:
-    """How ``a`` answers ``q``: correct (a pattern, within the word limit), refused, answered
-    first (:func:`~bench.evaluation.metrics.is_answer_first`), its words and latency; an error
+    """How ``a`` answers ``q``: correct (a pattern, within the word limit; for a question the
+    manuals cannot answer, a refusal that matches its patterns: the shared set's rule "an
+    absent question is answered correctly by a refusal", so a quote that happens to say "not
+    ... in the documentation" is no right answer), refused, answered first
+    (:func:`~bench.evaluation.metrics.is_answer_first`), its words and latency; an error
     response is neither correct nor a refusal and has no words."""
     ok = a.error is None
     no = ok and refused(a)
+    refusal_expected = q.kind in REFUSAL_KINDS or not q.answerable
     return Judged(
         answerable=q.answerable,
-        correct=ok and is_correct(a.text, q.answer_patterns),
+        correct=ok and (no or not refusal_expected) and is_correct(a.text, q.answer_patterns),
         refused=no,
         kind=q.kind,
         first=ok
         and is_answer_first(
             a.text,
             q.answer_patterns,
-            refusal_expected=q.kind in REFUSAL_KINDS or not q.answerable,
+            refusal_expected=refusal_expected,
             refused=no,
         ),
         words=answer_words(a.text) if ok else None,

@@ -165,6 +165,13 @@ def test_judge_of_an_answer() -> None:
     assert no.refused and no.first and not no.answerable
     quoted = judge(off, Answer("Paris is a city [1].", None, "evidence", "evidence"))
     assert not quoted.refused and not quoted.first
+    # a quote that matches a refusal pattern is no refusal, so no right answer either
+    words = Answer("This is not in the documentation [1].", None, "evidence", "evidence")
+    assert is_correct(words.text, [r"not[^.]*documentation"])
+    looks = judge(off.model_copy(update={"answer_patterns": (r"not[^.]*documentation",)}), words)
+    assert not looks.refused and not looks.correct
+    llm = Answer("The documentation does not cover it.", None, "small", "llm")
+    assert judge(off.model_copy(update={"answer_patterns": (r"does not",)}), llm).correct
 
 
 def test_cited_locations_in_the_order_of_first_citation() -> None:
