@@ -175,7 +175,8 @@ def first_sentence(answer: str) -> str:
     The sentence ends at the first of:
 
     - a newline (a line of its own: a list item, a code line, a table row); leading blank
-      lines and code-fence markers are skipped;
+      lines and code-fence markers are skipped, and a first line that ends with ``:`` takes
+      the next line with it ("To create one, run:" and ``createdb mydb`` below it);
     - ``.``, ``?`` or ``!`` (closing quotes or brackets may follow) followed by whitespace and
       an upper-case letter, a digit, a quote, a backtick or ``(``; when citation marks follow
       the terminator (``... 5432. [1] Then``) they belong to the sentence, and it ends there
@@ -193,10 +194,21 @@ def first_sentence(answer: str) -> str:
         The first sentence, stripped (the whole answer when no boundary is found; "" for an
         empty answer).
     """
-    lines = answer.strip().split("\n")
-    while lines and (not lines[0].strip() or _FENCE.match(lines[0])):
-        lines.pop(0)
-    text = lines[0].strip() if lines else ""
+    lines = _content_lines(answer)
+    text = lines[0] if lines else ""
+    sentence = _cut(text)
+    if sentence == text and text.endswith(":") and len(lines) > 1:
+        sentence = f"{sentence} {lines[1]}"  # "Run:" and the command on the next line
+    return sentence
+
+
+def _content_lines(answer: str) -> list[str]:
+    """The answer's lines, stripped, without blank lines and code-fence markers."""
+    return [x.strip() for x in answer.split("\n") if x.strip() and not _FENCE.match(x)]
+
+
+def _cut(text: str) -> str:
+    """``text`` (one line) up to the end of its first sentence (see :func:`first_sentence`)."""
     ends: list[int] = []
     for m in _TERMINATOR.finditer(text):
         punct_at = m.start("punct")

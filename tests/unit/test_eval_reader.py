@@ -83,7 +83,13 @@ ROOT = Path(__file__).resolve().parents[2]
         # lower case after a period: not a sentence start
         ("Set it in postgresql.conf. then reload", "Set it in postgresql.conf. then reload"),
         # a newline ends it; blank lines and code fences before it are skipped
-        ("Use createdb:\ncreatedb mydb", "Use createdb:"),
+        ("Use createdb. Then:\nconnect", "Use createdb."),
+        ("No colon\ncreatedb mydb", "No colon"),
+        # a line that ends with ":" takes the next line (the command it announces) with it
+        (
+            "To create one, run:\n\n```sh\ncreatedb mydb\n```\nDone.",
+            "To create one, run: createdb mydb",
+        ),
         ("\n\n```sh\ncreatedb mydb\n```\nThis creates it.", "createdb mydb"),
         ("Use subprocess.run(). \nNext", "Use subprocess.run()."),
         ("", ""),
