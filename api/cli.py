@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragstream.console import USAGE, fail
 from ragstream.settings import Settings, get_settings
 
 console = Console()
@@ -39,11 +40,9 @@ def keys_create(
     from api.auth import ROLES, create_key
 
     if not TENANT.fullmatch(tenant):
-        console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
-        raise typer.Exit(2)
+        fail(f"tenant {tenant!r} must match {TENANT.pattern}", USAGE)
     if role not in ROLES:
-        console.print(f"[red]error[/red]: role {role!r} must be one of {', '.join(ROLES)}")
-        raise typer.Exit(2)
+        fail(f"role {role!r} must be one of {', '.join(ROLES)}", USAGE)
     key, key_id = create_key(
         _sessions(get_settings()),
         tenant,
@@ -81,6 +80,5 @@ def keys_revoke(key_id: int = typer.Argument(..., help="The key's id (see `keys 
     from api.auth import revoke_key
 
     if not revoke_key(_sessions(get_settings()), key_id):
-        console.print(f"[red]error[/red]: no live key {key_id}")
-        raise typer.Exit(1)
+        fail(f"no live key {key_id}")
     console.print(f"revoked key {key_id}")

@@ -325,3 +325,26 @@ def summary(
     from bench.summary import render_markdown, write_summary
 
     console.print(render_markdown(write_summary(directory, latest)))
+
+
+@bench_app.command("rss")
+def rss(
+    label: str | None = typer.Option(
+        None, help="What the stack just did (after-ingest, after-eval), kept in the JSON."
+    ),
+    out: Path | None = typer.Option(None, help="Also write the measurement as JSON here."),
+) -> None:
+    """Print the RSS and PSS of every process of the running stack (each service under
+    .local and each Procfile process of the demo's supervisor, with its children) and the
+    total; nothing is started or stopped."""
+    from bench.rss import measure_stack, payload, render
+
+    document = payload(measure_stack(get_settings().infra.local_dir.resolve()), label)
+    if not document["rows"]:
+        console.print("no running service or Procfile process found", style="red")
+        raise typer.Exit(1)
+    Console().print(render(document))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(document, indent=2))
+        Console(stderr=True).print(f"wrote {out}")

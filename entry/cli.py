@@ -8,6 +8,8 @@ Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celer
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -59,6 +61,28 @@ def _mount_subcommands() -> None:
 
 
 _mount_subcommands()
+
+
+@app.callback()
+def _quiet_logs(
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Log at INFO on stderr (default: settings.logging.cli_level).",
+    ),
+) -> None:
+    """Logs go to stderr, at ``settings.logging.cli_level`` (WARNING) unless ``-v``; the
+    long-running commands switch to ``settings.logging.level`` when they start."""
+    import logging
+
+    from ragstream.logging import configure_logging
+
+    settings = get_settings().logging
+    level = "INFO" if verbose and settings.cli_level.upper() != "DEBUG" else settings.cli_level
+    configure_logging(settings.model_copy(update={"level": level}))
+    if not verbose:  # kafka-python logs each refused connection; the command says it once
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
 @db_app.command("upgrade")
@@ -191,8 +215,24 @@ def worker(pool: str = typer.Argument(..., help="Pool name, e.g. retrieval.")) -
 
 
 def main() -> None:
-    """Console entry point."""
-    app()
+    """Console entry point: an expected failure that reaches here (a ragstream error, e.g.
+    Kafka or the API unreachable, or an invalid value) is one line on stderr and exit 1."""
+    from pydantic import ValidationError
+
+    from ragstream.console import one_line
+    from ragstream.errors import RagstreamError
+
+    try:
+        app()
+    except RagstreamError as exc:
+        sys.stderr.write(f"error: {one_line(str(exc))}\n")
+        sys.exit(1)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or exc.title
+        message = f"{where}: {first['msg']}"
+        sys.stderr.write(f"error: {one_line(message)}\n")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ Kafka (a service inside the trust boundary, producing query events for any tenan
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import queue
@@ -67,6 +68,23 @@ class ApiRequestError(RagstreamError):
         self.code = code
         self.message = message
         self.body = body
+
+
+class ApiUnavailableError(RagstreamError):
+    """The API could not be reached or stopped answering (``httpx``'s transport errors:
+    refused, DNS, TLS, timeouts), with the URL and the cause."""
+
+
+@contextlib.contextmanager
+def _reaching(base_url: httpx.URL) -> Iterator[None]:
+    """Translate ``httpx``'s transport errors into :class:`ApiUnavailableError`."""
+    try:
+        yield
+    except httpx.TransportError as exc:
+        cause = str(exc) or type(exc).__name__
+        raise ApiUnavailableError(
+            f"cannot reach the API at {base_url}: {cause} (is `ragstream api` running there?)"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +210,7 @@ class HttpClient:
 
     Raises:
         ApiRequestError: from every method, on a non-2xx answer.
+        ApiUnavailableError: from every method, when the API cannot be reached.
     """
 
     def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 330.0) -> None:
@@ -214,7 +233,8 @@ class HttpClient:
         self._http.close()
 
     def _do(self, call: Call[T]) -> T:
-        response = self._http.request(call.method, call.path, json=call.body)
+        with _reaching(self._http.base_url):
+            response = self._http.request(call.method, call.path, json=call.body)
         return call.parse(_json_or_raise(response))
 
     def query(
@@ -266,7 +286,10 @@ class HttpClient:
         """Ask with ``stream=true`` and yield the Server-Sent Events as they arrive
         (``timeout_s``: how long the server waits for the answer)."""
         call = Calls.query(query, route=route, stream=True, top_k=top_k, timeout_s=timeout_s)
-        with self._http.stream(call.method, call.path, json=call.body) as response:
+        with (
+            _reaching(self._http.base_url),
+            self._http.stream(call.method, call.path, json=call.body) as response,
+        ):
             if response.status_code >= 300:
                 response.read()
                 _json_or_raise(response)
@@ -367,7 +390,8 @@ class AsyncHttpClient:
         await self._http.aclose()
 
     async def _do(self, call: Call[T]) -> T:
-        response = await self._http.request(call.method, call.path, json=call.body)
+        with _reaching(self._http.base_url):
+            response = await self._http.request(call.method, call.path, json=call.body)
         return call.parse(_json_or_raise(response))
 
     async def query(
@@ -423,18 +447,19 @@ class AsyncHttpClient:
         ``accepted``, ``queued``, ``evidence``, ``token``..., then ``answer``, ``error`` or
         ``timeout``. Stopping early closes the connection (the API cancels the query)."""
         call = Calls.query(query, route=route, stream=True, top_k=top_k, timeout_s=timeout_s)
-        async with self._http.stream(call.method, call.path, json=call.body) as response:
-            if response.status_code >= 300:
-                await response.aread()
-                _json_or_raise(response)
-            parser = SseParser()
-            async for line in response.aiter_lines():
-                event = parser.feed(line)
-                if event is not None:
-                    yield event
-            last = parser.end()
-            if last is not None:
-                yield last
+        with _reaching(self._http.base_url):
+            async with self._http.stream(call.method, call.path, json=call.body) as response:
+                if response.status_code >= 300:
+                    await response.aread()
+                    _json_or_raise(response)
+                parser = SseParser()
+                async for line in response.aiter_lines():
+                    event = parser.feed(line)
+                    if event is not None:
+                        yield event
+                last = parser.end()
+                if last is not None:
+                    yield last
 
     async def upsert_document(
         self,
@@ -544,6 +569,10 @@ def _json_or_raise(response: httpx.Response) -> Any:
     return data
 
 
+class KafkaUnavailableError(RagstreamError):
+    """The Kafka brokers could not be reached (``kafka-python``'s errors, translated)."""
+
+
 class KafkaClient:
     """Produce query events and await the matching response on Kafka (no HTTP, no API key:
     for services inside the trust boundary, which name the tenant themselves).
@@ -552,15 +581,30 @@ class KafkaClient:
         settings: Kafka settings and topic prefix; default :func:`get_settings`.
 
     Raises:
-        kafka.errors.KafkaError: on start, when the broker cannot be reached.
+        KafkaUnavailableError: on start, when the broker cannot be reached.
     """
 
     def __init__(self, settings: Settings | None = None) -> None:
+        from kafka.errors import KafkaError
+
         self.settings = settings or get_settings()
         self._registry = TopicRegistry(self.settings.kafka.topic_prefix)
-        self._producer = make_producer(self.settings.kafka)
+        servers = self.settings.kafka.bootstrap_servers
+        try:
+            self._producer = make_producer(self.settings.kafka)
+        except KafkaError as exc:
+            raise KafkaUnavailableError(
+                f"cannot reach Kafka at {servers}: {type(exc).__name__} "
+                "(is `ragstream infra up` running?)"
+            ) from exc
         self._replies = ReplyRouter(self.settings)
-        self._replies.start()
+        try:
+            self._replies.start()
+        except KafkaError as exc:
+            self._producer.close(timeout=1)
+            raise KafkaUnavailableError(
+                f"cannot consume replies from Kafka at {servers}: {type(exc).__name__}"
+            ) from exc
 
     def __enter__(self) -> Self:
         return self

@@ -20,10 +20,19 @@ from typer.core import TyperGroup
 
 from api.cli import TENANT
 from api.models import QueryResult
+from ragstream.console import USAGE, fail
+from ragstream.errors import RagstreamError
 from ragstream.settings import get_settings
 from topics.answers import Answer
 
 console = Console()
+#: The environment variable that gives ``--api-key`` (a key on the command line is visible
+#: to every user of the machine through ``ps``).
+API_KEY_ENV = "RAGSTREAM_API_KEY"
+API_KEY_HELP = f"API key for --api (default: ${API_KEY_ENV})."
+#: Printed between a streamed generation and the final answer that differs from it.
+FINAL_ANSWER = "final answer (the answer check replaced or cut the generated text):"
+NO_KEY = f"--api needs --api-key or ${API_KEY_ENV} (create one with `ragstream keys create`)"
 
 
 class AskByDefault(TyperGroup):
@@ -53,39 +62,87 @@ def query_command(  # noqa: PLR0917 - typer options
     route: str = typer.Option("auto", help="Answer tier: auto, evidence, small or large."),
     timeout: float = typer.Option(120.0, help="Seconds to wait for the answer."),
     api_url: str | None = typer.Option(None, "--api", help="Ask over HTTP at this base URL."),
-    api_key: str | None = typer.Option(None, help="API key for --api."),
+    api_key: str | None = typer.Option(None, envvar=API_KEY_ENV, help=API_KEY_HELP),
 ) -> None:
     """Ask a question; print the answer, numbered citations and per-stage timings.
 
     By default the question goes straight to Kafka (like a service would); with ``--api`` it
-    goes through the HTTP gateway with an API key.
+    goes through the HTTP gateway with an API key. With ``--stream`` the generated text is
+    printed as it comes, and then the final answer whenever it differs (the answer check may
+    replace or cut what was generated). Failures are one line on stderr, exit status 1 (2 for
+    a bad argument).
     """
     if route not in ("auto", "evidence", "small", "large"):
-        console.print("[red]error[/red]: --route must be auto, evidence, small or large")
-        raise typer.Exit(2)
+        fail("--route must be auto, evidence, small or large", USAGE)
     if not TENANT.fullmatch(tenant):
-        console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
-        raise typer.Exit(2)
+        fail(f"tenant {tenant!r} must match {TENANT.pattern}", USAGE)
+    if not question.strip():
+        fail("the question is empty", USAGE)
+    streamed: list[str] = []
 
     def on_token(text: str) -> None:
+        streamed.append(text)
         sys.stdout.write(text)
         sys.stdout.flush()
 
-    if api_url:
-        result = _ask_http(api_url, api_key, question, stream, route, on_token, top_k, timeout)
-    else:
-        from entry.client import KafkaClient
-
-        with KafkaClient(get_settings()) as client:
-            result = client.query(
-                question, tenant=tenant, top_k=top_k, route=route, timeout_s=timeout,  # type: ignore[arg-type]
-                on_token=on_token if stream else None,
-            )  # fmt: skip
-    if stream:
-        print()
-    print_result(result, show_answer=not stream or result.status != "answered")
+    try:
+        if api_url:
+            result = _ask_http(api_url, api_key, question, stream, route, on_token, top_k, timeout)
+        else:
+            result = _ask_kafka(
+                question, tenant, top_k, route, timeout, on_token if stream else None
+            )
+    except RagstreamError as exc:
+        if streamed:
+            print()
+        fail(str(exc))
+    _print_after_stream(result, "".join(streamed) if stream else None)
     if result.status != "answered":
         raise typer.Exit(1)
+
+
+def _print_after_stream(result: QueryResult, streamed: str | None) -> None:
+    """:func:`print_result`, after the text streamed so far (``None``: no stream): the final
+    answer is printed unless the stream already was exactly that answer."""
+    if not streamed:
+        print_result(result)
+        return
+    print()
+    if streamed.strip() == (result.answer or "").strip():
+        print_result(result, show_answer=False)
+        return
+    if result.status == "answered":
+        console.print(FINAL_ANSWER, style="dim")
+    print_result(result)
+
+
+def _ask_kafka(  # noqa: PLR0917 - one call site
+    question: str,
+    tenant: str,
+    top_k: int | None,
+    route: str,
+    timeout: float,
+    on_token: Callable[[str], None] | None,
+) -> QueryResult:
+    """Over Kafka, as a service inside the trust boundary would ask.
+
+    Raises:
+        RagstreamError: the question does not fit the query event (too long), or Kafka fails.
+    """
+    from pydantic import ValidationError
+
+    from entry.client import KafkaClient
+
+    with KafkaClient(get_settings()) as client:
+        try:
+            return client.query(
+                question, tenant=tenant, top_k=top_k, route=route, timeout_s=timeout,  # type: ignore[arg-type]
+                on_token=on_token,
+            )  # fmt: skip
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"]) or "query"
+            raise RagstreamError(f"{where}: {first['msg']}") from exc
 
 
 @query_app.command("get")
@@ -95,17 +152,21 @@ def get_command(
         None, help="Only a query of this tenant (SQL path; default: any). Over HTTP: the key's."
     ),
     api_url: str | None = typer.Option(None, "--api", help="Fetch over HTTP at this base URL."),
-    api_key: str | None = typer.Option(None, help="API key for --api."),
+    api_key: str | None = typer.Option(None, envvar=API_KEY_ENV, help=API_KEY_HELP),
 ) -> None:
     """Print a query's status, answer, citations and trace from the query log.
 
     The query log is the store ``GET /v1/queries/{id}`` reads. Exit 1 if the query is unknown
     or failed, 3 if it is still pending.
     """
-    result = _get_http(api_url, api_key, request_id) if api_url else _get_sql(tenant, request_id)
+    try:
+        result = (
+            _get_http(api_url, api_key, request_id) if api_url else _get_sql(tenant, request_id)
+        )
+    except RagstreamError as exc:
+        fail(str(exc))
     if result is None:
-        console.print(f"[red]error[/red]: no query {request_id!r}")
-        raise typer.Exit(1)
+        fail(f"no query {request_id!r}")
     print_result(result)
     if result.status == "failed":
         raise typer.Exit(1)
@@ -131,16 +192,14 @@ def _get_http(url: str, key: str | None, request_id: str) -> QueryResult | None:
     from entry.client import ApiRequestError, HttpClient
 
     if not key:
-        console.print("[red]error[/red]: --api needs --api-key (ragstream keys create)")
-        raise typer.Exit(2)
+        fail(NO_KEY, USAGE)
     with HttpClient(url, key) as client:
         try:
             return client.get(request_id)
         except ApiRequestError as exc:
             if exc.status == 404:
                 return None
-            console.print(f"[red]error[/red]: {exc}")
-            raise typer.Exit(1) from exc
+            raise
 
 
 def _ask_http(  # noqa: PLR0917 - one call site
@@ -154,30 +213,30 @@ def _ask_http(  # noqa: PLR0917 - one call site
     timeout: float = 120.0,
 ) -> QueryResult:
     """Over HTTP: ``top_k`` and ``timeout`` (the server's wait, and the HTTP client's read
-    timeout a little longer) apply as over Kafka."""
-    from entry.client import ApiRequestError, HttpClient
+    timeout a little longer) apply as over Kafka.
+
+    Raises:
+        ApiRequestError: the API answered with an error.
+        ApiUnavailableError: the API cannot be reached.
+    """
+    from entry.client import HttpClient
 
     if not key:
-        console.print("[red]error[/red]: --api needs --api-key (ragstream keys create)")
-        raise typer.Exit(2)
+        fail(NO_KEY, USAGE)
     with HttpClient(url, key, timeout_s=timeout + 10) as client:
-        try:
-            if not stream:
-                return client.query(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]
-            final: QueryResult | None = None
-            rid = ""
-            events = client.stream(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]
-            for ev in events:
-                if ev.kind == "accepted":
-                    rid = str(ev.data.get("request_id", ""))
-                elif ev.kind == "token":
-                    on_token(str(ev.data.get("text", "")))
-                elif ev.result is not None:
-                    final = ev.result
-            return final or QueryResult.render(Answer.pending(rid))
-        except ApiRequestError as exc:
-            console.print(f"[red]error[/red]: {exc}")
-            raise typer.Exit(1) from exc
+        if not stream:
+            return client.query(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]
+        final: QueryResult | None = None
+        rid = ""
+        events = client.stream(question, route=route, top_k=top_k, timeout_s=timeout)  # type: ignore[arg-type]
+        for ev in events:
+            if ev.kind == "accepted":
+                rid = str(ev.data.get("request_id", ""))
+            elif ev.kind == "token":
+                on_token(str(ev.data.get("text", "")))
+            elif ev.result is not None:
+                final = ev.result
+        return final or QueryResult.render(Answer.pending(rid))
 
 
 def print_result(result: QueryResult, *, show_answer: bool = True) -> None:

@@ -29,7 +29,8 @@ def common_params(config: ServerConfig) -> Any:
     """Build ``xllamacpp.CommonParams`` (llama.cpp's ``common_params``) from ``config``.
 
     Prompt caching is on (a slot keeps its last prompt's KV cache, so a repeated prefix is not
-    prefilled again) and ``n_cache_reuse`` is set where the model supports it.
+    prefilled again), ``n_cache_reuse`` is set where the model supports it, and the host
+    prompt cache is capped at ``config.cache_ram_mib``.
 
     Raises:
         ImportError: ``xllamacpp`` is not installed.
@@ -47,6 +48,8 @@ def common_params(config: ServerConfig) -> Any:
     params.cont_batching = True
     params.cache_prompt = True
     params.n_cache_reuse = CACHE_REUSE_TOKENS
+    # llama.cpp's host prompt cache defaults to 8192 MiB; the setting keeps it small.
+    params.cache_ram_mib = config.cache_ram_mib
     # Sliding-window models (Gemma 3) otherwise keep only the window's KV, so a slot could
     # never reuse a cached prompt prefix; the full cache costs n_ctx x SWA layers of KV.
     params.swa_full = True

@@ -62,6 +62,9 @@ class ServerConfig(BaseModel):
         n_parallel: Slots (requests decoded together by continuous batching).
         n_threads: CPU threads for decoding and prompt processing.
         chat_template: Jinja text for ``/v1/chat/completions``; ``None`` uses the GGUF's own.
+        cache_ram_mib: Cap of llama.cpp's host prompt cache in MiB (``-1`` no limit, ``0``
+            off); see :class:`ragstream.settings.LlmSettings`. A file written before this
+            field existed parses with the same default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -73,6 +76,7 @@ class ServerConfig(BaseModel):
     n_parallel: int
     n_threads: int
     chat_template: str | None = None
+    cache_ram_mib: int = LlmSettings.model_fields["cache_ram_mib"].default
     #: Catalog name of the model (``None`` when ``settings.llm.model_path`` chose the file).
     model: str | None = None
 
@@ -110,9 +114,9 @@ class LlmService(Service):
     ) -> LlmService:
         """A second server for catalog model ``model`` on ``port``, beside the main one.
 
-        It takes its host from ``settings.llm``, and ``n_parallel``, ``n_ctx`` and
-        ``n_threads`` from there unless given, and its prompt style and chat template from the
-        catalog (never the main server's ``model_path`` or ``chat_template``).
+        It takes its host and prompt-cache cap from ``settings.llm``, and ``n_parallel``,
+        ``n_ctx`` and ``n_threads`` from there unless given, and its prompt style and chat
+        template from the catalog (never the main server's ``model_path`` or ``chat_template``).
 
         Raises:
             InfraError: ``port`` is the main server's, or ``model`` is not in the catalog.
@@ -134,6 +138,7 @@ class LlmService(Service):
             n_ctx=main.n_ctx if n_ctx is None else n_ctx,
             n_parallel=main.n_parallel if n_parallel is None else n_parallel,
             n_threads=main.n_threads if n_threads is None else n_threads,
+            cache_ram_mib=main.cache_ram_mib,
         )
         return cls(settings, llm)
 
@@ -189,6 +194,7 @@ class LlmService(Service):
             n_parallel=llm.n_parallel,
             n_threads=llm.n_threads,
             chat_template=llm.chat_template,
+            cache_ram_mib=llm.cache_ram_mib,
             model=llm.model if llm.model_path is None else None,
         )
 

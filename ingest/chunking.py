@@ -8,6 +8,14 @@ character offsets, so the text is kept exactly (CJK, emoji, right-to-left script
 ends, where it can, at the strongest boundary (paragraph > line/sentence > whitespace > word) in
 its last quarter.
 
+Pipe tables (GFM, :func:`ingest.parsers.markdown.pipe_tables`) are cut between rows only: a
+window that would end inside a table ends before its last whole row instead (or before the
+table), the next window starts at the following row without overlap, and a chunk that
+continues a table starts with the table's header and delimiter rows, repeated, so every chunk
+of a table can be read (and quoted as evidence) on its own. A single row longer than a window
+is still cut, at its best boundary. That repeated header is the one exception to "the text is a
+verbatim span": such a chunk's text is the header, then the span.
+
 Guarantee: the tokenizer's count of every chunk's ``embed_text`` *with* special tokens
 (``[CLS]``/``[SEP]``) is at most ``min(chunk_tokens, max_seq_length)``, so the model never
 truncates a chunk. The count is re-checked on the final strings (one batched tokenizer call per
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +36,7 @@ from typing import TYPE_CHECKING
 import structlog
 from tokenizers import Encoding, Tokenizer
 
+from ingest.parsers.markdown import pipe_tables
 from ingest.types import Chunk, ParsedDocument, Section
 from ragstream.errors import ConfigurationError
 from ragstream.extras import require_torch
@@ -54,6 +64,32 @@ class _Title:
     full: str  # heading path joined with " > " (Chunk.title)
     line: str  # the title line of embed_text, cut to title_max_tokens
     tokens: int  # tokens of ``line`` without special tokens
+
+
+@dataclass(frozen=True, slots=True)
+class _TableTokens:
+    """A pipe table of a section, in token indices of the section's encoding."""
+
+    first: int  # first token of the header row
+    body: int  # first token of the first data row
+    end: int  # first token after the table
+    bounds: tuple[
+        int, ...
+    ]  # where a window may end: before the table, a row (not the first), after
+    header: str  # header and delimiter rows, newline-terminated
+    header_tokens: int
+
+    def holds(self, b: int) -> bool:
+        """Whether a window ending before token ``b`` would end inside the table."""
+        return self.first < b < self.end and b not in self.bounds
+
+    def continues_at(self, b: int) -> bool:
+        """Whether a window starting at token ``b`` continues the table (after its header)."""
+        return self.body <= b < self.end
+
+
+#: A chunk text piece: ``(char start, char end, repeated table header or "")``.
+_Span = tuple[int, int, str]
 
 
 class Chunker:
@@ -147,29 +183,31 @@ class Chunker:
         Returns:
             Chunks numbered from 0 across the document; ``text`` is a verbatim span of its
             section's text (``metadata``: ``section`` index, ``char_start``, ``char_end``),
+            after, in a chunk that continues a pipe table, that table's header and delimiter
+            rows (``metadata["table_header_chars"]``: their length),
             ``embed_text`` is the title line (cut to ``title_max_tokens``) + ``"\\n"`` + text,
             and ``token_count`` (special tokens included) is at most :attr:`limit`. Empty and
             whitespace-only spans produce no chunk. The output depends only on the input.
         """
         sections = doc.sections
         encodings = self._tok.encode_batch([s.text for s in sections], add_special_tokens=False)
-        plans: list[tuple[int, _Title, list[tuple[int, int]]]] = []
+        plans: list[tuple[int, _Title, list[_Span]]] = []
         for i, (section, enc) in enumerate(zip(sections, encodings, strict=True)):
             title = self._title(section, doc.title)
             spans = self._spans(section.text, enc, self._budget(title), None)
             plans.append((i, title, spans))
-        flat = [(i, title, s, e) for i, title, spans in plans for s, e in spans]
-        texts = [_embed_text(title.line, sections[i].text[s:e]) for i, title, s, e in flat]
+        flat = [(i, title, s, e, p) for i, title, spans in plans for s, e, p in spans]
+        texts = [_embed_text(t.line, p + sections[i].text[s:e]) for i, t, s, e, p in flat]
         counts = self.count_tokens(texts)
-        bad = {i for (i, _, _, _), n in zip(flat, counts, strict=True) if n > self.limit}
+        bad = {row[0] for row, n in zip(flat, counts, strict=True) if n > self.limit}
         if bad:  # rare: re-split those sections, checking each window on its own
             log.debug("chunk_recheck", sections=len(bad), doc_title=doc.title[:80])
             plans = [
                 (i, t, self._exact_spans(sections[i].text, encodings[i], t) if i in bad else sp)
                 for i, t, sp in plans
             ]
-            flat = [(i, title, s, e) for i, title, spans in plans for s, e in spans]
-            texts = [_embed_text(title.line, sections[i].text[s:e]) for i, title, s, e in flat]
+            flat = [(i, title, s, e, p) for i, title, spans in plans for s, e, p in spans]
+            texts = [_embed_text(t.line, p + sections[i].text[s:e]) for i, t, s, e, p in flat]
             counts = self.count_tokens(texts)
         kept = [row for row in zip(flat, texts, counts, strict=True) if row[2] <= self.limit]
         if len(kept) < len(flat):  # one token whose text alone is too long: never seen so far
@@ -178,12 +216,13 @@ class Chunker:
             Chunk(
                 chunk_no=no,
                 title=title.full,
-                text=sections[i].text[s:e],
+                text=p + sections[i].text[s:e],
                 embed_text=text,
                 token_count=count,
-                metadata={"section": i, "char_start": s, "char_end": e},
+                metadata={"section": i, "char_start": s, "char_end": e}
+                | ({"table_header_chars": len(p)} if p else {}),
             )
-            for no, ((i, title, s, e), text, count) in enumerate(kept)
+            for no, ((i, title, s, e, p), text, count) in enumerate(kept)
         ]
 
     # -- titles and budgets -------------------------------------------------------------------
@@ -208,10 +247,11 @@ class Chunker:
 
     # -- windows --------------------------------------------------------------------------
 
-    def _exact_spans(self, text: str, enc: Encoding, title: _Title) -> list[tuple[int, int]]:
-        def fits(start: int, end: int) -> int:
-            """Tokens over the limit of the chunk text[start:end] (<= 0 when it fits)."""
-            return self.count_tokens([_embed_text(title.line, text[start:end])])[0] - self.limit
+    def _exact_spans(self, text: str, enc: Encoding, title: _Title) -> list[_Span]:
+        def fits(start: int, end: int, prefix: str) -> int:
+            """Tokens over the limit of the chunk prefix + text[start:end] (<= 0 when it fits)."""
+            chunk = _embed_text(title.line, prefix + text[start:end])
+            return self.count_tokens([chunk])[0] - self.limit
 
         return self._spans(text, enc, self._budget(title), fits)
 
@@ -220,9 +260,10 @@ class Chunker:
         text: str,
         enc: Encoding,
         budget: int,
-        excess: Callable[[int, int], int] | None,
-    ) -> list[tuple[int, int]]:
-        """Character spans of the windows over one section's tokens.
+        excess: Callable[[int, int, str], int] | None,
+    ) -> list[_Span]:
+        """Character spans of the windows over one section's tokens, each with the table
+        header it repeats ("" unless it continues a pipe table).
 
         With ``excess`` given, each window is checked and shrunk until its text fits.
         """
@@ -230,24 +271,54 @@ class Chunker:
         words = enc.word_ids
         n = len(offsets)
         overlap = min(self._settings.overlap_tokens, budget // 2)
-        spans: list[tuple[int, int]] = []
+        tables = self._tables(text, offsets, budget)
+        spans: list[_Span] = []
         start = 0
         while start < n:
-            end = min(start + budget, n)
+            table = next((t for t in tables if t.continues_at(start)), None)
+            prefix = table.header if table is not None and table.header_tokens else ""
+            room = budget - (table.header_tokens if prefix and table is not None else 0)
+            end = min(start + room, n)
             if end < n:
-                end = _best_break(text, offsets, words, start, end)
+                end = _row_break(tables, start, end) or _best_break(
+                    text, offsets, words, start, end
+                )
             while excess is not None and end - start > 1:
-                over = excess(offsets[start][0], offsets[end - 1][1])
+                over = excess(offsets[start][0], offsets[end - 1][1], prefix)
                 if over <= 0:
                     break
                 end = max(start + 1, end - over)
-            span = (offsets[start][0], offsets[end - 1][1])
+                end = _row_break(tables, start, end) or end
+            span = (offsets[start][0], offsets[end - 1][1], prefix)
             if text[span[0] : span[1]].strip():
                 spans.append(span)
             if end >= n:
                 break
-            start = _next_start(words, start, end, overlap)
+            start = _next_window(tables, words, start, end, overlap)
         return spans
+
+    def _tables(self, text: str, offsets: list[tuple[int, int]], budget: int) -> list[_TableTokens]:
+        """The pipe tables of one section's text in token indices; a header longer than half
+        a window is not repeated (``header_tokens`` 0), so rows keep room."""
+        if "|" not in text:
+            return []
+        starts = [start for start, _ in offsets]
+        found = []
+        for table in pipe_tables(text):
+            rows = [bisect_left(starts, r) for r in table.row_starts]
+            first, end = bisect_left(starts, table.start), bisect_left(starts, table.end)
+            header_tokens = len(self._tok.encode(table.header, add_special_tokens=False).ids)
+            found.append(
+                _TableTokens(
+                    first=first,
+                    body=rows[0],
+                    end=end,
+                    bounds=tuple(sorted({first, *rows[1:], end})),
+                    header=table.header,
+                    header_tokens=header_tokens if header_tokens <= budget // 2 else 0,
+                )
+            )
+        return found
 
 
 def _private_copy(tokenizer: PreTrainedTokenizerBase | Tokenizer) -> Tokenizer:
@@ -299,6 +370,32 @@ def _best_break(
         if strength > best_strength:
             best, best_strength = b, strength
     return best
+
+
+def _row_break(tables: list[_TableTokens], start: int, end: int) -> int | None:
+    """Where a window ``[start, end)`` ending inside a table ends instead: the last row
+    boundary after ``start`` (or the table's start); ``None`` when ``end`` is not inside a
+    table, or when no boundary fits (one row longer than the window)."""
+    table = next((t for t in tables if t.holds(end)), None)
+    if table is None:
+        return None
+    i = bisect_right(table.bounds, end) - 1
+    return table.bounds[i] if i >= 0 and table.bounds[i] > start else None
+
+
+def _next_window(
+    tables: list[_TableTokens], words: list[int | None], start: int, end: int, overlap: int
+) -> int:
+    """Start of the window after ``[start, end)``: right at ``end`` inside a table's rows
+    (rows do not overlap; the header is repeated instead), else :func:`_next_start`, moved
+    forward past a table that the overlap would reach back into."""
+    if any(t.continues_at(end) for t in tables):
+        return end
+    after = _next_start(words, start, end, overlap)
+    for t in tables:
+        if t.first < after < t.end:
+            return min(t.end, end)
+    return after
 
 
 def _next_start(words: list[int | None], start: int, end: int, overlap: int) -> int:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ingest import jobs
 from ingest.progress import ProgressLines, Snapshot, format_line
+from ragstream.console import USAGE, fail, print_rows
 from ragstream.db.models import utcnow
 from ragstream.settings import Settings, get_settings
 
@@ -46,14 +46,20 @@ def ingest_command(
     tenant: str = typer.Option("default", help="Tenant that owns the documents."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow progress until done."),
 ) -> None:
-    """Submit a Celery bulk job over PATHS and (by default) show its progress."""
-    from ingest.sources import SourceRejectedError, scan
+    """Submit a Celery bulk job over PATHS and (by default) show its progress.
+
+    A missing path, or one outside the allowed roots (naming the setting that allows more),
+    is one line on stderr and exit status 2.
+    """
+    from ingest.sources import ALLOWED_ROOTS_SETTING, OutsideRootsError, SourceRejectedError, scan
     from ingest.tasks import run_job
 
     settings = get_settings()
     if not TENANT.fullmatch(tenant):
-        console.print(f"[red]error[/red]: tenant {tenant!r} must match {TENANT.pattern}")
-        raise typer.Exit(2)
+        fail(f"tenant {tenant!r} must match {TENANT.pattern}", USAGE)
+    for path in paths:  # the operator's own machine: say what is missing, before the roots
+        if not path.exists():
+            fail(f"{path}: no such file or directory", USAGE)
     try:
         found = scan(
             paths,
@@ -61,13 +67,13 @@ def ingest_command(
             settings.ingest.extensions,
             settings.ingest.exclude_dirs,
         )
+    except OutsideRootsError as exc:
+        fail(f"{exc}; add its folder to {ALLOWED_ROOTS_SETTING} to allow it", USAGE)
     except SourceRejectedError as exc:
-        console.print(f"[red]error[/red]: {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc), USAGE)
     files = found.files
     if not files:
-        console.print(f"[yellow]nothing to ingest[/yellow]: {escape(found.nothing_reason())}")
-        raise typer.Exit(1)
+        fail(f"nothing to ingest: {found.nothing_reason()}")
     sessions = _sessions(settings)
     job_id = jobs.create_job(sessions, tenant, files)
     try:
@@ -75,8 +81,7 @@ def ingest_command(
     except Exception as exc:  # broker unreachable: fail the job with the reason, not hang
         reason = f"could not submit to the Celery broker: {type(exc).__name__}: {exc}"
         jobs.fail_job(sessions, job_id, reason)
-        console.print(f"[red]error[/red]: job {job_id}: {reason}")
-        raise typer.Exit(1) from exc
+        fail(f"job {job_id}: {reason}")
     console.print(f"job [bold]{job_id}[/bold]: {len(files)} document(s) for tenant {tenant!r}")
     if wait:
         follow(settings, sessions, job_id)
@@ -159,11 +164,12 @@ def _require_worker(settings: Settings, job_id: str) -> None:
     except Exception:  # a broker problem reads the same as no worker
         replies = []
     if not replies:
-        console.print(
-            f"\n[red]no Celery worker is running[/red] for queue {settings.celery.queue!r}; "
+        if console.is_terminal:
+            console.print()  # off the progress bar's line
+        fail(
+            f"no Celery worker is running for queue {settings.celery.queue!r}; "
             f"job {job_id} stays pending until one starts (`ragstream celery-worker`)."
         )
-        raise typer.Exit(1)
 
 
 def print_summary(
@@ -198,9 +204,8 @@ def show(job_id: str) -> None:
     sessions = _sessions(get_settings())
     try:
         state = jobs.progress(sessions, job_id)
-    except KeyError as exc:
-        console.print(f"[red]error[/red]: no job {job_id}")
-        raise typer.Exit(2) from exc
+    except KeyError:
+        fail(f"no job {job_id}", USAGE)
     elapsed = None
     if state.started_at:
         end = jobs.aware(state.finished_at) if state.finished_at else utcnow()
@@ -220,37 +225,29 @@ def list_command(
 ) -> None:
     """List recent bulk jobs: id, tenant, status, document counts, chunks, created, seconds."""
     if status is not None and status not in jobs.JOB_STATUSES:
-        console.print(f"[red]error[/red]: --status must be one of {', '.join(jobs.JOB_STATUSES)}")
-        raise typer.Exit(2)
+        fail(f"--status must be one of {', '.join(jobs.JOB_STATUSES)}", USAGE)
     found = jobs.recent_jobs(_sessions(get_settings()), limit=limit, status=status, tenant=tenant)
     if not found:
         console.print("no jobs" + (f" with status {status}" if status else ""))
         return
-    table = Table(
-        Column("job", no_wrap=True, min_width=36),  # ids are copied: never cut
-        "tenant",
-        "status",
-        "documents",
-        "done",
-        "failed",
-        "chunks",
-        Column("created (UTC)", no_wrap=True),
-        "seconds",
-    )
+    rows = []
     for job in found:
         colour = {"succeeded": "green", "failed": "red"}.get(job.status, "yellow")
-        table.add_row(
-            job.job_id,
-            job.tenant,
-            f"[{colour}]{job.status}[/{colour}]",
-            str(job.total),
-            str(job.done),
-            str(job.failed),
-            str(job.chunks),
-            jobs.aware(job.created_at).strftime("%Y-%m-%d %H:%M:%S"),
-            _seconds(job),
+        rows.append(
+            [
+                job.job_id,
+                job.tenant,
+                f"[{colour}]{job.status}[/{colour}]",
+                str(job.total),
+                str(job.done),
+                str(job.failed),
+                str(job.chunks),
+                jobs.aware(job.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+                _seconds(job),
+            ]
         )
-    console.print(table)
+    headers = ["job", "tenant", "status", "documents", "done", "failed", "chunks"]
+    print_rows(console, [*headers, "created (UTC)", "seconds"], rows)  # ids never cut
 
 
 def _seconds(job: jobs.JobProgress) -> str:
@@ -270,9 +267,8 @@ def retry(job_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> N
     sessions = _sessions(settings)
     try:
         n = jobs.reset_failed(sessions, job_id)
-    except KeyError as exc:
-        console.print(f"[red]error[/red]: no job {job_id}")
-        raise typer.Exit(2) from exc
+    except KeyError:
+        fail(f"no job {job_id}", USAGE)
     if not n:
         console.print("no failed documents to retry")
         return
@@ -302,8 +298,7 @@ def optimize_command(
     try:
         before, after = merge_index(settings, segments)
     except ValueError as exc:
-        console.print(f"[red]error[/red]: {exc}")
-        raise typer.Exit(1) from exc
+        fail(str(exc))
     console.print(
         f"{alias}: {before['segments']} segments, {before['deleted_docs']} deleted docs -> "
         f"[bold]{after['segments']} segments, {after['deleted_docs']} deleted[/bold] "

@@ -55,14 +55,24 @@ def create_job(
     files: Sequence[SourceFile],
     callback_url: str | None = None,
     job_id: str | None = None,
+    *,
+    rejected: Sequence[tuple[str, str]] = (),
 ) -> str:
     """Insert a pending job with one item per file; return the job id (``job_id``, else a new
-    UUID4 string)."""
+    UUID4 string).
+
+    ``rejected`` holds ``(printable path, reason)`` of files the job was given but cannot
+    read (an archive member whose name is not UTF-8): each is an item ``failed`` from the
+    start with its reason, so it fails alone and shows in the job's failures."""
     job_id = job_id or str(uuid.uuid4())
     with sessions.begin() as session:
         session.add(
             IngestJob(
-                id=job_id, tenant=tenant, total_documents=len(files), callback_url=callback_url
+                id=job_id,
+                tenant=tenant,
+                total_documents=len(files) + len(rejected),
+                failed_documents=len(rejected),
+                callback_url=callback_url,
             )
         )
         session.add_all(
@@ -70,6 +80,10 @@ def create_job(
                 job_id=job_id, path=f.path, doc_id=f.doc_id, title=f.title, metadata_=f.metadata
             )
             for f in files
+        )
+        session.add_all(
+            IngestJobItem(job_id=job_id, path=path, status="failed", error=reason, metadata_={})
+            for path, reason in rejected
         )
     return job_id
 
@@ -83,6 +97,34 @@ def pending_item_ids(sessions: sessionmaker[Session], job_id: str) -> list[int]:
             .order_by(IngestJobItem.id)
         )
         return list(session.scalars(stmt))
+
+
+def note_batch_error(sessions: sessionmaker[Session], item_ids: list[int], error: str) -> None:
+    """Keep ``error`` (why their batch task raised) on the items of ``item_ids`` still pending;
+    they stay pending, so a resume retries them, and the watchdog can name the cause."""
+    with sessions.begin() as session:
+        for item in session.scalars(
+            select(IngestJobItem).where(
+                IngestJobItem.id.in_(item_ids), IngestJobItem.status == "pending"
+            )
+        ):
+            item.error = error[:4000]
+            item.attempts += 1
+
+
+def pending_error(sessions: sessionmaker[Session], job_id: str) -> str | None:
+    """The last error kept on a pending item of the job (:func:`note_batch_error`), if any."""
+    with sessions() as session:
+        return session.scalars(
+            select(IngestJobItem.error)
+            .where(
+                IngestJobItem.job_id == job_id,
+                IngestJobItem.status == "pending",
+                IngestJobItem.error.is_not(None),
+            )
+            .order_by(IngestJobItem.updated_at.desc(), IngestJobItem.id.desc())
+            .limit(1)
+        ).first()
 
 
 def mark_running(sessions: sessionmaker[Session], job_id: str) -> None:

@@ -21,6 +21,7 @@ with the reason.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import time
@@ -29,16 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import numpy as np
+import structlog
 
 from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
+from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
 from ragstream.db.models import Document, utcnow
 from ragstream.errors import RagstreamError, TransientError
+
+log = structlog.get_logger(__name__)
 
 Status = Literal["indexed", "unchanged", "deleted", "failed"]
 
@@ -143,18 +148,81 @@ class IngestPipeline:
 
         A JSON/JSONL file op yields one document per record (``<doc_id>#<record id>``).
         Never raises for bad input: a document that cannot be parsed, chunked or indexed
-        fails alone. Raises :class:`~ragstream.errors.TransientError` when Elasticsearch is
-        unreachable (nothing is acknowledged then).
+        fails alone, and so does an op whose tenant or id holds a lone surrogate (recorded
+        under the id with the surrogate escaped) or whose wave raised an error of the data
+        (the wave's ops are then applied one at a time, and the one that raises again fails
+        with the exception as its reason). Lone surrogates in an op's title, source and
+        metadata become U+FFFD, as in text.
+
+        Raises:
+            TransientError: Elasticsearch is unreachable (nothing is acknowledged then).
+            Exception: a store failed otherwise (the database is down, a connection broke):
+                the batch is retried, nothing is recorded as failed.
         """
         results: list[list[IngestOutcome]] = [[] for _ in ops]
-        for wave in _waves(ops):
+        kept: list[int] = []
+        refused: list[IngestOutcome] = []
+        for i, op in enumerate(ops):
+            problem = _op_id_problem(op)
+            if problem is None:
+                kept.append(i)
+                continue
+            failed = IngestOutcome(
+                escape_surrogates(op.tenant), escape_surrogates(op.doc_id), "failed", error=problem
+            )
+            results[i] = [failed]
+            if op.op == "upsert":
+                refused.append(failed)
+        self._record_failed(refused)
+        cleaned = [_clean_op(ops[i]) for i in kept]
+        for wave in _waves(cleaned):
             timings: dict[str, float] = {}
-            outcomes = self._apply_wave([ops[i] for i in wave], timings)
+            outcomes = self._apply_isolated([cleaned[i] for i in wave], timings)
             for i, outs in zip(wave, outcomes, strict=True):
                 for o in outs:
                     o.timings_ms = timings
-                results[i] = outs
+                results[kept[i]] = outs
         return results
+
+    def _apply_isolated(
+        self, ops: list[IngestOp], timings: dict[str, float]
+    ) -> list[list[IngestOutcome]]:
+        """:meth:`_apply_wave`; if it raises an error of the data (:func:`_is_poison`), each
+        op alone, and an op that raises such an error alone fails with it (a poison op fails
+        alone). Any other error (a store down, a transient error) propagates, so the batch is
+        retried and nothing is acknowledged."""
+        try:
+            return self._apply_wave(ops, timings)
+        except Exception as exc:
+            if not _is_poison(exc):
+                raise
+            if len(ops) == 1:
+                return [[self._fail_alone(ops[0], exc)]]
+            log.warning(
+                "ingest.wave_failed_retrying_alone", ops=len(ops), error=f"{type(exc).__name__}"
+            )
+        results: list[list[IngestOutcome]] = []
+        for op in ops:
+            try:
+                results.extend(self._apply_wave([op], timings))
+            except Exception as exc:
+                if not _is_poison(exc):
+                    raise
+                results.append([self._fail_alone(op, exc)])
+        return results
+
+    def _fail_alone(self, op: IngestOp, exc: Exception) -> IngestOutcome:
+        """The failed outcome of ``op`` that raised ``exc`` on its own, recorded."""
+        error = f"ingest failed: {type(exc).__name__}: {exc}"
+        log.error("ingest.op_failed", tenant=op.tenant, doc_id=op.doc_id, error=error[:300])
+        failed = IngestOutcome(op.tenant, op.doc_id, "failed", error=error)
+        if op.op == "upsert":
+            self._record_failed([failed])
+        return failed
+
+    def _record_failed(self, failed: list[IngestOutcome]) -> None:
+        """Record failed upserts so ``GET /v1/documents/{id}`` answers with the reason."""
+        self.registry.record_failures([(o.tenant, o.doc_id, o.error or "failed") for o in failed])
 
     # -- one wave: each (tenant, doc_id) at most once ------------------------------------------
 
@@ -211,6 +279,10 @@ class IngestPipeline:
         for i, d in docs:
             if d.doc_id != ops[i].doc_id:  # a record of a records file
                 kept.setdefault(i, set()).add(d.doc_id)
+        for i, outs in enumerate(per_op):  # a rejected record is still in the file
+            for o in outs:
+                if o.doc_id != ops[i].doc_id:
+                    kept.setdefault(i, set()).add(o.doc_id)
         for i, ids in kept.items():
             op = ops[i]
             for child in self.registry.children(op.tenant, op.doc_id):
@@ -229,11 +301,16 @@ class IngestPipeline:
                 continue
             try:
                 parsed_docs = parse_op(op, self.parse_options)
-                found = []
+                found, rejected = [], []
                 for n, parsed in enumerate(parsed_docs):
                     doc_id = op.doc_id
                     if parsed.content_type in RECORD_TYPES or len(parsed_docs) > 1:
                         doc_id = f"{op.doc_id}#{parsed.doc_id or n}"
+                    if parsed.error is not None:  # one record rejected: it fails alone
+                        rejected.append(
+                            IngestOutcome(op.tenant, doc_id, "failed", error=parsed.error)
+                        )
+                        continue
                     found.append((i, _Doc(op, doc_id, parsed, content_hash(parsed, op))))
             except ParseError as exc:
                 per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=str(exc)))
@@ -243,6 +320,7 @@ class IngestPipeline:
                 per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=error))
                 continue
             docs.extend(found)
+            per_op[i].extend(rejected)
         return docs
 
     def _upsert(self, docs: list[_Doc], timings: dict[str, float], touched: set[str]) -> list[_Doc]:
@@ -429,6 +507,45 @@ def _waves(ops: Sequence[IngestOp]) -> list[list[int]]:
         waves[w].append(i)
         last_wave[(op.tenant, op.doc_id)] = w
     return waves
+
+
+#: Errors that a value of the input raises (an unencodable string, a bad type or number),
+#: as opposed to a store or network failing: only these make an op fail alone.
+_DATA_ERRORS = (UnicodeError, ValueError, TypeError, LookupError, ArithmeticError, RecursionError)
+
+
+def _is_poison(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it wraps (``__cause__``, a driver's ``orig``), is an error of
+    the data (:data:`_DATA_ERRORS`) and not a transient one."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None or isinstance(seen, TransientError | MemoryError):
+            return False
+        if isinstance(seen, _DATA_ERRORS):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
+
+
+def _op_id_problem(op: IngestOp) -> str | None:
+    """Why ``op``'s tenant or document id cannot be stored (a lone surrogate), or ``None``."""
+    return surrogate_problem(op.tenant, "tenant") or surrogate_problem(op.doc_id, "doc_id")
+
+
+def _clean_op(op: IngestOp) -> IngestOp:
+    """``op`` with lone surrogates in its title, source and metadata replaced by U+FFFD (a
+    file name from a foreign file system may hold them, and so may an event's fields)."""
+
+    def clean(value: str | None) -> str | None:
+        return None if value is None else replace_surrogates(value)
+
+    metadata = {
+        replace_surrogates(k): (replace_surrogates(v) if isinstance(v, str) else v)
+        for k, v in op.metadata.items()
+    }
+    return dataclasses.replace(
+        op, title=clean(op.title), source=clean(op.source), metadata=metadata
+    )
 
 
 def _ms(start: float) -> float:

@@ -23,6 +23,14 @@ class SourceRejectedError(PermanentError):
     code = "SOURCE_REJECTED"
 
 
+class OutsideRootsError(SourceRejectedError):
+    """A source path lies under none of ``settings.ingest.allowed_roots``."""
+
+
+#: The setting that allows more roots, as a refusal may name it to an operator.
+ALLOWED_ROOTS_SETTING = "settings.ingest.allowed_roots (RAGSTREAM_INGEST__ALLOWED_ROOTS)"
+
+
 @dataclass(frozen=True, slots=True)
 class SourceFile:
     """A file to ingest; ``doc_id`` defaults to its resolved absolute path."""
@@ -46,7 +54,7 @@ def resolve_allowed(path: str | Path, roots: Sequence[Path]) -> Path:
                 raise SourceRejectedError(f"{path}: not a file")
             return resolved
     allowed = ", ".join(str(r) for r in roots)
-    raise SourceRejectedError(f"{path}: outside the allowed roots ({allowed})")
+    raise OutsideRootsError(f"{path}: outside the allowed roots ({allowed})")
 
 
 def read_source(path: str | Path, roots: Sequence[Path], max_bytes: int) -> bytes:
@@ -179,7 +187,7 @@ def under_roots(path: Path, roots: Sequence[Path]) -> Path:
     if any(resolved.is_relative_to(root.resolve()) for root in roots):
         return resolved
     allowed = ", ".join(str(r) for r in roots)
-    raise SourceRejectedError(f"{path}: outside the allowed roots ({allowed})")
+    raise OutsideRootsError(f"{path}: outside the allowed roots ({allowed})")
 
 
 def _add(found: dict[str, SourceFile], by_path: dict[str, str], sf: SourceFile) -> None:

@@ -108,6 +108,10 @@ def ingest_batch(job_id: str, item_ids: list[int]) -> dict[str, Any]:
     stop_beat = _start_heartbeat(ctx, job_id)
     try:
         results = _ingest_items(ctx, tenant, items)
+    except Exception as exc:  # kept on the items, so the watchdog's reason names it
+        error = f"batch failed: {type(exc).__name__}: {exc}"
+        jobs.note_batch_error(ctx.sessions, [item.id for item in items], error)
+        raise
     finally:
         stop_beat.set()
     _record(ctx.sessions, results)
@@ -185,10 +189,15 @@ def reap_stale_jobs(settings: Settings, sessions: sessionmaker[Session]) -> list
             acted.append(job.id)
             continue
         if job.resumes >= settings.ingest.job_max_resumes:
+            cause = jobs.pending_error(sessions, job.id)
             reason = (
                 f"no progress for {settings.ingest.job_stale_after_s}s after "
-                f"{job.resumes} resume(s); {len(pending)} document(s) never finished "
-                "(are the Celery workers running?)"
+                f"{job.resumes} resume(s); {len(pending)} document(s) never finished"
+                + (
+                    f"; their last {cause}"
+                    if cause
+                    else " and no batch task reported an error (are the Celery workers running?)"
+                )
             )
             if jobs.fail_job(sessions, job.id, reason):
                 announce_finished(job.id)

@@ -64,6 +64,11 @@ class ParsedDocument:
 
     ``doc_id`` is set only by formats whose records carry their own id (JSON/JSONL); the
     caller names every other document.
+
+    ``error`` is set on a record that was rejected on its own (its id holds a lone surrogate):
+    it has no sections, its ``doc_id`` is the id with the surrogate escaped (storable, so the
+    failure can be recorded and read back), and it fails alone while the rest of its file is
+    indexed.
     """
 
     title: str
@@ -71,6 +76,7 @@ class ParsedDocument:
     content_type: str
     metadata: dict[str, MetaValue] = field(default_factory=dict)
     doc_id: str | None = None
+    error: str | None = None
 
     @property
     def text(self) -> str:

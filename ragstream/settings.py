@@ -265,9 +265,17 @@ class WebhookSettings(BaseModel):
 
 
 class LoggingSettings(BaseModel):
-    """structlog output: ``console`` for people, ``json`` for log shippers."""
+    """structlog output (always on stderr): ``console`` for people, ``json`` for log shippers.
 
+    ``level`` is the long-running processes' (``api``, ``worker``, ``celery-worker``,
+    ``flower``); ``cli_level`` every other command's, quiet by default so that a command's
+    stdout and stderr hold its result and its errors only (``ragstream -v ...`` logs at INFO).
+    """
+
+    #: Level of the long-running processes (api, worker, celery-worker, flower).
     level: str = "INFO"
+    #: Level of every other command (``ragstream -v`` logs at INFO).
+    cli_level: str = "WARNING"
     format: str = Field(default="console", pattern="^(console|json)$")
 
 
@@ -486,6 +494,16 @@ class LlmSettings(BaseModel):
     ``"chat"`` needs an instruction-tuned model and, if its GGUF has none, ``chat_template``
     (Jinja text, not a template name). Both default to the catalog entry's when not set.
     ``max_tokens`` is the answer budget in tokens.
+
+    ``cache_ram_mib`` caps llama.cpp's host prompt cache (``--cache-ram``; ``-1`` no limit,
+    ``0`` off), the store of slot states saved when a slot moves on to another prompt.
+    llama.cpp's default, 8192 MiB, grew the demo's server to 8.4 GB RSS for a 253 MB model.
+    256 MiB holds about seven full slots of the default model (Gemma 3 270M: 18 layers x
+    512 key+value dims x 2 bytes = 18 KiB of f16 KV a token; a 2,048-token slot is 36 MiB),
+    about four of Qwen2.5-Coder 1.5B (28 KiB a token). That is enough for a repeated or
+    retried question while the answer cache catches exact repeats upstream; RAG prompts of
+    different questions share only their instruction prefix, which the slots keep anyway
+    (``cache_prompt``).
     """
 
     host: str = "127.0.0.1"
@@ -501,6 +519,9 @@ class LlmSettings(BaseModel):
     #: paragraph or inventing the next question.
     stop: list[str] = ["\n\n", "Question:", "Context:"]
     max_tokens: int = Field(default=128, ge=1)
+    #: Cap of llama.cpp's host prompt cache in MiB (``--cache-ram``; -1 no limit, 0 off);
+    #: llama.cpp's own default is 8192 (docs/operations/memory.md).
+    cache_ram_mib: int = Field(default=256, ge=-1)
     temperature: float = Field(default=0.0, ge=0.0)
     #: Limit on the time to first token (queue, prefill) of one generation, in seconds.
     request_timeout_s: float = Field(default=60.0, gt=0)

@@ -6,8 +6,9 @@ import json
 
 import typer
 from rich.console import Console
-from rich.table import Column, Table
+from rich.table import Table
 
+from ragstream.console import USAGE, fail, print_rows
 from ragstream.settings import get_settings
 
 topics_app = typer.Typer(
@@ -46,28 +47,20 @@ def list_topics() -> None:
     reg = TopicRegistry(settings.kafka.topic_prefix)
     from topics.registry import TOPICS
 
-    names = [reg.name(s) for s in TOPICS] + [reg.dlq(s) for s in TOPICS if s.consumed]
-    width = max(map(len, names))
-    # Topic names are identifiers people copy: never cut (at 80 columns the model column
-    # wraps instead).
-    table = Table(
-        Column("topic", no_wrap=True, min_width=width),
-        "partitions",
-        "retention h",
-        "key",
-        "model",
-        Column("dlq", no_wrap=True, min_width=width),
-    )
-    for spec in TOPICS:
-        table.add_row(
+    rows = [
+        [
             reg.name(spec),
             str(spec.partitions),
             f"{spec.retention_ms / 3_600_000:g}",
             spec.key,
             spec.model.__name__,
             reg.dlq(spec) if spec.consumed else "-",
-        )
-    console.print(table)
+        ]
+        for spec in TOPICS
+    ]
+    # Topic names are identifiers people copy: never cut (narrower than the table, each
+    # topic is a block of its own).
+    print_rows(console, ["topic", "partitions", "retention h", "key", "model", "dlq"], rows)
 
 
 @topics_app.command("schemas")
@@ -96,8 +89,7 @@ def _dlq_name(topic: str) -> str:
     finally:
         admin.close()
     if not exists:
-        console.print(f"[red]error[/red]: no dead-letter topic {dlq!r}")
-        raise typer.Exit(2)
+        fail(f"no dead-letter topic {dlq!r}", USAGE)
     return dlq
 
 

@@ -7,7 +7,8 @@
   root: :mod:`ingest.uploads`).
 - ``GET /v1/documents``: the tenant's documents, newest first, a cursor-paginated page
   (filters: ``status``, ``source``; :mod:`api.pages`).
-- ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks).
+- ``GET /v1/documents/{doc_id}``: the registry row (status, version, chunks); for a JSON/JSONL
+  records file (whose records are rows ``<doc_id>#<record id>``), the summary of its records.
 - ``DELETE /v1/documents/{doc_id}``: one delete event; 202.
 - ``POST /v1/ingest/jobs``: a Celery bulk job over server-side paths under the tenant's folder of
   each allowed root (``<root>/<tenant>/``), or over an uploaded zip/tar(.gz) archive, safely
@@ -63,7 +64,7 @@ from api.uploads import (
 from ingest import jobs
 from ingest.registry import DocumentRegistry
 from ingest.sources import SourceFile
-from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob
+from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob, as_utc
 from ragstream.settings import Settings
 from topics.ingest import IngestRequest
 from topics.registry import INGEST
@@ -193,7 +194,13 @@ async def list_documents(
 async def get_document(
     doc_id: str, request: Request, who: Principal = Depends(principal)
 ) -> DocumentOut:
-    """A document of the caller's registry."""
+    """A document of the caller's registry.
+
+    A JSON/JSONL records file answers with its records summed up: ``indexed`` while any
+    record is served (``failed`` when none is), the chunks of the served ones, and in
+    ``error`` how many records failed and the first one's id and reason (e.g. an id holding
+    a lone surrogate); each record is ``GET /v1/documents/<doc_id>#<record id>``.
+    """
     _check_doc_id(doc_id)
     sessions = services(request).sessions
     found = await asyncio.to_thread(_document, sessions, who.tenant, doc_id)
@@ -222,14 +229,14 @@ async def create_ingest_job(request: Request, who: Principal = Depends(principal
         form, _, data = await read_form(request, JobForm, "archive")
         callback_url = form.callback_url
         await check_callback(settings, callback_url)
-        files = await _archive_files(settings, who.tenant, job_id, data)
+        files, rejected = await _archive_files(settings, who.tenant, job_id, data)
     else:
         body = await json_body(request, JobBody, upload_field="archive")
         callback_url = body.callback_url
         await check_callback(settings, callback_url)
-        files = await _path_files(settings, who.tenant, body.paths)
+        files, rejected = await _path_files(settings, who.tenant, body.paths), []
     job_id = await asyncio.to_thread(
-        jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id
+        jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id, rejected=rejected
     )
     return await _submit(request, who, job_id)
 
@@ -260,7 +267,9 @@ async def _path_files(settings: Settings, tenant: str, paths: list[str]) -> list
 
 async def _archive_files(
     settings: Settings, tenant: str, job_id: str, data: bytes
-) -> list[SourceFile]:
+) -> tuple[list[SourceFile], list[tuple[str, str]]]:
+    """The archive's files, and ``(member, reason)`` of each member that cannot be read
+    (a name that is not UTF-8): it fails alone in the job while the others are ingested."""
     from ingest.archives import ArchiveRejectedError
     from ingest.sources import scan
     from ingest.uploads import extract_job_archive
@@ -281,7 +290,8 @@ async def _archive_files(
         raise ApiError(
             422, "INVALID_REQUEST", f"archive: nothing to ingest: {found.nothing_reason()}"
         )
-    return found.files
+    rejected = [(s.path, s.detail) for s in found.skipped if s.cause == "unreadable"]
+    return found.files, rejected
 
 
 async def _submit(request: Request, who: Principal, job_id: str) -> JSONResponse:
@@ -338,9 +348,9 @@ def _job_summary(j: jobs.JobProgress) -> JobSummary:
     return JobSummary(
         job_id=j.job_id, status=j.status, total_documents=j.total, done_documents=j.done,
         failed_documents=j.failed, chunk_count=j.chunks, error=j.error,
-        created_at=jobs.aware(j.created_at),
-        started_at=jobs.aware(j.started_at) if j.started_at else None,
-        finished_at=jobs.aware(j.finished_at) if j.finished_at else None,
+        created_at=as_utc(j.created_at),
+        started_at=as_utc(j.started_at) if j.started_at else None,
+        finished_at=as_utc(j.finished_at) if j.finished_at else None,
         links={"self": f"/v1/ingest/jobs/{j.job_id}"},
     )  # fmt: skip
 
@@ -379,15 +389,44 @@ def _document(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> Docu
         row = session.scalars(
             select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
         ).first()
-        return None if row is None else _document_out(row)
+    if row is None:
+        return _records_file(sessions, tenant, doc_id)
+    return _document_out(row)
 
 
 def _document_out(row: Document) -> DocumentOut:
     return DocumentOut(
         doc_id=row.doc_id, status=row.status, version=row.version, chunk_count=row.chunk_count,
         title=row.title, source=row.source, error=row.error,
-        updated_at=jobs.aware(row.updated_at) if row.updated_at else None,
+        updated_at=as_utc(row.updated_at) if row.updated_at else None,
     )  # fmt: skip
+
+
+def _records_file(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> DocumentOut | None:
+    """The summary of records file ``doc_id``'s live records, or ``None`` when it has none."""
+    from ingest.registry import DocumentRegistry
+
+    records = sorted(DocumentRegistry(sessions).children(tenant, doc_id), key=lambda r: r.doc_id)
+    if not records:
+        return None
+    served = [r for r in records if r.status == "indexed"]
+    failed = [r for r in records if r.status == "failed"]
+    error = None
+    if failed:
+        first = failed[0]
+        error = (
+            f"{len(failed)} of {len(records)} records failed; first: "
+            f"{first.doc_id}: {first.error or 'failed'}"
+        )[:4000]
+    return DocumentOut(
+        doc_id=doc_id,
+        status="indexed" if served else "failed",
+        version=max(r.version for r in records),
+        chunk_count=sum(r.chunk_count for r in served),
+        source=records[0].source,
+        error=error,
+        updated_at=as_utc(max(r.updated_at for r in records)),
+    )
 
 
 def _job(sessions: sessionmaker[Session], tenant: str, job_id: str) -> JobOut | None:

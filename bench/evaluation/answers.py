@@ -20,8 +20,9 @@ from its evidence; ``small``/``large`` send every question with usable evidence 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ragstream.settings import LLM_PROMPT_STYLES, Settings
@@ -46,6 +47,25 @@ from workers.runtime.handler import Emit
 #: Time a question may take through the generator's retries (it retries an unreachable
 #: server until the request's deadline).
 DEADLINE_S = 600
+#: A citation mark of an answer: ``[3]``, or each number of ``[1, 3]``.
+_CITE_RUN = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+
+
+def cited_locations(text: str, by_number: Mapping[int, str]) -> tuple[str, ...]:
+    """The locations (``source``, else ``doc_id``) of the passages ``text`` cites, in the order
+    of their first citation mark; numbers not in ``by_number`` are skipped.
+
+    Args:
+        text: an answer with ``[n]`` marks.
+        by_number: citation number -> the cited passage's location.
+    """
+    out: list[str] = []
+    for m in _CITE_RUN.finditer(text):
+        for part in m[1].split(","):
+            where = by_number.get(int(part))
+            if where is not None and where not in out:
+                out.append(where)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +148,7 @@ class Answer:
         prompt_tokens: prompt size in the serving model's tokens (0 for the evidence tier).
         completion_tokens: tokens generated.
         latency_ms: evidence stage plus generation, as the question's batches took them.
+        cited: locations of the cited passages, first cited first (:func:`cited_locations`).
     """
 
     text: str
@@ -139,6 +160,7 @@ class Answer:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_ms: float = 0.0
+    cited: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -221,7 +243,15 @@ class Answerer:
             if tier == "evidence":
                 composed = compose(evidence, self.stage.answer_policy)
                 outcome = "refusal" if composed.refused else "evidence"
-                out[i] = Answer(composed.text, None, "evidence", outcome, latency_ms=found.ms[i])
+                where = {n: c.source or c.doc_id for n, c in enumerate(job.passages, start=1)}
+                out[i] = Answer(
+                    composed.text,
+                    None,
+                    "evidence",
+                    outcome,
+                    latency_ms=found.ms[i],
+                    cited=cited_locations(composed.text, where),
+                )
             else:
                 llm.setdefault(tier, []).append(i)
         for llm_tier, indices in sorted(llm.items()):
@@ -293,6 +323,7 @@ def _from_response(r: QueryResponse, tier: str, latency_ms: float) -> Answer:
         return Answer(r.error.message, r.error.code, tier, "error", latency_ms=latency_ms)
     detail = r.trace[-1].detail if r.trace else {}
     outcome = str(detail.get("outcome", "llm"))
+    where = {c.n: c.source or c.doc_id for c in r.citations}
     return Answer(
         r.answer,
         None,
@@ -303,4 +334,5 @@ def _from_response(r: QueryResponse, tier: str, latency_ms: float) -> Answer:
         prompt_tokens=r.usage.prompt_tokens,
         completion_tokens=r.usage.completion_tokens,
         latency_ms=latency_ms,
+        cited=cited_locations(r.answer, where),
     )

@@ -59,15 +59,28 @@ def eval_command(  # noqa: PLR0917 - typer options
     root: list[str] = typer.Option(
         [], "--root", help="CORPUS=HTML_ROOT (repeatable); default: the two manuals' roots."
     ),
+    off_topic: bool = typer.Option(
+        True,
+        "--off-topic/--no-off-topic",
+        help="Also answer the off-topic probes (--off-topic-file) and report their refusal "
+        "rate apart (off_topic_refusal_rate; not in the file's accuracy).",
+    ),
+    off_topic_file: Path | None = typer.Option(
+        None,
+        "--off-topic-file",
+        help="Off-topic probes (JSONL); default: bench/evaluation/questions.offtopic.jsonl.",
+    ),
 ) -> None:
     """Measure retrieval (hit@1/5/10, MRR@10 per mode) and answers (accuracy, refusals).
 
     Runs the running system's own components in-process against the live index: the retrieval
     pool's embedder and BM25/kNN/RRF searches, the rerank backends, and the generation pool's
-    prompt and LLM server. Writes eval.json and eval.md and prints a one-line summary.
+    prompt and LLM server. Writes eval.json, eval.md and side_by_side.md (each question beside
+    its answer, for a person to read) and prints a one-line summary.
     """
     from bench.evaluation.modes import ALL_MODES
     from bench.evaluation.questions import (
+        OFF_TOPIC_QUESTIONS,
         SAMPLE_QUESTIONS,
         EvaluationError,
         load_questions,
@@ -99,6 +112,7 @@ def eval_command(  # noqa: PLR0917 - typer options
             roots=parse_roots(root),
             tiers=tuple(t.strip() for t in tiers.split(",") if t.strip()),
             llms=tuple(_model_url(x) for x in llm),
+            off_topic=(off_topic_file or OFF_TOPIC_QUESTIONS) if off_topic else None,
         )
         report = run_evaluation(
             settings,

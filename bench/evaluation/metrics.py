@@ -16,13 +16,23 @@ answer (``re.search``, case-insensitive). *Refusal* means the answer says the pa
 answer: the generation prompt (``workers/generation/prompt.py``) tells the model to say
 ``NOT_IN_DOCUMENTS`` ("The documents do not contain the answer."), and the pool answers that
 when no passage was retrieved; :data:`REFUSAL_PATTERNS` also accept the usual paraphrases.
+
+What a reader sees:
+
+- *answer first*: a pattern of an answerable question matches the answer's **first sentence**
+  (:func:`first_sentence`); for a question whose right answer is a refusal (``absent``,
+  ``off_topic``) a refusal counts. ``answer_first_rate`` is taken over answerable questions.
+- *words*: the answer's words (whitespace-separated, citation marks ``[n]`` not counted), p50
+  and p90 over the answers of a group (refusals included: they are what the reader got).
+- refusal rates: of ``absent`` questions, of ``off_topic`` questions, and the false refusal
+  rate of answerable questions; answer latency p50/p95.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -123,6 +133,143 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
+#: Words that end with a period but do not end a sentence ("e.g. The" goes on).
+#: Units ("200 ms. The") and "no." do end sentences, so they are not listed.
+ABBREVIATIONS = frozenset({"e.g", "i.e", "cf", "vs", "al", "approx", "incl", "resp", "viz", "fig"})
+#: A citation mark or a run of them: ``[1]``, ``[1][2]``, ``[1, 3]``.
+_CITES = r"(?:\s*\[\d+(?:\s*,\s*\d+)*\])+"
+#: Characters that may start a sentence after a terminator (an upper-case letter is checked
+#: apart, so that any script's capitals count).
+_STARTERS = frozenset("0123456789\"'\u201c\u2018`(")
+_TERMINATOR = re.compile(
+    r"(?P<punct>[.?!])(?P<close>[)\"'\u201d\u2019]*)(?P<cites>" + _CITES + r")?(?=\s|$)"
+)
+_BARE_CITES = re.compile(r"(?<![.?!\s])" + _CITES + r"(?=\s)")
+_FENCE = re.compile(r"^\s*(```|~~~)[\w+-]*\s*$")
+_CITE_MARK = re.compile(r"\[\d+(?:\s*,\s*\d+)*\]")
+
+
+def _starts_sentence(text: str, at: int) -> bool:
+    """Whether the text after the whitespace at ``at`` starts a sentence."""
+    rest = text[at:].lstrip(" \t")
+    return bool(rest) and (rest[0].isupper() or rest[0] in _STARTERS)
+
+
+def _word_before(text: str, end: int) -> str:
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "._"):
+        start -= 1
+    return text[start:end]
+
+
+def _is_list_marker(text: str, end: int) -> bool:
+    """``1.`` or ``a.`` alone at the start of a line (a numbered list item, not an end)."""
+    line_start = text.rfind("\n", 0, end) + 1
+    head = text[line_start:end].strip()
+    return head.isdigit() or (len(head) == 1 and head.isalpha())
+
+
+def first_sentence(answer: str) -> str:
+    """The first sentence of ``answer``, as a reader takes it in.
+
+    The sentence ends at the first of:
+
+    - a newline (a line of its own: a list item, a code line, a table row); leading blank
+      lines and code-fence markers are skipped, and a first line that ends with ``:`` takes
+      the next line with it ("To create one, run:" and ``createdb mydb`` below it);
+    - ``.``, ``?`` or ``!`` (closing quotes or brackets may follow) followed by whitespace and
+      an upper-case letter, a digit, a quote, a backtick or ``(``; when citation marks follow
+      the terminator (``... 5432. [1] Then``) they belong to the sentence, and it ends there
+      whatever comes next (an evidence answer's quoted spans). Not after an abbreviation
+      (``e.g.``, ``i.e.``, ``cf.``) nor after a list number at the start of a line (``1.``);
+      never inside an identifier or a number (``os.getcwd()``, ``1.5``: no whitespace follows
+      the period);
+    - a citation mark ``[n]`` (or ``[1][2]``, ``[1, 2]``) followed by whitespace and an
+      upper-case letter (``... is 5432 [1] The server ...``).
+
+    Args:
+        answer: an answer text.
+
+    Returns:
+        The first sentence, stripped (the whole answer when no boundary is found; "" for an
+        empty answer).
+    """
+    lines = _content_lines(answer)
+    text = lines[0] if lines else ""
+    sentence = _cut(text)
+    if sentence == text and text.endswith(":") and len(lines) > 1:
+        sentence = f"{sentence} {lines[1]}"  # "Run:" and the command on the next line
+    return sentence
+
+
+def _content_lines(answer: str) -> list[str]:
+    """The answer's lines, stripped, without blank lines and code-fence markers."""
+    return [x.strip() for x in answer.split("\n") if x.strip() and not _FENCE.match(x)]
+
+
+def _cut(text: str) -> str:
+    """``text`` (one line) up to the end of its first sentence (see :func:`first_sentence`)."""
+    ends: list[int] = []
+    for m in _TERMINATOR.finditer(text):
+        punct_at = m.start("punct")
+        if m["punct"] == "." and (
+            _word_before(text, punct_at).lower().rstrip(".") in ABBREVIATIONS
+            or _is_list_marker(text, punct_at)
+        ):
+            continue
+        if m["cites"] or m.end() == len(text) or _starts_sentence(text, m.end()):
+            ends.append(m.end())
+            break
+    for m in _BARE_CITES.finditer(text):
+        rest = text[m.end() :].lstrip()
+        if rest and rest[0].isupper():
+            ends.append(m.end())
+            break
+    return text[: min(ends)].strip() if ends else text
+
+
+def answer_words(answer: str) -> int:
+    """Words of ``answer`` a reader reads: whitespace-separated tokens once the citation marks
+    (``[1]``, ``[2][3]``, ``[1, 2]``) are taken out; a token of punctuation alone (the ``.``
+    left of ``[1].``) is no word."""
+    tokens = _CITE_MARK.sub(" ", answer).split()
+    return sum(1 for w in tokens if any(c.isalnum() for c in w))
+
+
+def is_answer_first(
+    answer: str, patterns: Iterable[str], *, refusal_expected: bool, refused: bool
+) -> bool:
+    """Whether the answer states what was asked in its first sentence: a pattern matches
+    :func:`first_sentence` (answerable questions), or the answer is a refusal (questions whose
+    right answer is one: ``refusal_expected``)."""
+    if refusal_expected:
+        return refused
+    return not refused and matches_any(first_sentence(answer), patterns)
+
+
+class Judged(NamedTuple):
+    """One question's answer as judged.
+
+    Attributes:
+        answerable: the question has expected pages.
+        correct: :func:`is_correct` (a refusal for ``absent``/``off_topic``).
+        refused: the answer declines to answer.
+        kind: the question's kind ("" when unknown: then an unanswerable question is
+            ``absent``).
+        first: :func:`is_answer_first`.
+        words: :func:`answer_words` (``None`` for an error response).
+        latency_ms: the answer's latency (``None`` when unknown).
+    """
+
+    answerable: bool
+    correct: bool
+    refused: bool
+    kind: str = ""
+    first: bool = False
+    words: int | None = None
+    latency_ms: float | None = None
+
+
 class RetrievalMetrics(BaseModel):
     """Retrieval quality over ``n`` answerable questions; rates in ``[0, 1]``, ``None`` if n=0.
 
@@ -165,6 +312,13 @@ class AnswerMetrics(BaseModel):
         absent_n: questions of kind ``absent``.
         absent_refusal_rate: share of ``absent`` questions whose answer is a refusal.
         false_refusal_rate: share of answerable questions whose answer is a refusal.
+        off_topic_n: questions of kind ``off_topic``.
+        off_topic_refusal_rate: share of ``off_topic`` questions whose answer is a refusal.
+        answer_first: answers that state what was asked in their first sentence (refusals of
+            ``absent``/``off_topic`` questions included).
+        answer_first_rate: the share of answerable questions answered first.
+        words_p50, words_p90: answer words (:func:`answer_words`) over the group's answers.
+        latency_p50_ms, latency_p95_ms: answer latency over the group, ms.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -176,20 +330,41 @@ class AnswerMetrics(BaseModel):
     absent_n: int
     absent_refusal_rate: float | None
     false_refusal_rate: float | None
+    off_topic_n: int = 0
+    off_topic_refusal_rate: float | None = None
+    answer_first: int = 0
+    answer_first_rate: float | None = None
+    words_p50: float | None = None
+    words_p90: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
 
 
-def answer_metrics(judged: Sequence[tuple[bool, bool, bool]]) -> AnswerMetrics:
-    """Aggregate ``(answerable, correct, refused)`` per question."""
-    answerable = [j for j in judged if j[0]]
-    absent = [j for j in judged if not j[0]]
+def answer_metrics(judged: Sequence[Judged | tuple[bool, bool, bool]]) -> AnswerMetrics:
+    """Aggregate the :class:`Judged` answers (or bare ``(answerable, correct, refused)``
+    triples) of a group of questions."""
+    js = [j if isinstance(j, Judged) else Judged(*j) for j in judged]
+    answerable = [j for j in js if j.answerable]
+    off_topic = [j for j in js if j.kind == "off_topic"]
+    absent = [j for j in js if not j.answerable and j.kind != "off_topic"]
+    words = [float(j.words) for j in js if j.words is not None]
+    latency = [j.latency_ms for j in js if j.latency_ms is not None]
     return AnswerMetrics(
-        n=len(judged),
-        correct=sum(1 for j in judged if j[1]),
-        answer_accuracy=_mean([float(j[1]) for j in judged]),
-        answerable_accuracy=_mean([float(j[1]) for j in answerable]),
+        n=len(js),
+        correct=sum(1 for j in js if j.correct),
+        answer_accuracy=_mean([float(j.correct) for j in js]),
+        answerable_accuracy=_mean([float(j.correct) for j in answerable]),
         absent_n=len(absent),
-        absent_refusal_rate=_mean([float(j[2]) for j in absent]),
-        false_refusal_rate=_mean([float(j[2]) for j in answerable]),
+        absent_refusal_rate=_mean([float(j.refused) for j in absent]),
+        false_refusal_rate=_mean([float(j.refused) for j in answerable]),
+        off_topic_n=len(off_topic),
+        off_topic_refusal_rate=_mean([float(j.refused) for j in off_topic]),
+        answer_first=sum(1 for j in js if j.first),
+        answer_first_rate=_mean([float(j.first) for j in answerable]),
+        words_p50=percentile(words, 50),
+        words_p90=percentile(words, 90),
+        latency_p50_ms=percentile(latency, 50),
+        latency_p95_ms=percentile(latency, 95),
     )
 
 

@@ -4,7 +4,20 @@ A question file has one JSON object a line, the format of the team's ``shared/ev
 ``id``, ``corpus`` (a key of the corpus roots, e.g. ``python-3.11``), ``question``,
 ``answer_patterns`` (Python regexes, matched case-insensitively), ``expected_pages`` (pages
 relative to the manual's html root that hold the answer; empty for ``absent`` questions) and
-``kind`` (``factual``, ``howto``, ``deep`` or ``absent``).
+``kind`` (``factual``, ``howto``, ``deep``, ``absent``, ``off_topic`` or ``followup``), and an
+optional ``history``: the earlier *user questions* of the conversation, oldest first.
+
+- ``absent``: about the manuals' subject, but the manuals do not hold the answer (a tool or
+  function they do not have); answered correctly by a refusal.
+- ``off_topic``: about nothing the manuals are about (the weather, a recipe, another product);
+  ``expected_pages`` must be empty, and a refusal is the correct answer.
+- ``followup``: a question that only makes sense after earlier turns; ``history`` must not be
+  empty. The evaluation asks the standalone question that
+  :func:`workers.conversation.standalone_question` makes of the history and the question, and
+  records both.
+
+:data:`OFF_TOPIC_QUESTIONS` is the repository's off-topic probe set, which ``ragstream eval``
+also runs beside any question file (its refusal rate is reported on its own).
 
 A chunk belongs to the page its ``source`` (or, when that is empty, its ``doc_id``) names: bulk
 ingestion stores the absolute path of the file in both. The path is made relative to the root
@@ -23,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragstream.errors import PermanentError
 
@@ -34,8 +47,12 @@ CORPUS_ROOTS: Mapping[str, Path] = {
 }
 #: The repository's own sample set, used when no file is given.
 SAMPLE_QUESTIONS = Path(__file__).with_name("questions.sample.jsonl")
+#: Off-topic probes run beside every question file (``ragstream eval --no-off-topic`` skips them).
+OFF_TOPIC_QUESTIONS = Path(__file__).with_name("questions.offtopic.jsonl")
 
-Kind = Literal["factual", "howto", "deep", "absent"]
+Kind = Literal["factual", "howto", "deep", "absent", "off_topic", "followup"]
+#: Kinds whose correct answer is a refusal.
+REFUSAL_KINDS: frozenset[str] = frozenset({"absent", "off_topic"})
 _SPHINX_SOURCE = re.compile(r"^_sources/(?P<page>.+?)(\.rst)?\.txt$")
 
 
@@ -58,6 +75,17 @@ class EvalQuestion(BaseModel):
     answer_patterns: tuple[str, ...] = Field(min_length=1)
     expected_pages: tuple[str, ...] = ()
     kind: Kind
+    history: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _kind_fits(self) -> EvalQuestion:
+        if self.kind == "off_topic" and self.expected_pages:
+            raise ValueError("an off_topic question has no expected_pages")
+        if self.kind == "followup" and not self.history:
+            raise ValueError("a followup question needs its history (earlier questions)")
+        if any(not h.strip() for h in self.history):
+            raise ValueError("history holds an empty question")
+        return self
 
     @property
     def answerable(self) -> bool:

@@ -42,6 +42,9 @@ class TierReport(BaseModel):
     prompt_tokens_p50: float | None = None
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
+    #: The off-topic probe set (:data:`~bench.evaluation.questions.OFF_TOPIC_QUESTIONS`)
+    #: answered in this configuration; ``None`` when it did not run.
+    off_topic: AnswerMetrics | None = None
 
 
 class AnswersReport(BaseModel):
@@ -62,13 +65,21 @@ class AnswersReport(BaseModel):
     empty_completions: int = 0
     #: The default configuration is ``routed``; every configuration measured, by name.
     tiers: dict[str, TierReport] = {}
+    #: The off-topic probe set answered by the default configuration (not in ``overall``).
+    off_topic: AnswerMetrics | None = None
 
 
 class QuestionRecord(BaseModel):
     """One question's outcome: its rank per mode (``None``: no expected page in the list, or
     an ``absent`` question), the pages of the default mode's top passages, and its answer with
     its size in the serving model's tokens (``completion_tokens`` <= 1 with the
-    not-in-the-documents sentence: the model produced no text and the pool answered that)."""
+    not-in-the-documents sentence: the model produced no text and the pool answered that).
+
+    ``history`` holds the earlier questions of a follow-up and ``standalone`` the question that
+    was retrieved and answered (``None`` when it is ``question`` itself); ``answer_first``: a
+    pattern matches the answer's first sentence (a refusal, for a question whose right answer
+    is one); ``words``: the answer's words; ``first_cited_page``: the page of the first passage
+    the answer cites (``corpus:page``, or the document's location outside the manuals)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -85,11 +96,32 @@ class QuestionRecord(BaseModel):
     error: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    history: list[str] = []
+    standalone: str | None = None
+    answer_patterns: list[str] = []
+    answer_first: bool | None = None
+    words: int | None = None
+    latency_ms: float | None = None
+    first_cited_page: str | None = None
 
 
 class Headline(BaseModel):
-    """The four numbers of the benchmark summary (default configuration; ``None`` when not
-    measured, e.g. answer metrics with ``--no-generate``)."""
+    """The numbers of the benchmark summary (``eval.<name>``): the default retrieval mode's
+    hit@5 and MRR@10 and the default answer configuration's answers (``None`` when not
+    measured, e.g. answer metrics with ``--no-generate``).
+
+    Attributes:
+        answer_accuracy: over all questions of the file.
+        howto_accuracy: over its ``howto`` questions.
+        answer_first_rate: answerable questions whose answer's first sentence matches.
+        factual_words_p50: words of the answers to ``factual`` questions, p50.
+        answer_words_p50, answer_words_p90: words of all answers.
+        absent_refusal_rate: ``absent`` questions refused.
+        off_topic_refusal_rate: the off-topic probe set refused (the file's own ``off_topic``
+            questions when the probes did not run).
+        false_refusal_rate: answerable questions refused.
+        answer_latency_p50_ms: the ``routed`` configuration's answer latency (else the first's).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -99,6 +131,12 @@ class Headline(BaseModel):
     absent_refusal_rate: float | None
     false_refusal_rate: float | None = None
     answer_latency_p50_ms: float | None = None
+    howto_accuracy: float | None = None
+    answer_first_rate: float | None = None
+    factual_words_p50: float | None = None
+    answer_words_p50: float | None = None
+    answer_words_p90: float | None = None
+    off_topic_refusal_rate: float | None = None
 
 
 class EvalReport(BaseModel):
@@ -119,14 +157,23 @@ class EvalReport(BaseModel):
     skipped_modes: dict[str, str]
     answers: AnswersReport | None
     questions: list[QuestionRecord]
+    #: The off-topic probe file run beside the questions ("" when it did not run) and its
+    #: questions' records (answered by the default configuration).
+    off_topic_file: str = ""
+    off_topic_questions: list[QuestionRecord] = []
 
     def with_headline(self) -> EvalReport:
         """A copy whose headline holds the default mode's hit@5 and MRR@10 and the default
-        answer configuration's accuracy, refusal rates and latency."""
+        answer configuration's accuracy, refusal rates, words and latency."""
         mode = self.modes.get(self.default_mode)
-        answers = self.answers.overall if self.answers is not None else None
-        tiers = self.answers.tiers if self.answers is not None else {}
+        a = self.answers
+        answers = a.overall if a is not None else None
+        tiers = a.tiers if a is not None else {}
         routed = tiers.get("routed") or next(iter(tiers.values()), None)
+        kinds = a.by_kind if a is not None else {}
+        howto, factual = kinds.get("howto"), kinds.get("factual")
+        off_topic_of = (a.off_topic or a.overall) if a is not None else None
+        off_topic = off_topic_of.off_topic_refusal_rate if off_topic_of is not None else None
         headline = Headline(
             hit_at_5=mode.overall.hit_at_5 if mode else None,
             mrr_at_10=mode.overall.mrr_at_10 if mode else None,
@@ -134,6 +181,12 @@ class EvalReport(BaseModel):
             absent_refusal_rate=answers.absent_refusal_rate if answers else None,
             false_refusal_rate=answers.false_refusal_rate if answers else None,
             answer_latency_p50_ms=routed.latency_p50_ms if routed else None,
+            howto_accuracy=howto.answer_accuracy if howto else None,
+            answer_first_rate=answers.answer_first_rate if answers else None,
+            factual_words_p50=factual.words_p50 if factual else None,
+            answer_words_p50=answers.words_p50 if answers else None,
+            answer_words_p90=answers.words_p90 if answers else None,
+            off_topic_refusal_rate=off_topic,
         )
         return self.model_copy(update={"headline": headline})
 
@@ -149,11 +202,17 @@ def _retrieval_rows(label: str, m: RetrievalMetrics, extra: str = "") -> str:
     )
 
 
+def _n(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
 def _answer_row(label: str, m: AnswerMetrics) -> str:
     return (
         f"| {label} | {m.n} | {m.correct} | {_f(m.answer_accuracy)} "
         f"| {_f(m.answerable_accuracy)} | {m.absent_n} | {_f(m.absent_refusal_rate)} "
-        f"| {_f(m.false_refusal_rate)} |"
+        f"| {_f(m.false_refusal_rate)} | {m.off_topic_n} | {_f(m.off_topic_refusal_rate)} "
+        f"| {m.answer_first} | {_f(m.answer_first_rate)} | {_n(m.words_p50)} "
+        f"| {_n(m.words_p90)} | {_n(m.latency_p50_ms)} | {_n(m.latency_p95_ms)} |"
     )
 
 
@@ -163,7 +222,9 @@ RETRIEVAL_HEAD = (
 )
 ANSWER_HEAD = (
     "| {col} | n | correct | accuracy | accuracy (answerable) | absent | absent refusal rate "
-    "| false refusal rate |\n|---|---|---|---|---|---|---|---|"
+    "| false refusal rate | off-topic | off-topic refusal rate | answer first "
+    "| answer first rate (answerable) | words p50 | words p90 | latency p50 ms | p95 ms |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -207,6 +268,8 @@ def to_markdown(report: EvalReport) -> str:
         ]
         lines += [_answer_row(f"kind {k}", m) for k, m in a.by_kind.items()]
         lines += [_answer_row(f"corpus {c}", m) for c, m in a.by_corpus.items()]
+        if a.off_topic is not None:
+            lines.append(_answer_row("off-topic probes (not in all)", a.off_topic))
         lines += _tier_lines(a)
     lines += ["", "## Questions", "", _question_head(report), _question_rule(report)]
     lines += [_question_row(report, q) for q in report.questions]
@@ -214,9 +277,10 @@ def to_markdown(report: EvalReport) -> str:
 
 
 TIER_HEAD = (
-    "| configuration | correct | accuracy | absent refusal | false refusal | empty | truncated "
+    "| configuration | correct | accuracy | answer first rate | words p50 | absent refusal "
+    "| off-topic probes refused | false refusal | empty | truncated "
     "| fallbacks | errors | prompt tokens p50 | latency p50 ms | p95 ms | tiers |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -227,9 +291,11 @@ def _tier_lines(a: AnswersReport) -> list[str]:
     for name, t in a.tiers.items():
         m = t.overall
         share = ", ".join(f"{k} {v:.2f}" for k, v in sorted(t.share.items()))
+        probe = t.off_topic.off_topic_refusal_rate if t.off_topic is not None else None
         lines.append(
             f"| {name} | {m.correct}/{m.n} | {_f(m.answer_accuracy)} "
-            f"| {_f(m.absent_refusal_rate)} | {_f(m.false_refusal_rate)} | {t.empty} "
+            f"| {_f(m.answer_first_rate)} | {_n(m.words_p50)} "
+            f"| {_f(m.absent_refusal_rate)} | {_f(probe)} | {_f(m.false_refusal_rate)} | {t.empty} "
             f"| {t.truncated} | {t.fallbacks} | {t.errors} | {t.prompt_tokens_p50 or '-'} "
             f"| {t.latency_p50_ms or '-'} | {t.latency_p95_ms or '-'} | {share} |"
         )
@@ -246,18 +312,18 @@ def _tier_lines(a: AnswersReport) -> list[str]:
 
 def _question_head(report: EvalReport) -> str:
     modes = " | ".join(report.modes)
-    return f"| id | kind | {modes} | correct | refused | answer |"
+    return f"| id | kind | {modes} | correct | first | refused | answer |"
 
 
 def _question_rule(report: EvalReport) -> str:
-    return "|---|---|" + "---|" * len(report.modes) + "---|---|---|"
+    return "|---|---|" + "---|" * len(report.modes) + "---|---|---|---|"
 
 
 def _question_row(report: EvalReport, q: QuestionRecord) -> str:
     ranks = " | ".join("-" if q.ranks.get(m) is None else str(q.ranks[m]) for m in report.modes)
     answer = (q.answer or "").replace("\n", " ").replace("|", "\\|")[:120]
-    flags = [_yn(q.correct), _yn(q.refused)]
-    return f"| {q.id} | {q.kind} | {ranks} | {flags[0]} | {flags[1]} | {answer} |"
+    flags = [_yn(q.correct), _yn(q.answer_first), _yn(q.refused)]
+    return f"| {q.id} | {q.kind} | {ranks} | {' | '.join(flags)} | {answer} |"
 
 
 def _yn(value: bool | None) -> str:
@@ -265,7 +331,9 @@ def _yn(value: bool | None) -> str:
 
 
 def summary_line(report: EvalReport, out_dir: Path | None = None) -> str:
-    """One line: the default mode's hit@5 and MRR@10, answer accuracy, absent refusals."""
+    """One line: the default mode's hit@5 and MRR@10; the default answer configuration's
+    accuracy, how-to accuracy, answer-first rate, words p50, absent / off-topic / false
+    refusal rates and latency p50."""
     h = report.headline
     text = (
         f"eval: {report.n_questions} questions, {report.default_mode}: "
@@ -275,7 +343,10 @@ def summary_line(report: EvalReport, out_dir: Path | None = None) -> str:
         a = report.answers.overall
         text += (
             f"; answers {a.correct}/{a.n} correct ({_f(h.answer_accuracy)}), "
+            f"how-to {_f(h.howto_accuracy)}, answer first {_f(h.answer_first_rate)}, "
+            f"words p50 {_n(h.answer_words_p50)} (factual {_n(h.factual_words_p50)}), "
             f"absent refusal rate {_f(h.absent_refusal_rate)}, "
+            f"off-topic refusal rate {_f(h.off_topic_refusal_rate)}, "
             f"false refusal rate {_f(h.false_refusal_rate)}, "
             f"answer latency p50 {h.answer_latency_p50_ms or '-'} ms"
         )
@@ -285,10 +356,99 @@ def summary_line(report: EvalReport, out_dir: Path | None = None) -> str:
     return text + (f" -> {out_dir}" if out_dir is not None else "")
 
 
+#: Characters of an answer shown in the side-by-side file.
+SIDE_ANSWER_CHARS = 400
+
+
+def _cell(text: str, limit: int | None = None) -> str:
+    one = " ".join(text.split())
+    if limit is not None and len(one) > limit:
+        one = one[: limit - 1].rstrip() + "\u2026"
+    return one.replace("|", "\\|")
+
+
+def _side_block(q: QuestionRecord) -> list[str]:
+    if q.answer is None:
+        mark = "not answered"
+    else:
+        mark = " · ".join(
+            [
+                "**correct**" if q.correct else "**wrong**",
+                "answer first" if q.answer_first else "answer not first",
+                *(["refused"] if q.refused else []),
+                *([f"error {q.error}"] if q.error else []),
+                f"{q.words} words" if q.words is not None else "",
+                f"{q.latency_ms:.0f} ms" if q.latency_ms is not None else "",
+            ]
+        ).strip(" ·")
+    lines = [f"#### {q.id} ({q.corpus}) — {mark}", ""]
+    for n, earlier in enumerate(q.history, start=1):
+        lines.append(f"- earlier question {n}: {_cell(earlier)}")
+    lines.append(f"- **Q**: {_cell(q.question)}")
+    if q.standalone is not None:
+        lines.append(f"- asked as: {_cell(q.standalone)}")
+    lines.append(f"- **A**: {_cell(q.answer or '', SIDE_ANSWER_CHARS)}")
+    expected = ", ".join(f"`{p}`" for p in q.answer_patterns) or "-"
+    pages = ", ".join(q.expected_pages) or "none (a refusal is right)"
+    lines.append(f"- expected: {expected} on {pages}")
+    cited = q.first_cited_page or "-"
+    top = q.top_pages[0] if q.top_pages else "-"
+    lines += [f"- first cited page: {cited}; top retrieved page: {top}", ""]
+    return lines
+
+
+#: Order of the kinds in the side-by-side file (others after them, by name).
+KIND_ORDER = ("factual", "howto", "deep", "followup", "absent", "off_topic")
+
+
+def _kind_rank(kind: str) -> tuple[int, str]:
+    return (KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER), kind)
+
+
+def _side_order(records: list[QuestionRecord]) -> list[QuestionRecord]:
+    """Wrong answers first, then right ones not answered first, then the rest; file order
+    within each."""
+    return sorted(records, key=lambda q: (bool(q.correct), bool(q.answer_first)))
+
+
+def to_side_by_side(report: EvalReport) -> str:
+    """Each question beside its answer (the default configuration's), grouped by kind with the
+    wrong answers first: question, earlier questions of a follow-up and the standalone
+    question asked, the answer (cut at :data:`SIDE_ANSWER_CHARS`), the expected patterns and
+    pages, the first cited page, and the correct / answer-first marks; then the off-topic
+    probes. Meant to be read by a person in five minutes."""
+    h = report.headline
+    tier = next(iter(report.answers.tiers), "?") if report.answers is not None else "-"
+    lines = [
+        f"# Side by side: {report.questions_file}",
+        "",
+        f"{report.n_questions} questions, `{report.default_mode}`, configuration `{tier}`, "
+        f"{report.started_at}. Accuracy {_f(h.answer_accuracy)}, how-to {_f(h.howto_accuracy)}, "
+        f"answer first {_f(h.answer_first_rate)}, words p50 {_n(h.answer_words_p50)}, "
+        f"absent refused {_f(h.absent_refusal_rate)}, off-topic refused "
+        f"{_f(h.off_topic_refusal_rate)}, false refusals {_f(h.false_refusal_rate)}.",
+        "",
+    ]
+    groups: dict[str, list[QuestionRecord]] = {}
+    for q in sorted(report.questions, key=lambda q: _kind_rank(q.kind)):
+        groups.setdefault(q.kind, []).append(q)
+    if report.off_topic_questions:
+        groups["off-topic probes"] = list(report.off_topic_questions)
+    for kind, records in groups.items():
+        right = sum(1 for q in records if q.correct)
+        first = sum(1 for q in records if q.answer_first)
+        lines += [f"## {kind}: {right}/{len(records)} correct, {first} answer first", ""]
+        for q in _side_order(records):
+            lines += _side_block(q)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def write_report(report: EvalReport, out_dir: Path) -> tuple[Path, Path]:
-    """Write ``eval.json`` and ``eval.md`` into ``out_dir`` (created); returns both paths."""
+    """Write ``eval.json``, ``eval.md`` and ``side_by_side.md`` into ``out_dir`` (created);
+    returns the first two paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "eval.json", out_dir / "eval.md"
     json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     md_path.write_text(to_markdown(report), encoding="utf-8")
+    (out_dir / "side_by_side.md").write_text(to_side_by_side(report), encoding="utf-8")
     return json_path, md_path

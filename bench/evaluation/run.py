@@ -6,6 +6,14 @@ selection, and the generation pools' prompt and model server (see
 :mod:`bench.evaluation.modes` and :mod:`bench.evaluation.answers`). Kafka, the caches and the API
 are not involved: the stages are called in-process, so the numbers are those of the components,
 not of a cached answer.
+
+A question with a ``history`` (a follow-up) is asked as the standalone question that
+:func:`workers.conversation.standalone_question` makes of it; its record keeps both. The
+off-topic probe set (:data:`~bench.evaluation.questions.OFF_TOPIC_QUESTIONS`, unless
+``EvalOptions.off_topic`` is ``None``) is retrieved and answered with the file's questions, in
+every configuration, and reported on its own (``answers.off_topic``, each tier's
+``off_topic``, ``off_topic_questions``): it never enters the file's own metrics. A probe whose
+text is a question of the file is answered once.
 """
 
 from __future__ import annotations
@@ -23,9 +31,12 @@ from elasticsearch import Elasticsearch
 
 from bench.evaluation.answers import Answer, Answerer, AnswerJob, tier_configs
 from bench.evaluation.metrics import (
+    Judged,
     answer_metrics,
+    answer_words,
     first_relevant_rank,
     group_by,
+    is_answer_first,
     is_correct,
     is_refusal,
     percentile,
@@ -34,6 +45,8 @@ from bench.evaluation.metrics import (
 from bench.evaluation.modes import ALL_MODES, ModeRunner, plan_modes
 from bench.evaluation.questions import (
     CORPUS_ROOTS,
+    OFF_TOPIC_QUESTIONS,
+    REFUSAL_KINDS,
     SAMPLE_QUESTIONS,
     EvalQuestion,
     EvaluationError,
@@ -53,6 +66,7 @@ from ragstream.errors import ConfigurationError, RagstreamError, TransientError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
+from workers.conversation import standalone_question
 
 #: Questions per ``_msearch`` round trip.
 SEARCH_BATCH = 16
@@ -79,6 +93,7 @@ class EvalOptions:
         tiers: answer configurations to measure (:func:`bench.evaluation.answers.
             tier_configs`); the first is the one the records and the headline show.
         llms: ``(catalog model, server URL)`` pairs, each measured as ``llm:<model>``.
+        off_topic: the off-topic probe file run beside the questions; ``None``: none.
     """
 
     modes: tuple[str, ...] = ALL_MODES
@@ -93,6 +108,35 @@ class EvalOptions:
     roots: Mapping[str, Path] = field(default_factory=lambda: dict(CORPUS_ROOTS))
     tiers: tuple[str, ...] = ("routed", "evidence", "small")
     llms: tuple[tuple[str, str], ...] = ()
+    off_topic: Path | None = OFF_TOPIC_QUESTIONS
+
+
+def asked(q: EvalQuestion) -> str:
+    """The text retrieved and answered for ``q``: the question itself, or for a follow-up the
+    standalone question made of its history (:func:`workers.conversation.
+    standalone_question`)."""
+    return standalone_question(q.history, q.question) if q.history else q.question
+
+
+def _probes(
+    path: Path | None, qs: list[EvalQuestion]
+) -> tuple[list[EvalQuestion], list[int], list[EvalQuestion]]:
+    """``(probes, rows, every)``: the probe questions of ``path``; for each, its row in
+    ``every``, which is ``qs`` followed by the probes not already in ``qs`` (a probe asked as a
+    question of ``qs`` is answered once)."""
+    if path is None:
+        return [], [], qs
+    probes = load_questions(path)
+    rows = {asked(q): i for i, q in enumerate(qs)}
+    every = list(qs)
+    where: list[int] = []
+    for p in probes:
+        text = asked(p)
+        if text not in rows:
+            rows[text] = len(every)
+            every.append(p)
+        where.append(rows[text])
+    return probes, where, every
 
 
 def default_mode(settings: Settings) -> str:
@@ -139,6 +183,7 @@ def run_evaluation(
     qs = list(questions[: options.limit] if options.limit else questions)
     if not qs:
         raise EvaluationError("no questions to evaluate")
+    probes, probe_rows, every = _probes(options.off_topic if options.generate else None, qs)
     started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
     default = default_mode(settings)
     plan = plan_modes(options.modes, settings)
@@ -157,9 +202,9 @@ def run_evaluation(
     deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     requests = [
         QueryRequest(
-            tenant=options.tenant, query=q.question, deadline=deadline, top_n=top_n, top_k=top_k
+            tenant=options.tenant, query=asked(q), deadline=deadline, top_n=top_n, top_k=top_k
         )
-        for q in qs
+        for q in every
     ]
     tv = time.perf_counter()
     vectors = embedder.embed([r.query for r in requests])
@@ -179,25 +224,16 @@ def run_evaluation(
     answers: dict[str, list[Answer]] | None = None
     gen_s = 0.0
     if options.generate:
-        from workers.evidence.stage import promote_identifiers
-        from workers.pools.components import build_router
-
-        router = build_router(embedder)
-        jobs = [
-            AnswerJob(
-                r,
-                promote_identifiers(r.query, run.lists[default][i][:top_k], run.candidates[i]),
-                router.route(r, vectors[i]).tier,
-            )
-            for i, r in enumerate(requests)
-        ]
+        jobs = _jobs(embedder, requests, vectors, run.lists[default], run.candidates, top_k)
         configs = tier_configs(settings, options.tiers, options.llms)
         say(f"answering {len(jobs)} questions in {', '.join(c.name for c in configs)}")
         tg = time.perf_counter()
         answers = _generate(settings, embedder, options, jobs, configs, say)
         gen_s = time.perf_counter() - tg
     main = next(iter(answers.values())) if answers else None
-    records, judged = _records(qs, run, main, options.roots, default)
+    rows = list(range(len(qs)))
+    records, judged = _records(qs, rows, run, main, options.roots, default)
+    probe_records, probe_judged = _records(probes, probe_rows, run, main, options.roots, default)
     return EvalReport(
         questions_file=questions_file,
         n_questions=len(qs),
@@ -211,15 +247,49 @@ def run_evaluation(
             hit_at_5=None, mrr_at_10=None, answer_accuracy=None, absent_refusal_rate=None
         ),
         modes={
-            m: _mode_report(qs, [r.ranks[m] for r in records], run.seconds[m] / len(qs))
+            m: _mode_report(qs, [r.ranks[m] for r in records], run.seconds[m] / len(every))
             for m in run.lists
         },
         skipped_modes={**plan.skipped, **run.skipped},
-        answers=_answers_report(qs, answers, judged, default=default, top_k=top_k, gen_s=gen_s)
+        answers=_answers_report(
+            qs,
+            answers,
+            judged,
+            default=default,
+            top_k=top_k,
+            gen_s=gen_s,
+            probes=(probes, probe_rows, probe_judged),
+        )
         if answers
         else None,
         questions=records,
+        off_topic_file=str(options.off_topic) if probes else "",
+        off_topic_questions=probe_records,
     ).with_headline()
+
+
+def _jobs(  # noqa: PLR0917 - one call site
+    embedder: Any,
+    requests: Sequence[QueryRequest],
+    vectors: npt.NDArray[np.float32],
+    ranked: Sequence[Sequence[Candidate]],
+    candidates: Sequence[Sequence[Candidate]],
+    top_k: int,
+) -> list[AnswerJob]:
+    """The answer job of every request: the default mode's top ``top_k`` passages (with the
+    evidence stage's identifier promotion from the fused candidates) and the router's tier."""
+    from workers.evidence.stage import promote_identifiers
+    from workers.pools.components import build_router
+
+    router = build_router(embedder)
+    return [
+        AnswerJob(
+            r,
+            promote_identifiers(r.query, list(ranked[i][:top_k]), list(candidates[i])),
+            router.route(r, vectors[i]).tier,
+        )
+        for i, r in enumerate(requests)
+    ]
 
 
 def _generate(  # noqa: PLR0917 - one call site
@@ -313,22 +383,25 @@ def _retrieve(
     return run
 
 
-def _records(
-    qs: list[EvalQuestion],
+def _records(  # noqa: PLR0917 - one call site per question set
+    qs: Sequence[EvalQuestion],
+    rows: Sequence[int],
     run: _Run,
     answers: list[Answer] | None,
     roots: Mapping[str, Path],
     default: str,
-) -> tuple[list[QuestionRecord], list[tuple[bool, bool, bool]]]:
-    """Per question: its record, and ``(answerable, correct, refused)`` if answered."""
+) -> tuple[list[QuestionRecord], list[Judged]]:
+    """Per question (``qs[i]`` is row ``rows[i]`` of the run and the answers): its record, and
+    its :class:`Judged` answer if answered."""
     records: list[QuestionRecord] = []
-    judged: list[tuple[bool, bool, bool]] = []
-    for i, q in enumerate(qs):
+    judged: list[Judged] = []
+    for q, i in zip(qs, rows, strict=True):
         ranks: dict[str, int | None] = {}
         for mode, lists in run.lists.items():
             pages = [page_of(c.source or c.doc_id, roots) for c in lists[i]]
             ranks[mode] = first_relevant_rank(pages, q.corpus, q.expected_pages)
         top = run.lists[default][i][:TOP_PAGES] if default in run.lists else []
+        text = asked(q)
         record = QuestionRecord(
             id=q.id,
             corpus=q.corpus,
@@ -337,40 +410,64 @@ def _records(
             expected_pages=list(q.expected_pages),
             ranks=ranks,
             top_pages=[str(page_of(c.source or c.doc_id, roots) or c.doc_id) for c in top],
+            history=list(q.history),
+            standalone=None if text == q.question else text,
+            answer_patterns=list(q.answer_patterns),
         )
         if answers is not None:
             a = answers[i]
-            ok = a.error is None
-            judged.append(
-                (
-                    q.answerable,
-                    ok and is_correct(a.text, q.answer_patterns),
-                    ok and refused(a),
-                )
-            )
+            j = judge(q, a)
+            judged.append(j)
+            first = a.cited[0] if a.cited else None
             record = record.model_copy(
                 update={
                     "prompt_tokens": a.prompt_tokens,
                     "completion_tokens": a.completion_tokens,
                     "answer": a.text,
-                    "correct": judged[-1][1],
-                    "refused": judged[-1][2],
+                    "correct": j.correct,
+                    "refused": j.refused,
                     "error": a.error,
+                    "answer_first": j.first,
+                    "words": j.words,
+                    "latency_ms": round(a.latency_ms, 1),
+                    "first_cited_page": None
+                    if first is None
+                    else str(page_of(first, roots) or first),
                 }
             )
         records.append(record)
     return records, judged
 
 
-def _judge(qs: list[EvalQuestion], answers: list[Answer]) -> list[tuple[bool, bool, bool]]:
-    return [
-        (
-            q.answerable,
-            a.error is None and is_correct(a.text, q.answer_patterns),
-            a.error is None and refused(a),
-        )
-        for q, a in zip(qs, answers, strict=True)
-    ]
+def judge(q: EvalQuestion, a: Answer) -> Judged:
+    """How ``a`` answers ``q``: correct (a pattern, within the word limit; for a question the
+    manuals cannot answer, a refusal that matches its patterns: the shared set's rule "an
+    absent question is answered correctly by a refusal", so a quote that happens to say "not
+    ... in the documentation" is no right answer), refused, answered first
+    (:func:`~bench.evaluation.metrics.is_answer_first`), its words and latency; an error
+    response is neither correct nor a refusal and has no words."""
+    ok = a.error is None
+    no = ok and refused(a)
+    refusal_expected = q.kind in REFUSAL_KINDS or not q.answerable
+    return Judged(
+        answerable=q.answerable,
+        correct=ok and (no or not refusal_expected) and is_correct(a.text, q.answer_patterns),
+        refused=no,
+        kind=q.kind,
+        first=ok
+        and is_answer_first(
+            a.text,
+            q.answer_patterns,
+            refusal_expected=refusal_expected,
+            refused=no,
+        ),
+        words=answer_words(a.text) if ok else None,
+        latency_ms=a.latency_ms,
+    )
+
+
+def _judge(qs: Sequence[EvalQuestion], answers: Sequence[Answer]) -> list[Judged]:
+    return [judge(q, a) for q, a in zip(qs, answers, strict=True)]
 
 
 def refused(answer: Answer) -> bool:
@@ -382,7 +479,16 @@ def refused(answer: Answer) -> bool:
     return answer.outcome == "refusal" or is_refusal(answer.text)
 
 
-def _tier_report(qs: list[EvalQuestion], answers: list[Answer]) -> TierReport:
+def _tier_report(
+    qs: list[EvalQuestion],
+    answers: list[Answer],
+    probes: tuple[list[EvalQuestion], list[int]],
+) -> TierReport:
+    """One configuration's report: ``answers`` holds a row for every question of ``qs``
+    (first) and the probes (``probes``: the probe questions and their rows)."""
+    probe_qs, probe_rows = probes
+    probe_judged = _judge(probe_qs, [answers[r] for r in probe_rows])
+    answers = answers[: len(qs)]
     judged = _judge(qs, answers)
     pairs = list(zip(qs, judged, strict=True))
     tiers = [a.tier for a in answers]
@@ -401,20 +507,23 @@ def _tier_report(qs: list[EvalQuestion], answers: list[Answer]) -> TierReport:
         prompt_tokens_p50=percentile(prompts, 50),
         latency_p50_ms=percentile([a.latency_ms for a in answers], 50),
         latency_p95_ms=percentile([a.latency_ms for a in answers], 95),
+        off_topic=answer_metrics(probe_judged) if probe_qs else None,
     )
 
 
 def _answers_report(
     qs: list[EvalQuestion],
     answers: dict[str, list[Answer]],
-    judged: list[tuple[bool, bool, bool]],
+    judged: list[Judged],
     *,
     default: str,
     top_k: int,
     gen_s: float,
+    probes: tuple[list[EvalQuestion], list[int], list[Judged]],
 ) -> AnswersReport:
     pairs = list(zip(qs, judged, strict=True))
-    main = next(iter(answers.values()))
+    main = next(iter(answers.values()))[: len(qs)]
+    probe_qs, probe_rows, probe_judged = probes
     return AnswersReport(
         mode=default,
         top_k=top_k,
@@ -427,9 +536,10 @@ def _answers_report(
             c: answer_metrics([j for _, j in g])
             for c, g in group_by(pairs, lambda p: p[0].corpus).items()
         },
-        seconds_per_question=round(gen_s / len(qs), 3),
+        seconds_per_question=round(gen_s / len(next(iter(answers.values()))), 3),
         empty_completions=sum(1 for a in main if a.empty),
-        tiers={name: _tier_report(qs, a) for name, a in answers.items()},
+        tiers={name: _tier_report(qs, a, (probe_qs, probe_rows)) for name, a in answers.items()},
+        off_topic=answer_metrics(probe_judged) if probe_qs else None,
     )
 
 
@@ -475,15 +585,10 @@ class BenchEval:
     answer_latency_p50_ms: float | None = None
 
     def summary(self) -> dict[str, float | None]:
-        """The numbers by name (``eval.<name>`` in ``summary.json``)."""
-        return {
-            "hit_at_5": self.hit_at_5,
-            "mrr_at_10": self.mrr_at_10,
-            "answer_accuracy": self.answer_accuracy,
-            "absent_refusal_rate": self.absent_refusal_rate,
-            "false_refusal_rate": self.false_refusal_rate,
-            "answer_latency_p50_ms": self.answer_latency_p50_ms,
-        }
+        """The headline numbers by name (``eval.<name>`` in ``summary.json``): those above and
+        the rest of :class:`~bench.evaluation.report.Headline` (how-to accuracy, answer-first
+        rate, words, off-topic refusal rate)."""
+        return self.report.headline.model_dump()
 
 
 def evaluate_for_bench(

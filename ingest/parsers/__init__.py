@@ -54,8 +54,10 @@ def parse(
     Raises:
         ParseError: unsupported type, undecodable, corrupt or encrypted, or "document is
             empty"; for JSON/JSONL, one bad record or line (named in the message) fails the
-            whole file. Any other exception of a parser is wrapped in a ParseError, except
-            MemoryError, which is not a property of the input.
+            whole file, except a record whose id holds a lone surrogate, which is returned
+            rejected (``error`` set) while the others are parsed. Any other exception of a
+            parser is wrapped in a ParseError, except MemoryError, which is not a property of
+            the input.
     """
     if not data.strip():
         raise ParseError(EMPTY)

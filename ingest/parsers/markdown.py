@@ -2,6 +2,8 @@
 
 A line-based subset of CommonMark (https://spec.commonmark.org/0.31.2/): headings (§4.2, §4.3)
 and fenced code blocks (§4.5) are recognised; everything else is kept as text, markup included.
+:func:`pipe_tables` finds GitHub Flavored Markdown tables (https://github.github.com/gfm/,
+§4.10) in such text, so the chunker can cut them between rows and repeat their header.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ _SETEXT = re.compile(r"^ {0,3}(?P<under>=+|-+)[ \t]*$")
 _NOT_PARAGRAPH = re.compile(r"^(?: {4}|\t| {0,3}(?:[-*+>|]|\d{1,9}[.)])(?:[ \t]|$))")
 _FRONT_KEY = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_-]{0,63})[ \t]*:[ \t]*(?P<value>.*)$")
 _FRONT_END = frozenset({"---", "..."})
+#: A GFM table's delimiter row: cells of hyphens with optional alignment colons, and a pipe.
+_TABLE_DELIMITER = re.compile(
+    r"^ {0,3}(?=[^|]*\|)\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$"
+)
 _INT = re.compile(r"^[-+]?\d{1,18}$")
 _FLOAT = re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?$")
 
@@ -34,6 +40,72 @@ class _Fence:
         """A closing fence: the same character, at least as long, nothing after it."""
         match = _FENCE_CLOSE.match(line)
         return match is not None and match[1][0] == self.char and len(match[1]) >= self.length
+
+
+@dataclass(frozen=True, slots=True)
+class PipeTable:
+    """One GFM pipe table of a text, by character offsets into it.
+
+    Attributes:
+        start: offset of the header row.
+        body_start: offset of the first data row (just after the delimiter row's newline).
+        end: offset just after the last row (its newline excluded).
+        row_starts: offset of each data row, in order (the first is ``body_start``).
+        header: the header row and the delimiter row, newline-terminated, as in the text.
+    """
+
+    start: int
+    body_start: int
+    end: int
+    row_starts: tuple[int, ...]
+    header: str
+
+
+def pipe_tables(text: str) -> list[PipeTable]:
+    """The GFM tables of ``text`` that have at least one data row, in order.
+
+    A table is a line with a pipe, then a delimiter row (``|---|:--:|``, with a pipe), then
+    rows: the following non-blank lines with a pipe (GFM §4.10 ends a table at a blank line or
+    another block; a line without a pipe is taken as that block). Lines inside fenced code
+    blocks are never tables.
+    """
+    lines = text.split("\n")
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    tables: list[PipeTable] = []
+    fence: _Fence | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if fence is not None:
+            fence = None if fence.closes(line) else fence
+            i += 1
+            continue
+        opened = _FENCE_OPEN.match(line)
+        if opened and not (opened["fence"][0] == "`" and "`" in opened["info"]):
+            fence = _Fence(opened["fence"][0], len(opened["fence"]))
+            i += 1
+            continue
+        if "|" in line and i + 1 < len(lines) and _TABLE_DELIMITER.match(lines[i + 1]):
+            rows = i + 2
+            while rows < len(lines) and lines[rows].strip() and "|" in lines[rows]:
+                rows += 1
+            if rows > i + 2:
+                last = rows - 1
+                tables.append(
+                    PipeTable(
+                        start=starts[i],
+                        body_start=starts[i + 2],
+                        end=starts[last] + len(lines[last]),
+                        row_starts=tuple(starts[r] for r in range(i + 2, rows)),
+                        header=text[starts[i] : starts[i + 2]],
+                    )
+                )
+            i = rows
+            continue
+        i += 1
+    return tables
 
 
 def parse_markdown(text: str) -> ParsedDocument:

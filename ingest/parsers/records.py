@@ -6,7 +6,15 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ingest.parsers.text import EMPTY, clean_line, first_line, normalize_text, replace_surrogates
+from ingest.parsers.text import (
+    EMPTY,
+    clean_line,
+    escape_surrogates,
+    first_line,
+    normalize_text,
+    replace_surrogates,
+    surrogate_problem,
+)
 from ingest.types import MetaValue, ParsedDocument, ParseError, Section
 
 _ID_FIELDS = ("doc_id", "id")
@@ -17,11 +25,16 @@ def parse_json(text: str, *, text_field: str = "text") -> list[ParsedDocument]:
 
     Each record's ``text_field`` is its text; ``doc_id`` (else ``id``) its id; ``title`` its
     title (else its text's first line); every other field is metadata (lists and objects as
-    JSON strings). Records are named "record N" (from 1) in errors.
+    JSON strings; lone surrogates in metadata keys and values become U+FFFD, as in text).
+    Records are named "record N" (from 1) in errors.
+
+    A record whose id holds a lone surrogate is rejected alone: it comes back with ``error``
+    set and no sections (see :class:`~ingest.types.ParsedDocument`), and the other records are
+    parsed as usual.
 
     Raises:
         ParseError: invalid JSON, a non-object record, a missing/non-string/empty text field,
-            a bad or duplicate id, or no records. One bad record fails the whole file.
+            a bad or duplicate id, or no records. One such bad record fails the whole file.
     """
     try:
         value = json.loads(text, parse_constant=_reject_constant)
@@ -93,10 +106,24 @@ def _document(where: str, record: Any, text_field: str, content_type: str) -> Pa
     if not text.strip():
         raise ParseError(f"{where}: {EMPTY}")
     doc_id, id_field = _doc_id(where, record)
+    if doc_id is not None:
+        bad_id = surrogate_problem(doc_id, f"{where}: {id_field}")
+        if bad_id is not None:
+            return ParsedDocument(
+                title="",
+                sections=(),
+                content_type=content_type,
+                doc_id=escape_surrogates(doc_id),
+                error=f"{bad_id}; this record was not indexed",
+            )
     title = record.get("title")
     title = clean_line(title) if isinstance(title, str) else ""
     used = {text_field, id_field, "title"} if title else {text_field, id_field}
-    metadata = {key: _meta_value(value) for key, value in record.items() if key not in used}
+    metadata = {
+        replace_surrogates(key): _meta_value(value)
+        for key, value in record.items()
+        if key not in used
+    }
     return ParsedDocument(
         title=title or first_line(text),
         sections=(Section(heading_path=(), text=text),),

@@ -41,6 +41,38 @@ def replace_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def surrogate_problem(value: str, what: str) -> str | None:
+    """Why ``value`` cannot be an identifier, or ``None`` when it holds no lone surrogate.
+
+    An identifier is matched exactly (updates, deletes, ``GET /v1/documents/{id}``), so unlike
+    text it is never repaired: a lone surrogate (half of a UTF-16 pair, e.g. an emoji cut in
+    two) has no UTF-8 form, so SQL, Elasticsearch and Kafka could not store the id, and
+    replacing it would merge ids that differ only there.
+
+    Args:
+        value: the identifier.
+        what: how the message names it (``"line 3: doc_id"``).
+
+    Returns:
+        ``"<what> 'j-\\ud83d' holds a lone surrogate U+D83D at index 2 (...)"`` (the id as
+        :func:`escape_surrogates` writes it), or ``None``.
+    """
+    found = _SURROGATE.search(value)
+    if found is None:
+        return None
+    return (
+        f"{what} '{escape_surrogates(value)}' holds a lone surrogate "
+        f"U+{ord(found.group()):04X} at index {found.start()} (half of a UTF-16 pair, "
+        "not Unicode text); an id must be valid Unicode"
+    )
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate written as its escape (``"j-\\ud83d"``, 6
+    characters): a storable stand-in that keeps distinct ids distinct."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def clean_line(text: str) -> str:
     """Normalise a one-line value (title, heading): NFC, whitespace runs to one space, stripped."""
     text = unicodedata.normalize("NFC", replace_surrogates(text.replace("\x00", "")))

@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
+from bench.evaluation.questions import OFF_TOPIC_QUESTIONS
 from entry.cli import app
 from ingest.ops import IngestOp
 from ragstream.settings import Settings
@@ -79,6 +80,8 @@ def test_eval_command_measures_modes_and_answers(
     kit.index.refresh()
     qfile = tmp_path / "questions.jsonl"
     qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    probes = tmp_path / "offtopic.jsonl"  # two of the repository's probes: a short LLM run
+    probes.write_text("".join(OFF_TOPIC_QUESTIONS.read_text().splitlines(keepends=True)[:2]))
     out = tmp_path / "out"
     llm_up = httpx.get(settings.llm.base_url + "/health", timeout=5).status_code == 200
     assert llm_up, "the LLM server (make up) is needed for this test"
@@ -90,7 +93,7 @@ def test_eval_command_measures_modes_and_answers(
             "--tenant", TENANT, "--root", f"python-3.11={roots['py']}",
             "--root", f"postgresql-15={roots['pg']}",
             "--modes", "bm25,knn,hybrid,hybrid+none,hybrid+llm,hybrid+cross-encoder",
-            "--max-tokens", "8", "--tiers", "small,evidence",
+            "--max-tokens", "8", "--tiers", "small,evidence", "--off-topic-file", str(probes),
         ],
     )  # fmt: skip
 
@@ -125,3 +128,12 @@ def test_eval_command_measures_modes_and_answers(
     md = (out / "eval.md").read_text()
     top_k = settings.rerank.top_k
     assert "| hybrid+llm | 3 |" in md and f"## Answers (`{default}`, top {top_k} passages" in md
+    # The off-topic probes ran beside the file in every configuration, reported apart.
+    assert len(report["off_topic_questions"]) == 2
+    assert all(q["kind"] == "off_topic" for q in report["off_topic_questions"])
+    assert answers["off_topic"]["n"] == 2 and answers["off_topic"]["off_topic_n"] == 2
+    assert all(t["off_topic"]["n"] == 2 for t in answers["tiers"].values())
+    assert report["headline"]["off_topic_refusal_rate"] is not None
+    assert "off-topic refusal rate" in result.output
+    side = (out / "side_by_side.md").read_text()
+    assert "## off-topic probes:" in side and "#### py-2 (python-3.11)" in side

@@ -196,3 +196,39 @@ def test_records_file_reupsert_and_delete_leave_no_orphans(kit: Kit) -> None:
     [outs] = kit.pipeline.apply([IngestOp("acme", "recs", "delete")])
     assert {o.doc_id for o in outs if o.status == "deleted"} >= {"recs", "recs#b"}
     assert kit.chunks("acme", "recs#b") == []
+
+
+def test_a_record_id_with_a_lone_surrogate_fails_alone_on_the_real_stores(kit: Kit) -> None:
+    """Issue 26: the id reached SQL and Elasticsearch and every batch it was in raised
+    ``UnicodeEncodeError``; now that record fails with its reason, the rest is searchable."""
+    records = (
+        b'{"id": "j-1", "text": "Part 100 is a hex bolt."}\n'
+        b'{"id": "j-\\ud83d", "text": "Part 200 is a washer."}\n'
+        b'{"id": "j-3", "text": "Part 300 is a nut."}\n'
+    )
+    recs, other = kit.pipeline.apply(
+        [
+            IngestOp("acme", "recs", data=records, content_type="jsonl"),
+            _op("other", DOC_V1),
+        ]
+    )
+    statuses = {o.doc_id: o.status for o in recs}
+    assert statuses == {"recs#j-1": "indexed", "recs#j-3": "indexed", "recs#j-\\ud83d": "failed"}
+    assert other[0].status == "indexed"
+    assert [c["text"] for c in kit.chunks("acme", "recs#j-3")] == ["Part 300 is a nut."]
+    from ingest.registry import DocumentRegistry
+
+    row = DocumentRegistry(kit.sessions).get_many([("acme", "recs#j-\\ud83d")])
+    assert "lone surrogate U+D83D" in (row[("acme", "recs#j-\\ud83d")].error or "")
+
+
+def test_a_300_row_table_is_indexed_in_whole_rows_under_its_header(kit: Kit) -> None:
+    header = "| part | price |\n|---|---:|"
+    rows = [f"| P-{i:04d} | {10 + i * 0.17:.2f} |" for i in range(300)]
+    page = f"# Prices\n\n{header}\n" + "\n".join(rows) + "\n"
+    [outs] = kit.pipeline.apply([_op("prices", page.encode())])
+    assert outs[0].status == "indexed" and outs[0].chunk_count > 2
+    chunks = sorted(kit.chunks("acme", "prices"), key=lambda c: c["chunk_no"])
+    for chunk in chunks:
+        assert chunk["text"].startswith(header + "\n| P-")
+        assert all(line in rows for line in chunk["text"].split("\n")[2:])

@@ -82,6 +82,66 @@ def test_ingest_events_become_one_result_per_document(
     assert len(kit.chunks("acme", "pg-locks")) == by_request[events[2].event_id].chunk_count
 
 
+def test_poison_ingest_events_fail_alone_with_their_reason(
+    settings: Settings, kit: Kit, unique_name: Callable[[str], str]
+) -> None:
+    """Issue 26: a records file whose one record id holds a lone surrogate made its batch raise
+    on every retry until it was dead-lettered, its good records with it. Now that record gets
+    a ``failed`` result with the reason and the rest is indexed; an event whose own field holds
+    one is schema-invalid (pydantic refuses the string) and is dead-lettered at once, naming
+    the field, while the events around it are served."""
+    import json
+
+    from topics.dlq import dead_letter_context
+
+    registry = TopicRegistry(unique_name("sp") + ".")
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, registry.physical_topics())
+    admin.close()
+    pool = PoolSettings(max_batch=8, max_wait_ms=200)
+    handler = ingest_handler(kit.pipeline, settings.ingest, pool, group=unique_name("g"))
+    runner = PoolRunner(
+        handler,
+        kafka=settings.kafka,
+        producer=EventProducer(make_producer(settings.kafka)),
+        registry=registry,
+    )
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+    records = '{"id": "j-1", "text": "Part 100 is a bolt."}\n{"id": "j-\\ud83d", "text": "x"}\n'
+    events = [
+        IngestRequest(tenant="acme", doc_id="d-x", op="upsert", text="a washer"),
+        IngestRequest(
+            tenant="acme", doc_id="recs", op="upsert", text=records, content_type="jsonl"
+        ),
+        IngestRequest(tenant="acme", doc_id="good", op="upsert", text="a good page"),
+    ]
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    for n, e in enumerate(events):
+        raw = json.loads(encode(e))
+        if n == 0:
+            raw["doc_id"] = "d-\ud83d"  # a producer's JSON escape carries it: "d-\\ud83d"
+        producer.send(registry.name(INGEST), key=f"k{n}".encode(), value=json.dumps(raw).encode())
+    producer.flush()
+    producer.close()
+    found = consume_all(
+        settings, registry.name(INGEST_RESULTS), lambda r: len(r) >= 3, timeout_s=90
+    )
+    dead = consume_all(settings, registry.dlq(INGEST), lambda r: len(r) >= 1, timeout_s=30)
+    runner.stop()
+    thread.join(timeout=60)
+    results = {r.doc_id: r for r in (decode(IngestResult, x.value) for x in found)}
+    assert {d: r.status for d, r in results.items()} == {
+        "recs#j-1": "indexed",
+        "recs#j-\\ud83d": "failed",
+        "good": "indexed",
+    }
+    assert "lone surrogate U+D83D" in (results["recs#j-\\ud83d"].error or "")
+    assert [c["text"] for c in kit.chunks("acme", "recs#j-1")] == ["Part 100 is a bolt."]
+    [letter] = dead
+    assert "doc_id" in dead_letter_context(letter.headers)["error.message"]
+
+
 def test_index_rebuild_swaps_the_alias_and_keeps_every_chunk(kit: Kit) -> None:
     from ingest.ops import IngestOp
 

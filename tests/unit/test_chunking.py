@@ -268,3 +268,59 @@ def test_the_final_count_check_shrinks_chunks_the_estimate_let_through(
     assert all(model_count(tokenizer, c.embed_text) == c.token_count <= 64 for c in chunks)
     assert_covers(text, chunks[:-1])
     assert chunks[-1].text == "Fits."
+
+
+# --- pipe tables: cut between rows, the header repeated (issue 26, item 5) -----------------
+
+TABLE_HEADER = "| part | price | qty | description |\n|---|---:|---:|---|"
+TABLE_ROWS = [
+    f"| P-{i:04d} | {10 + i * 0.17:.2f} | {i % 9} | hex bolt M{i % 12}, zinc plated |"
+    for i in range(300)
+]
+PRICE_LIST = (
+    "# Price list\n\nEvery part we stock, with its unit price.\n\n"
+    f"{TABLE_HEADER}\n" + "\n".join(TABLE_ROWS) + "\n\nPrices exclude VAT.\n"
+)
+
+
+def test_a_300_row_table_is_cut_between_rows_with_its_header_repeated(
+    chunker: Chunker,
+) -> None:
+    from ingest.parsers import parse
+
+    [parsed] = parse(PRICE_LIST.encode(), content_type="markdown")
+    chunks = chunker.chunk(parsed)
+    table_lines = {*TABLE_HEADER.split("\n"), *TABLE_ROWS}
+    with_rows = [c for c in chunks if any(r in c.text for r in TABLE_ROWS)]
+    assert len(with_rows) > 5
+    for c in chunks:
+        assert c.token_count <= chunker.limit
+        for line in c.text.split("\n"):
+            if "|" in line:  # no chunk starts or ends mid-row: every table line is whole
+                assert line in table_lines, (c.chunk_no, line)
+    first, *continuing = with_rows
+    assert first.text.index(TABLE_HEADER) < first.text.index(TABLE_ROWS[0])
+    for c in continuing:  # each continuing chunk starts with the header and delimiter rows
+        assert c.text.startswith(TABLE_HEADER + "\n| P-"), c.text[:120]
+        assert c.metadata["table_header_chars"] == len(TABLE_HEADER) + 1
+    seen = [line for c in with_rows for line in c.text.split("\n") if line in TABLE_ROWS]
+    assert seen == TABLE_ROWS  # every row once, in order: rows do not overlap
+    assert chunks[-1].text.endswith("Prices exclude VAT.")
+
+
+def test_a_table_row_longer_than_a_window_is_still_cut_and_fits(small: Chunker) -> None:
+    long_row = "| " + " | ".join(f"cell{i} with several words" for i in range(40)) + " |"
+    text = f"| a | b |\n|---|---|\n| 1 | 2 |\n{long_row}\n| 3 | 4 |"
+    chunks = small.chunk(doc(Section(("T",), text)))
+    assert all(c.token_count <= small.limit for c in chunks)
+    assert "| 3 | 4 |" in chunks[-1].text
+
+
+def test_pipes_in_a_code_block_are_no_table() -> None:
+    from ingest.parsers.markdown import pipe_tables
+
+    fenced = "```\n| a | b |\n|---|---|\n| 1 | 2 |\n```\n\n| c |\n|---|\n| 3 |"
+    [table] = pipe_tables(fenced)
+    assert fenced[table.start : table.end] == "| c |\n|---|\n| 3 |"
+    assert table.header == "| c |\n|---|\n"
+    assert pipe_tables("a | b\n---\nc | d") == []  # a setext heading, not a delimiter row

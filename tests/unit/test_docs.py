@@ -48,7 +48,7 @@ def _code(text: str) -> list[str]:
 
 def commands_in(text: str) -> list[list[str]]:
     """The ``ragstream ...`` command lines in ``text``'s code, as argument lists (comments,
-    ``[optional parts]``, ``&`` and ``...`` removed)."""
+    ``[optional parts]``, ``&``, ``...`` and the bracket closing a prose parenthesis removed)."""
     found = []
     for code in _code(text):
         match = COMMAND.search(code)
@@ -59,6 +59,7 @@ def commands_in(text: str) -> list[list[str]]:
             tokens = shlex.split(line)
         except ValueError:  # an unclosed quote in a prose span
             tokens = line.split()
+        tokens = [t.rstrip(")") if t.endswith(")") and "(" not in t else t for t in tokens]
         found.append([t for t in tokens if t not in ("&", "...", "\\")])
     return found
 
@@ -88,8 +89,22 @@ def resolve(args: list[str]) -> Any:
     return command
 
 
+def cli_envvars() -> set[str]:
+    """The environment variables that CLI options read (typer's ``envvar``)."""
+    found: set[str] = set()
+    stack: list[Any] = [typer.main.get_command(app)]
+    while stack:
+        command = stack.pop()
+        stack.extend(getattr(command, "commands", {}).values())
+        for param in command.params:
+            envvar = getattr(param, "envvar", None)
+            found.update([envvar] if isinstance(envvar, str) else (envvar or []))
+    return found
+
+
 def test_every_settings_variable_named_in_the_docs_exists() -> None:
     fields = set(re.findall(r"^\| `(RAGSTREAM_[A-Z0-9_]+)` \|", settings_doc.render(), re.M))
+    fields |= cli_envvars()
     unknown = [
         f"{page.relative_to(PROJECT_ROOT)}: {name}"
         for page in HAND_WRITTEN

@@ -61,3 +61,21 @@ def test_serve_reports_an_install_failure(
     assert result.exit_code == 1
     assert "infra llm serve failed: settings.llm.model_path /nope.gguf" in result.output
     assert served == []  # nothing served
+
+
+def test_the_prompt_cache_is_capped_by_the_setting(
+    served: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp's host prompt cache defaults to 8192 MiB (8.4 GB RSS for a 253 MB model);
+    the server gets ``settings.llm.cache_ram_mib`` instead."""
+    result = CliRunner().invoke(app, ["infra", "llm", "serve"])
+    assert result.exit_code == 0, result.output
+    default = served[-1]
+    assert default.cache_ram_mib == 256
+    assert infra.llm_server.common_params(default).cache_ram_mib == 256
+
+    monkeypatch.setenv("RAGSTREAM_LLM__CACHE_RAM_MIB", "0")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(app, ["infra", "llm", "serve"])
+    assert result.exit_code == 0, result.output
+    assert infra.llm_server.common_params(served[-1]).cache_ram_mib == 0

@@ -241,7 +241,7 @@ def test_the_default_model_file_keeps_its_name(tmp_path: Path) -> None:
 
 def test_an_extra_server_has_its_own_folder_port_and_model(tmp_path: Path) -> None:
     settings = Settings(
-        llm=LlmSettings(chat_template="{{main}}", n_threads=1),
+        llm=LlmSettings(chat_template="{{main}}", n_threads=1, cache_ram_mib=64),
         infra=InfraSettings(local_dir=tmp_path),
     )
     service = LlmService.for_model(settings, "qwen2.5-coder-0.5b-instruct", 8082, n_parallel=1)
@@ -250,6 +250,7 @@ def test_an_extra_server_has_its_own_folder_port_and_model(tmp_path: Path) -> No
     config = service.server_config()
     assert (config.port, config.n_parallel, config.n_threads) == (8082, 1, 1)
     assert config.chat_template is None  # the main server's template is not inherited
+    assert config.cache_ram_mib == settings.llm.cache_ram_mib == 64  # the cap is inherited
     assert config.model == "qwen2.5-coder-0.5b-instruct"
     assert config.model_path == tmp_path / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     with pytest.raises(InfraError, match="main LLM server"):
@@ -278,7 +279,9 @@ def test_server_config_of_an_old_file_still_parses() -> None:
         '{"model_path": "/m.gguf", "host": "h", "port": 1, "n_ctx": 256, "n_parallel": 1, '
         '"n_threads": 1}'
     )
-    assert ServerConfig.model_validate_json(old).model is None
+    parsed = ServerConfig.model_validate_json(old)
+    assert parsed.model is None
+    assert parsed.cache_ram_mib == LlmSettings().cache_ram_mib
 
 
 def _fake_server(settings: Settings, model: str, port: int) -> subprocess.Popen[bytes]:
