@@ -1,9 +1,12 @@
-"""The evidence tier's answer: the best evidence spans, quoted with their citations, or a refusal.
+"""The evidence tier's answer: the best evidence span, quoted with its citation, then at most a
+little support, or a refusal.
 
-No model is called: the answer is the text of the best span, followed by further spans that score
-within ``keep_ratio`` of it while the word budget lasts, each followed by its citation ``[n]``.
-Weak evidence (a best score under ``min_confidence``, or an identifier of the question that no
-passage contains) gives :data:`NOT_IN_DOCUMENTS` instead: a calibrated refusal.
+No model is called. The answer opens with the best span (it states what was asked); further
+spans follow only from the same passage or document, within ``keep_ratio`` of it and the word
+budget, two in all when the question asks for a value. Weak evidence (:func:`weakness`: an
+identifier or a name of the question that no passage holds, passages far from the question, a
+best score under ``min_confidence``) gives :data:`NOT_IN_DOCUMENTS` instead: a calibrated
+refusal.
 """
 
 from __future__ import annotations
