@@ -18,7 +18,7 @@ times lets it idle ``--seconds`` and then produces one event and times its echo 
 receipt by a reader that is already polling); it prints each latency and the echo pool's CPU.
 
 Prints one line per pool: ``pool=rerank repo=... seconds=60 cpu_s=0.93 main_thread_s=0.80
-cores=0.0155``. A benchmark, not a test: the numbers are for the README ("Idle cost").
+cores=0.0155``. A benchmark, not a test: the numbers are in docs/benchmarks/index.md ("Idle cost").
 """
 
 from __future__ import annotations

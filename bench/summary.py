@@ -18,7 +18,7 @@ from typing import Any
 
 #: Targets: key -> (comparison, value). The speed-ups over the sequential baseline are still
 #: reported but no longer targets: on 2 cores the baseline alone keeps 1.7-2.0 cores busy, so no
-#: ratio of 4x (or 2x) is there to win (README, Performance). In their place the query
+#: ratio of 4x (or 2x) is there to win (docs/benchmarks/index.md). In their place the query
 #: benchmark reports, per mode, the core-ms per request beside the floor of its stages, and the
 #: evidence tier's sustainable rate at p99 <= 1 s; they are measured, not judged against a
 #: fixed number, as both depend on the machine.

