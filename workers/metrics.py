@@ -30,7 +30,7 @@ from topics.responses import ErrorCode, QueryResponse
 #: Answer tiers as the responses name them (``cache``: an answer-cache hit).
 ANSWER_TIERS = ("evidence", "small", "large", "cache")
 LLM_TIERS = ("small", "large")
-#: Seconds; the LLM's first token takes 0.1-60 s on CPU here (docs/getting-started.md, the model catalog).
+#: Seconds; the LLM's first token takes 0.1-60 s on CPU here (docs/getting-started.md, Models).
 LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
 
 ANSWERS = Counter(
