@@ -396,11 +396,13 @@ def test_operators_inspect_and_replay_a_dead_letter(stack: Stack) -> None:
     from topics.consumer import make_consumer
     from topics.dlq import SourceRecord, dead_letter_headers
     from topics.producer import EventProducer, make_producer
-    from topics.registry import INGEST_RESULTS, TopicRegistry
+    from topics.registry import TOKENS, TopicRegistry
 
     url, op = stack.apis[0].url, stack.keys["op"]
     registry = TopicRegistry(stack.settings.kafka.topic_prefix)
-    source, dlq = registry.name(INGEST_RESULTS), registry.dlq(INGEST_RESULTS)
+    # rag.tokens: only the API reply routers read it, and they skip a record that is no event
+    # (no pool dead-letters the replayed record again).
+    source, dlq = registry.name(TOKENS), registry.dlq(TOKENS)
     record = SourceRecord(source, 0, 7, b"doc-1", b"not an event", [("x", b"1")])
     producer = EventProducer(make_producer(stack.settings.kafka))
     producer.send_raw(
