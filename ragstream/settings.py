@@ -469,6 +469,9 @@ class EvidenceSettings(BaseModel):
     #: Refuse a question that names something other than code (``Paris``, ``MongoDB``) that no
     #: passage names (no answerable question of the shared and dev sets does).
     refuse_unknown_names: bool = True
+    #: ... when the passages' best kNN score is under this: off-topic questions naming a product
+    #: scored 0.82-0.86, answerable ones 0.84-0.95 (docs/evaluation.md).
+    unknown_name_relevance: float = Field(default=0.87, ge=0.0, le=1.0)
     tier_mode: Literal["evidence", "llm", "auto"] = "evidence"
     evidence_min_confidence: float = 1.0
 

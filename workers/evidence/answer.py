@@ -40,7 +40,9 @@ class AnswerPolicy:
         min_relevance: below this best kNN score of the passages
             (:attr:`~workers.evidence.select.Evidence.relevance`) the same.
         refuse_unknown_names: refuse when the question names something that is not code
-            (``Paris``, ``MongoDB``) and no passage names it.
+            (``Paris``, ``MongoDB``) and no passage names it ...
+        unknown_name_relevance: ... and the passages' best kNN score is under this (a
+            passage very close to the question answers it, whatever name it leaves out).
     """
 
     max_words: int = 100
@@ -53,6 +55,7 @@ class AnswerPolicy:
     min_coverage: float = 0.0
     min_relevance: float = 0.0
     refuse_unknown_names: bool = False
+    unknown_name_relevance: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +89,9 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
     checks = (
         (policy.refuse_missing and bool(evidence.missing), "missing:{}", evidence.missing[:1]),
         (
-            policy.refuse_unknown_names and bool(evidence.unknown_names),
+            policy.refuse_unknown_names
+            and bool(evidence.unknown_names)
+            and (evidence.relevance is None or evidence.relevance < policy.unknown_name_relevance),
             "unknown:{}",
             evidence.unknown_names[:1],
         ),

@@ -10,6 +10,7 @@ no LLM) and its confidence; the evidence tier's answers are composed here
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,8 +22,9 @@ from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
 from topics.tokens import AnswerToken
 from workers.citations import citations_of
+from workers.conversation import split_context
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
-from workers.evidence.lexical import identifiers
+from workers.evidence.lexical import identifiers, proper_names
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
 from workers.runtime.handler import derive_event_id
 
@@ -101,28 +103,40 @@ def promote_identifiers(
     candidates: Sequence[Candidate],
     max_extra: int = 2,
 ) -> list[Candidate]:
-    """``top`` plus, for each identifier of the question that no passage of ``top`` contains,
-    the best-ranked further candidate that contains it (at most ``max_extra`` added).
+    """``top`` plus, for each identifier or name of the question that no passage of ``top``
+    contains, the best-ranked further candidate that contains it (at most ``max_extra`` added).
 
     An exact identifier (``gzip.open``, ``shared_buffers``) is the strongest sign of the page a
     question is about, and the fused ranking can leave that page just below the top K; the
-    candidates the retrieval stage fetched (top N) are searched for it.
+    candidates the retrieval stage fetched (top N) are searched for it. A name that is not code
+    (``PostgreSQL``, ``Unix``; :func:`~workers.evidence.lexical.proper_names`) is looked for the
+    same way, as a whole word, so that the refusal gate (a name no passage holds) judges the
+    candidates, not only the top K.
     """
     out = list(top)
     seen = {p.chunk_id for p in out}
     text = "\n".join(f"{p.title}\n{p.text}" for p in out).lower()
-    for name in identifiers(question):
+    wanted = [(n, False) for n in identifiers(question)]
+    wanted += [(n, True) for n in proper_names(split_context(question)[0])]
+    for name, whole_word in wanted:
         if len(out) - len(top) >= max_extra:
             break
-        if name in text:
+        if _holds(text, name, whole_word):
             continue
         for c in candidates:
-            if c.chunk_id not in seen and name in f"{c.title}\n{c.text}".lower():
+            body = f"{c.title}\n{c.text}".lower()
+            if c.chunk_id not in seen and _holds(body, name, whole_word):
                 out.append(c)
                 seen.add(c.chunk_id)
-                text += f"\n{c.title}\n{c.text}".lower()
+                text += f"\n{body}"
                 break
     return out
+
+
+def _holds(text: str, name: str, whole_word: bool) -> bool:
+    if not whole_word:
+        return name in text
+    return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None
 
 
 def choose_tier(
@@ -207,6 +221,7 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         min_coverage=settings.min_coverage,
         min_relevance=settings.min_relevance,
         refuse_unknown_names=settings.refuse_unknown_names,
+        unknown_name_relevance=settings.unknown_name_relevance,
     )
 
 
