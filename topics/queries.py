@@ -44,6 +44,10 @@ class RangeFilter(Contract):
 
 Filter = Annotated[TermFilter | RangeFilter, Field(discriminator="kind")]
 
+#: The largest answer budget an event may ask for, in tokens (a pool caps it further at its
+#: ``llm.max_tokens``).
+MAX_ANSWER_TOKENS = 32_768
+
 
 class QueryRequest(Event):
     """A question to answer from the tenant's knowledge base.
@@ -54,7 +58,9 @@ class QueryRequest(Event):
     evidence, no LLM; ``small``/``large``: an LLM over the evidence) or lets the router pick.
     ``exact_cache_checked``: the producer (the API) already looked the request up in the exact
     answer cache and missed, so the retrieval pool does not read it again (the exact cache is
-    read once per request).
+    read once per request). ``max_tokens``: the answer budget in tokens of an LLM tier (the
+    OpenAI routes' ``max_tokens``), at most the pool's own ``llm.max_tokens``; ``None``: the
+    pool's.
     """
 
     request_id: str = Field(default_factory=new_id, min_length=1, max_length=128)
@@ -67,6 +73,7 @@ class QueryRequest(Event):
     stream: bool = False
     callback_url: str | None = Field(default=None, max_length=2048)
     exact_cache_checked: bool = False
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_ANSWER_TOKENS)
 
     def key(self) -> bytes:
         """Keyed by ``request_id``."""

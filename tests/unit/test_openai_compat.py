@@ -48,7 +48,14 @@ def test_models_lists_the_answer_tiers_in_openais_list_format(
 
 @pytest.mark.parametrize(
     ("model", "route"),
-    [("evidence", "evidence"), ("small", "small"), ("large", "large"), ("gpt-4o", "auto")],
+    [
+        ("evidence", "evidence"),
+        ("small", "small"),
+        ("large", "large"),
+        ("auto", "auto"),
+        ("ragstream", "auto"),
+        ("ragstream-large", "large"),
+    ],
 )
 def test_the_model_picks_the_route(
     app: tuple[FastAPI, FakeQueries], model: str, route: str
@@ -164,3 +171,203 @@ def test_a_timed_out_question_is_a_504_within_the_clients_timeout(tmp_path: Path
         _run(app, call, timeout=2.0, max_retries=0)
     assert not isinstance(caught.value, APITimeoutError)
     assert caught.value.status_code == 504
+
+
+USER = [{"role": "user", "content": "What does VACUUM do?"}]
+
+
+def _status_error(app: FastAPI, call: Callable[[AsyncOpenAI], Any]) -> Any:
+    from openai import APIStatusError
+
+    with pytest.raises(APIStatusError) as caught:
+        _run(app, call, max_retries=0)
+    return caught.value
+
+
+def test_an_unknown_model_is_a_404_model_not_found(app: tuple[FastAPI, FakeQueries]) -> None:
+    from openai import NotFoundError
+
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(model="gpt-4o-does-not-exist", messages=USER)
+
+    err = _status_error(app[0], call)
+    assert isinstance(err, NotFoundError)
+    assert err.code == "model_not_found" and err.param == "model"
+    assert err.type == "invalid_request_error"
+    assert "auto" in err.message and app[1].asked == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"},
+         "tool_choice"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"n": 2}, "n"),
+        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+    ],
+)  # fmt: skip
+def test_parameters_that_change_the_contract_are_a_400_naming_them(
+    app: tuple[FastAPI, FakeQueries], extra: dict[str, Any], param: str
+) -> None:
+    from openai import BadRequestError
+
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(model="auto", messages=USER, **extra)
+
+    err = _status_error(app[0], call)
+    assert isinstance(err, BadRequestError)
+    assert err.param == param and err.code == "unsupported_parameter"
+    assert err.type == "invalid_request_error" and app[1].asked == []
+
+
+def test_tools_with_tool_choice_none_and_a_text_format_are_accepted(
+    app: tuple[FastAPI, FakeQueries],
+) -> None:
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(
+            model="auto",
+            messages=USER,
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            tool_choice="none",
+            response_format={"type": "text"},
+            logprobs=False,
+            n=1,
+        )
+
+    assert _run(app[0], call).choices[0].message.content == "VACUUM reclaims storage [1]."
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", 12), ("max_completion_tokens", 9)])
+def test_max_tokens_reaches_the_query_event(
+    app: tuple[FastAPI, FakeQueries], field: str, value: int
+) -> None:
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(model="small", messages=USER, **{field: value})
+
+    _run(app[0], call)
+    assert app[1].asked[-1].max_tokens == value
+    _run(app[0], lambda c: c.chat.completions.create(model="small", messages=USER))
+    assert app[1].asked[-1].max_tokens is None
+
+
+@pytest.mark.parametrize("chars", [4001, 10_452, 17_000])
+def test_an_over_long_message_is_a_400_context_length_exceeded(
+    app: tuple[FastAPI, FakeQueries], chars: int
+) -> None:
+    from openai import BadRequestError
+
+    content = ("How does VACUUM work? " * 1000)[:chars]
+
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": content}]
+        )
+
+    err = _status_error(app[0], call)
+    assert isinstance(err, BadRequestError)
+    assert err.code == "context_length_exceeded" and err.param == "messages"
+    assert app[1].asked == []  # never cut and sent
+
+
+def test_the_limit_is_api_max_query_chars(tmp_path: Path) -> None:
+    from openai import BadRequestError
+
+    app, fake = make_app(tmp_path, answered, max_query_chars=30)
+
+    def call(content: str) -> Callable[[AsyncOpenAI], Any]:
+        return lambda c: c.chat.completions.create(
+            model="auto", messages=[{"role": "user", "content": content}]
+        )
+
+    _run(app, call("x" * 30))
+    assert fake.asked[-1].query == "x" * 30
+    assert isinstance(_status_error(app, call("x" * 31)), BadRequestError)
+
+
+def test_text_completions_answer_the_prompt(app: tuple[FastAPI, FakeQueries]) -> None:
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.completions.create(model="small", prompt="What does VACUUM do?")
+
+    done = _run(app[0], call)
+    assert done.object == "text_completion"
+    assert done.choices[0].text == "VACUUM reclaims storage [1]."
+    assert done.choices[0].finish_reason == "stop" and done.choices[0].logprobs is None
+    assert done.usage is not None and done.usage.total_tokens == 47
+    assert (done.model_extra or {})["citations"][0]["doc_id"] == "vacuum"
+    assert app[1].asked[-1].query == "What does VACUUM do?"
+    assert app[1].asked[-1].route == "small"
+
+
+def test_text_completions_stream(app: tuple[FastAPI, FakeQueries]) -> None:
+    async def call(c: AsyncOpenAI) -> list[Any]:
+        stream = await c.completions.create(
+            model="auto", prompt="What does VACUUM do?", stream=True, max_tokens=50
+        )
+        return [chunk async for chunk in stream]
+
+    chunks = _run(app[0], call)
+    assert all(ch.object == "text_completion" for ch in chunks)
+    assert "".join(ch.choices[0].text for ch in chunks) == "VACUUM reclaims storage [1]."
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 47
+    assert app[1].asked[-1].max_tokens == 50
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"echo": True}, "echo"), ({"logprobs": 2}, "logprobs"), ({"best_of": 2}, "best_of"),
+     ({"suffix": "x"}, "suffix"), ({"prompt": [1, 2, 3]}, "prompt"), ({"n": 3}, "n")],
+)  # fmt: skip
+def test_text_completion_parameters_no_tier_honours_are_a_400(
+    app: tuple[FastAPI, FakeQueries], extra: dict[str, Any], param: str
+) -> None:
+    async def call(c: AsyncOpenAI) -> Any:
+        body: dict[str, Any] = {"prompt": "What does VACUUM do?"} | extra
+        return await c.completions.create(model="auto", **body)
+
+    err = _status_error(app[0], call)
+    assert err.status_code == 400 and err.param == param
+
+
+def test_errors_of_the_openai_routes_have_openais_shape(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    app, _ = make_app(tmp_path, answered, max_query_chars=10)
+    with TestClient(app) as client:
+        r = client.post("/v1/chat/completions", json={"messages": []})
+        assert r.status_code == 422
+        error = r.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == "messages"
+        assert set(error) == {"message", "type", "param", "code"}
+        r = client.post("/v1/completions", json={"prompt": "x" * 11})
+        assert r.status_code == 400
+        assert r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.json()["error"]["param"] == "prompt"
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/v1/responses", "/v1/audio/speech"])
+def test_unknown_v1_paths_are_a_404_listing_the_endpoints(tmp_path: Path, path: str) -> None:
+    from fastapi.testclient import TestClient
+
+    app, _ = make_app(tmp_path, answered)
+    with TestClient(app) as client:
+        r = client.post(path, json={"model": "auto", "input": "x"})
+    assert r.status_code == 404
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["code"] == "unknown_url"
+    assert "POST /v1/completions" in error["message"] and "GET /v1/models" in error["message"]
+
+
+def test_an_unknown_v1_path_through_the_openai_client_is_a_not_found(
+    app: tuple[FastAPI, FakeQueries],
+) -> None:
+    from openai import NotFoundError
+
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.embeddings.create(model="auto", input="VACUUM")
+
+    err = _status_error(app[0], call)
+    assert isinstance(err, NotFoundError) and "/v1/chat/completions" in err.message
