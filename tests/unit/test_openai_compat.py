@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 
-from tests.unit.apikit import FakeQueries, answered, make_app
+from tests.unit.apikit import CHECKED, FakeQueries, answered, checked, make_app
 from topics.queries import QueryRequest
 from workers.conversation import CONTEXT_MARKER
 
@@ -371,3 +371,65 @@ def test_an_unknown_v1_path_through_the_openai_client_is_a_not_found(
 
     err = _status_error(app[0], call)
     assert isinstance(err, NotFoundError) and "/v1/chat/completions" in err.message
+
+
+@pytest.mark.parametrize(("generated", "finish", "recorded", "truncated"), CHECKED)
+def test_a_stream_ends_with_the_recorded_answer_when_the_check_changed_it(
+    tmp_path: Path, generated: str, finish: str, recorded: str, truncated: bool
+) -> None:
+    app, _ = make_app(tmp_path, checked(generated, finish))
+
+    async def call(c: AsyncOpenAI) -> list[Any]:
+        stream = await c.chat.completions.create(model="small", messages=USER, stream=True)
+        return [chunk async for chunk in stream]
+
+    chunks = _run(app, call)
+    deltas = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    last = chunks[-1]
+    extra = last.model_extra or {}
+    assert extra["answer"] == recorded and extra["truncated"] is truncated
+    assert last.choices[0].finish_reason == ("length" if truncated else "stop")
+    # what a client shows: the deltas, or ``answer`` when the last chunk says ``replaced``
+    shown = extra["answer"] if extra["replaced"] else deltas
+    assert shown == recorded
+    assert extra["replaced"] is bool(generated)  # nothing streamed: the deltas carry it all
+    if not generated:
+        assert deltas == recorded
+
+
+@pytest.mark.parametrize(("generated", "finish", "recorded", "truncated"), CHECKED)
+def test_a_text_completion_stream_ends_with_the_recorded_answer_too(
+    tmp_path: Path, generated: str, finish: str, recorded: str, truncated: bool
+) -> None:
+    app, _ = make_app(tmp_path, checked(generated, finish))
+
+    async def call(c: AsyncOpenAI) -> list[Any]:
+        stream = await c.completions.create(model="small", prompt="VACUUM?", stream=True)
+        return [chunk async for chunk in stream]
+
+    chunks = _run(app, call)
+    extra = chunks[-1].model_extra or {}
+    texts = "".join(ch.choices[0].text for ch in chunks)
+    assert (extra["answer"] if extra["replaced"] else texts) == recorded
+    assert chunks[-1].choices[0].finish_reason == ("length" if truncated else "stop")
+
+
+def test_an_answer_cut_at_its_token_limit_finishes_with_length(tmp_path: Path) -> None:
+    app, _ = make_app(tmp_path, checked("VACUUM reclaims storage [1]. It can", "length"))
+
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(model="small", messages=USER, max_tokens=12)
+
+    done = _run(app, call)
+    assert done.choices[0].message.content == "VACUUM reclaims storage [1]."
+    assert done.choices[0].finish_reason == "length"
+    assert (done.model_extra or {})["truncated"] is True
+
+
+def test_an_unchanged_stream_is_not_replaced(app: tuple[FastAPI, FakeQueries]) -> None:
+    async def call(c: AsyncOpenAI) -> list[Any]:
+        stream = await c.chat.completions.create(model="small", messages=USER, stream=True)
+        return [chunk async for chunk in stream]
+
+    extra = _run(app[0], call)[-1].model_extra or {}
+    assert extra["replaced"] is False and extra["answer"] == "VACUUM reclaims storage [1]."
