@@ -16,7 +16,8 @@ OpenAI's error shape instead (https://platform.openai.com/docs/guides/error-code
 
 ``type`` follows the status (:data:`OPENAI_TYPES`); ``code`` is OpenAI's code where one exists
 (``model_not_found``, ``context_length_exceeded``, ``unsupported_parameter``,
-``invalid_api_key``, ...), else the ragstream code in lower case; ``param`` names the request
+``invalid_api_key``, ...), else the ragstream code unchanged (``INVALID_REQUEST``, ``TIMEOUT``,
+the codes of the native routes, so a client's checks keep working); ``param`` names the request
 field at fault, or ``null``.
 """
 
@@ -163,10 +164,9 @@ def openai_error_object(
 ) -> dict[str, Any]:
     """``{"message", "type", "param", "code"}`` (OpenAI's error object) of an error.
 
-    ``code``: an OpenAI code (kept) or a ragstream code (mapped by :data:`OPENAI_CODES`, else
-    lower-cased)."""
-    if code.isupper():
-        code = OPENAI_CODES.get(code, code.lower())
+    ``code``: an OpenAI code, or a ragstream code (mapped by :data:`OPENAI_CODES` where OpenAI
+    has one, else kept)."""
+    code = OPENAI_CODES.get(code, code)
     kind = OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return OpenAIErrorBody(message=message, type=kind, param=param, code=code).model_dump()
 
@@ -222,7 +222,7 @@ def _openai_invalid(exc: RequestValidationError, message: str) -> JSONResponse:
     errors: list[dict[str, Any]] = list(exc.errors())
     loc = tuple(errors[0].get("loc", ())) if errors else ()
     param = str(loc[1]) if len(loc) > 1 and loc[0] == "body" else None
-    return openai_error_json(422, "invalid_request", message, param=param)
+    return openai_error_json(422, "INVALID_REQUEST", message, param=param)
 
 
 def _api_error_response(request: Request, exc: ApiError) -> JSONResponse:

@@ -177,7 +177,7 @@ def check_chat(body: ChatBody) -> None:
         (body.tools, body.tool_choice, ("tools", "tool_choice")),
         (body.functions, body.function_call, ("functions", "function_call")),
     ):
-        if choice not in {None, "none"}:
+        if choice is not None and choice != "none":  # a dict names a function: also refused
             raise _unsupported(names[1], "tool calls are not supported; only 'none' is")
         if tools and choice is None:
             raise _unsupported(
@@ -220,7 +220,7 @@ def check_completion(body: CompletionBody) -> str:
             raise _unsupported("prompt", "one string (token ids and batches are not supported)")
         prompt = prompt[0]
     if not prompt.strip():
-        raise OpenAIError(422, "invalid_request", "prompt: must not be blank", param="prompt")
+        raise OpenAIError(422, "INVALID_REQUEST", "prompt: must not be blank", param="prompt")
     return prompt
 
 
@@ -245,7 +245,7 @@ def _last_question(body: ChatBody) -> int:
         if message.role == "user" and _text(message).strip():
             return i
     raise OpenAIError(
-        422, "invalid_request", "messages: no user message with text content", param="messages"
+        422, "INVALID_REQUEST", "messages: no user message with text content", param="messages"
     )
 
 
@@ -472,7 +472,7 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
         query = QueryBody(query=ask.question, route=route_of(ask.model), stream=ask.stream)
     except ValidationError as exc:
         message = f"{param}: {exc.errors()[0]['msg']}"
-        raise OpenAIError(422, "invalid_request", message, param=param) from exc
+        raise OpenAIError(422, "INVALID_REQUEST", message, param=param) from exc
     event = build_request(svc.settings, who, query)
     if ask.max_tokens is not None:
         event = event.model_copy(update={"max_tokens": ask.max_tokens})

@@ -203,6 +203,9 @@ def test_an_unknown_model_is_a_404_model_not_found(app: tuple[FastAPI, FakeQueri
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"},
          "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
+        ({"functions": [{"name": "f"}]}, "functions"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"n": 2}, "n"),
         ({"logprobs": True}, "logprobs"),
@@ -433,3 +436,23 @@ def test_an_unchanged_stream_is_not_replaced(app: tuple[FastAPI, FakeQueries]) -
 
     extra = _run(app[0], call)[-1].model_extra or {}
     assert extra["replaced"] is False and extra["answer"] == "VACUUM reclaims storage [1]."
+
+
+def test_a_timeout_and_a_missing_key_keep_their_codes_in_openais_shape(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    def silent(_: QueryRequest) -> list[Any]:
+        return []
+
+    app, _ = make_app(tmp_path, silent, wait_timeout_s=0.2)
+    body = {"model": "auto", "messages": USER}
+    with TestClient(app) as client:
+        r = client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 504
+        assert r.json()["error"]["code"] == "TIMEOUT"  # the native code, as before
+        assert r.json()["error"]["type"] == "server_error"
+        app.dependency_overrides.clear()  # the real key check
+        r = client.get("/v1/models")
+        assert r.status_code == 401
+        assert r.json()["error"]["type"] == "authentication_error"
+        assert r.json()["error"]["code"] == "invalid_api_key"
