@@ -56,7 +56,12 @@ STATUS_CODES = {
 #: Paths whose errors use OpenAI's error shape (the OpenAI-compatible surface).
 OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models"})
 #: The endpoints an unknown ``/v1/*`` path's 404 lists.
-OPENAI_ENDPOINTS = ("GET /v1/models", "POST /v1/chat/completions", "POST /v1/completions")
+OPENAI_ENDPOINTS = (
+    "GET /v1/models",
+    "GET /v1/models/{model}",
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+)
 #: OpenAI's error ``type`` by HTTP status (5xx: ``server_error``).
 OPENAI_TYPES = {
     400: "invalid_request_error",

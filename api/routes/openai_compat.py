@@ -1,5 +1,5 @@
-"""OpenAI-compatible ``GET /v1/models``, ``POST /v1/chat/completions`` and
-``POST /v1/completions`` over the knowledge base.
+"""OpenAI-compatible ``GET /v1/models`` (and ``/v1/models/{model}``),
+``POST /v1/chat/completions`` and ``POST /v1/completions`` over the knowledge base.
 
 Models: the answer tiers. ``evidence`` (the quoted evidence, no LLM), ``small`` and ``large``
 (an LLM over the evidence) force that tier; ``auto`` (listed first) and ``ragstream`` (the
@@ -399,6 +399,19 @@ class ModelList(BaseModel):
 async def list_models() -> ModelList:
     """The answer tiers as models: ``auto`` (default), ``evidence``, ``small``, ``large``."""
     return ModelList(data=[ModelOut(id=m) for m in MODELS])
+
+
+@router.get(
+    "/v1/models/{model}",
+    response_model=ModelOut,
+    responses={401: {"model": OpenAIErrorEnvelope}, 404: {"model": OpenAIErrorEnvelope}},
+    dependencies=[Depends(principal)],
+)
+async def get_model(model: str) -> ModelOut:
+    """One model of ``GET /v1/models`` (an alias answers as itself); 404 ``model_not_found``
+    for any other name."""
+    route_of(model)
+    return ModelOut(id=model)
 
 
 @dataclass(frozen=True)

@@ -456,3 +456,14 @@ def test_a_timeout_and_a_missing_key_keep_their_codes_in_openais_shape(tmp_path:
         assert r.status_code == 401
         assert r.json()["error"]["type"] == "authentication_error"
         assert r.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_not_found(
+    app: tuple[FastAPI, FakeQueries],
+) -> None:
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.models.retrieve("small")
+
+    assert _run(app[0], call).id == "small"
+    err = _status_error(app[0], lambda c: c.models.retrieve("gpt-4o"))
+    assert err.status_code == 404 and err.code == "model_not_found"
