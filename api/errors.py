@@ -6,6 +6,19 @@ Every error body has one shape::
 
 ``code`` is stable and machine-readable (the same codes as the event errors where they
 overlap); ``message`` is for people; ``details`` lists field errors for validation failures.
+
+The OpenAI-compatible routes (:data:`OPENAI_PATHS`) and any unknown ``/v1/*`` path answer in
+OpenAI's error shape instead (https://platform.openai.com/docs/guides/error-codes), which the
+``openai`` clients parse into ``APIStatusError.code`` / ``.param`` / ``.type``::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "model",
+               "code": "model_not_found"}}
+
+``type`` follows the status (:data:`OPENAI_TYPES`); ``code`` is OpenAI's code where one exists
+(``model_not_found``, ``context_length_exceeded``, ``unsupported_parameter``,
+``invalid_api_key``, ...), else the ragstream code unchanged (``INVALID_REQUEST``, ``TIMEOUT``,
+the codes of the native routes, so a client's checks keep working); ``param`` names the request
+field at fault, or ``null``.
 """
 
 from __future__ import annotations
@@ -38,6 +51,32 @@ STATUS_CODES = {
     503: "UNAVAILABLE",
     504: "TIMEOUT",
 }
+
+
+#: Paths whose errors use OpenAI's error shape (the OpenAI-compatible surface).
+OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models"})
+#: The endpoints an unknown ``/v1/*`` path's 404 lists.
+OPENAI_ENDPOINTS = (
+    "GET /v1/models",
+    "GET /v1/models/{model}",
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+)
+#: OpenAI's error ``type`` by HTTP status (5xx: ``server_error``).
+OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    499: "invalid_request_error",
+}
+#: OpenAI's ``code`` for a ragstream code where OpenAI has one.
+OPENAI_CODES = {"UNAUTHENTICATED": "invalid_api_key", "RATE_LIMITED": "rate_limit_exceeded"}
 
 
 class ErrorBody(BaseModel):
@@ -81,6 +120,75 @@ class ApiError(RagstreamError):
         self.details = details or []
 
 
+class OpenAIError(ApiError):
+    """An error of the OpenAI-compatible routes that names OpenAI's ``code`` and ``param``.
+
+    Args:
+        status: HTTP status code.
+        code: OpenAI's error code, e.g. ``model_not_found``.
+        message: human-readable explanation.
+        param: the request field at fault (``model``, ``messages``, ``tools``...), or ``None``.
+        headers: extra response headers.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(status, code, message, headers=headers)
+        self.param = param
+
+
+class OpenAIErrorBody(BaseModel):
+    """OpenAI's error object: ``message``, ``type``, ``param``, ``code``."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorEnvelope(BaseModel):
+    """The body of every non-2xx answer of the OpenAI-compatible routes."""
+
+    error: OpenAIErrorBody
+
+
+def is_openai_path(path: str) -> bool:
+    """True for the OpenAI-compatible routes and for ``/v1/*`` paths no route serves."""
+    return path in OPENAI_PATHS or path.startswith("/v1/models/")
+
+
+def openai_error_object(
+    status: int, code: str, message: str, param: str | None = None
+) -> dict[str, Any]:
+    """``{"message", "type", "param", "code"}`` (OpenAI's error object) of an error.
+
+    ``code``: an OpenAI code, or a ragstream code (mapped by :data:`OPENAI_CODES` where OpenAI
+    has one, else kept)."""
+    code = OPENAI_CODES.get(code, code)
+    kind = OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return OpenAIErrorBody(message=message, type=kind, param=param, code=code).model_dump()
+
+
+def openai_error_json(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """The error response in OpenAI's shape (see the module docstring)."""
+    body = {"error": openai_error_object(status, code, message, param)}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 def error_json(
     status: int,
     code: str,
@@ -102,7 +210,7 @@ def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
     return out
 
 
-def _unsupported_media_type(request: Request, exc: RequestValidationError) -> JSONResponse | None:
+def _unsupported_media_type(request: Request, exc: RequestValidationError) -> str | None:
     """415 when a body failed validation because it was not sent as JSON (FastAPI then sees
     no JSON object and would say 422 "Input should be a valid dictionary")."""
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -110,44 +218,79 @@ def _unsupported_media_type(request: Request, exc: RequestValidationError) -> JS
         return None
     if not any(err.get("loc", ())[:1] == ("body",) for err in exc.errors()):
         return None
-    return error_json(
-        415,
-        "UNSUPPORTED_MEDIA_TYPE",
-        f"Content-Type {media!r} is not supported here: send 'Content-Type: application/json'",
-    )
+    return f"Content-Type {media!r} is not supported here: send 'Content-Type: application/json'"
+
+
+def _openai_invalid(exc: RequestValidationError, message: str) -> JSONResponse:
+    """A schema-invalid body of an OpenAI route: 422 ``invalid_request_error`` naming the
+    top-level field (the status stays 422, as the OpenAPI document says)."""
+    errors: list[dict[str, Any]] = list(exc.errors())
+    loc = tuple(errors[0].get("loc", ())) if errors else ()
+    param = str(loc[1]) if len(loc) > 1 and loc[0] == "body" else None
+    return openai_error_json(422, "INVALID_REQUEST", message, param=param)
+
+
+def _api_error_response(request: Request, exc: ApiError) -> JSONResponse:
+    if isinstance(exc, OpenAIError) or is_openai_path(request.url.path):
+        param = exc.param if isinstance(exc, OpenAIError) else None
+        return openai_error_json(
+            exc.status, exc.code, exc.message, param=param, headers=exc.headers
+        )
+    return error_json(exc.status, exc.code, exc.message, headers=exc.headers, details=exc.details)
+
+
+def _invalid_response(request: Request, exc: RequestValidationError) -> JSONResponse:
+    openai = is_openai_path(request.url.path)
+    unsupported = _unsupported_media_type(request, exc)
+    if unsupported is not None:
+        render = openai_error_json if openai else error_json
+        return render(415, "UNSUPPORTED_MEDIA_TYPE", unsupported)
+    details = _field_errors(exc)
+    first = details[0] if details else {"field": "", "message": "invalid request"}
+    message = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
+    if openai:
+        return _openai_invalid(exc, message)
+    return error_json(422, "INVALID_REQUEST", message, details=details)
+
+
+def _http_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = STATUS_CODES.get(exc.status_code, "ERROR")
+    headers = dict(exc.headers) if exc.headers else None
+    path = request.url.path
+    if exc.status_code == 404 and path.startswith("/v1/") and exc.detail == "Not Found":
+        # No route serves the path: say which OpenAI endpoints exist (a client library that
+        # defaults to one this server lacks learns what to configure).
+        endpoints = ", ".join(OPENAI_ENDPOINTS)
+        message = f"no endpoint {path}; the OpenAI-compatible endpoints are {endpoints}"
+        return openai_error_json(404, "unknown_url", message, headers=headers)
+    render = openai_error_json if is_openai_path(path) else error_json
+    return render(exc.status_code, code, str(exc.detail), headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    """Route validation, HTTP and :class:`ApiError` exceptions to the typed body."""
+    """Route validation, HTTP and :class:`ApiError` exceptions to the typed body (OpenAI's
+    shape on the OpenAI routes, see the module docstring)."""
 
     @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_json(
-            exc.status, exc.code, exc.message, headers=exc.headers, details=exc.details
-        )
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _api_error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        unsupported = _unsupported_media_type(request, exc)
-        if unsupported is not None:
-            return unsupported
-        details = _field_errors(exc)
-        first = details[0] if details else {"field": "", "message": "invalid request"}
-        message = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
-        return error_json(422, "INVALID_REQUEST", message, details=details)
+        return _invalid_response(request, exc)
 
     @app.exception_handler(OperationalError)
-    async def _store_down(_: Request, exc: OperationalError) -> JSONResponse:
+    async def _store_down(request: Request, exc: OperationalError) -> JSONResponse:
         log.warning("api.store_unavailable", error=str(exc.orig))
-        return error_json(503, "UNAVAILABLE", "the metadata store is unreachable")
+        render = openai_error_json if is_openai_path(request.url.path) else error_json
+        return render(503, "UNAVAILABLE", "the metadata store is unreachable")
 
     @app.exception_handler(Exception)
-    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("api.internal_error", error=str(exc))
-        return error_json(500, "INTERNAL", "internal error; it has been logged")
+        render = openai_error_json if is_openai_path(request.url.path) else error_json
+        return render(500, "INTERNAL", "internal error; it has been logged")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = STATUS_CODES.get(exc.status_code, "ERROR")
-        headers = dict(exc.headers) if exc.headers else None
-        return error_json(exc.status_code, code, str(exc.detail), headers=headers)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _http_response(request, exc)

@@ -179,7 +179,15 @@ def render_asyncapi(specs: tuple[TopicSpec, ...] = TOPICS) -> dict[str, Any]:
             "description": (
                 "Kafka topics of ragstream, generated from topics/registry.py by "
                 "`ragstream topics schemas`. Events are JSON, one per record; every event has "
-                "schema_version, event_id, tenant, created_at (UTC) and a per-stage trace."
+                "schema_version, event_id, tenant, created_at (UTC) and a per-stage trace.\n\n"
+                "Trust model: the bus is trusted. Any producer that can write to a topic may "
+                "ask as any tenant (the `tenant` field is not checked against the producer) and "
+                "read every tenant's answers; authenticate clients at the HTTP API, which "
+                "scopes each request to its API key's tenant, and restrict who may produce to "
+                "or consume from these topics with Kafka ACLs.\n\n"
+                "rag.queries: a record without `request_id` is answered under its record key "
+                "(send the key you will look the answer up by); a record without `created_at` "
+                "gets the record's timestamp, so the trace shows the time spent in Kafka."
             ),
             "license": {"name": "Apache-2.0"},
         },

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Annotated, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -77,8 +77,24 @@ class Event(Contract):
     schema_version: int = Field(default=1, ge=1)
     event_id: str = Field(default_factory=new_id, min_length=1, max_length=128)
     tenant: Tenant
-    created_at: UtcDatetime = Field(default_factory=utcnow)
+    created_at: UtcDatetime = Field(
+        default_factory=utcnow,
+        description="When the event was made (UTC). A record without it gets the Kafka "
+        "record's timestamp when it is consumed, so the trace counts the time spent in Kafka.",
+    )
     trace: tuple[StageTiming, ...] = ()
+
+    @classmethod
+    def record_defaults(
+        cls, raw: dict[str, Any], key: bytes | None, timestamp_ms: int | None
+    ) -> dict[str, Any]:
+        """``raw`` (a decoded record value) with the fields its producer left out taken from
+        the Kafka record: ``created_at`` from the record's ``timestamp_ms`` (ms since the
+        epoch). Subclasses add their own (a query's ``request_id`` from the key)."""
+        if "created_at" not in raw and timestamp_ms is not None:
+            stamp = dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.UTC)
+            raw = {**raw, "created_at": stamp.isoformat()}
+        return raw
 
     def traced(
         self,

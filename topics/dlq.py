@@ -31,10 +31,14 @@ class SourceRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers
+    #: The record's timestamp (ms since the epoch, the producer's create time or the broker's
+    #: log-append time); ``None`` when the record has none.
+    timestamp_ms: int | None = None
 
 
 def source_record(record: Any) -> SourceRecord:
-    """Copy the fields of a kafka-python ``ConsumerRecord``."""
+    """Copy the fields of a kafka-python ``ConsumerRecord`` (a timestamp < 0: none)."""
+    stamp = getattr(record, "timestamp", None)
     return SourceRecord(
         record.topic,
         record.partition,
@@ -42,6 +46,7 @@ def source_record(record: Any) -> SourceRecord:
         record.key,
         record.value,
         list(record.headers or []),
+        stamp if isinstance(stamp, int) and stamp >= 0 else None,
     )
 
 

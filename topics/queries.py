@@ -7,7 +7,7 @@ parser; the retrieval stage turns them into Elasticsearch ``term``/``terms``/``r
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,6 +44,10 @@ class RangeFilter(Contract):
 
 Filter = Annotated[TermFilter | RangeFilter, Field(discriminator="kind")]
 
+#: The largest answer budget an event may ask for, in tokens (a pool caps it further at its
+#: ``llm.max_tokens``).
+MAX_ANSWER_TOKENS = 32_768
+
 
 class QueryRequest(Event):
     """A question to answer from the tenant's knowledge base.
@@ -54,10 +58,20 @@ class QueryRequest(Event):
     evidence, no LLM; ``small``/``large``: an LLM over the evidence) or lets the router pick.
     ``exact_cache_checked``: the producer (the API) already looked the request up in the exact
     answer cache and missed, so the retrieval pool does not read it again (the exact cache is
-    read once per request).
+    read once per request). ``max_tokens``: the answer budget in tokens of an LLM tier (the
+    OpenAI routes' ``max_tokens``), at most the pool's own ``llm.max_tokens``; ``None``: the
+    pool's.
     """
 
-    request_id: str = Field(default_factory=new_id, min_length=1, max_length=128)
+    request_id: str = Field(
+        default_factory=new_id,
+        min_length=1,
+        max_length=128,
+        description="The id the answer (rag.responses, rag.tokens, the query log) is keyed "
+        "by. A producer should set it; when it is absent the record key (UTF-8) is used, so a "
+        "redelivered record is answered under the same id; without either a random id is "
+        "generated when the event is consumed.",
+    )
     query: str = Field(min_length=1, max_length=4000)
     deadline: UtcDatetime
     top_n: int = Field(default=30, ge=1, le=200)
@@ -67,6 +81,22 @@ class QueryRequest(Event):
     stream: bool = False
     callback_url: str | None = Field(default=None, max_length=2048)
     exact_cache_checked: bool = False
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_ANSWER_TOKENS)
+
+    @classmethod
+    def record_defaults(
+        cls, raw: dict[str, Any], key: bytes | None, timestamp_ms: int | None
+    ) -> dict[str, Any]:
+        """As :meth:`Event.record_defaults`, and a missing ``request_id`` is the record key
+        (when it is 1-128 characters of UTF-8)."""
+        raw = super().record_defaults(raw, key, timestamp_ms)
+        if "request_id" in raw or not key:
+            return raw
+        try:
+            text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw
+        return {**raw, "request_id": text} if 0 < len(text) <= 128 else raw
 
     def key(self) -> bytes:
         """Keyed by ``request_id``."""

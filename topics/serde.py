@@ -36,8 +36,19 @@ def encode(event: Event) -> bytes:
     return event.model_dump_json().encode()
 
 
-def decode(model: type[E], data: bytes | None) -> E:
+def decode(
+    model: type[E], data: bytes | None, *, key: bytes | None = None, timestamp_ms: int | None = None
+) -> E:
     """Parse ``data`` as a ``model`` event.
+
+    Args:
+        model: the event class.
+        data: the record value.
+        key: the record key, when the record came from Kafka.
+        timestamp_ms: the record's timestamp (ms since the epoch), when it came from Kafka.
+            Fields a producer left out are filled from the record by
+            :meth:`~topics.base.Event.record_defaults` (``created_at``; ``request_id`` of a
+            query event).
 
     Raises:
         UndecodableEventError: empty, non-UTF-8 or non-JSON bytes.
@@ -56,6 +67,7 @@ def decode(model: type[E], data: bytes | None) -> E:
         raise InvalidEventError(
             f"{model.__name__} schema_version {version} is newer than {model.SCHEMA_VERSION}", []
         )
+    raw = model.record_defaults(raw, key, timestamp_ms)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

@@ -79,6 +79,8 @@ def exact_key(request: QueryRequest, index_version: int, config: str = "") -> st
         "filters": [f.model_dump(mode="json") for f in request.filters],
         "route": request.route,
     }
+    if request.max_tokens is not None:  # a shorter budget is another answer
+        params["max_tokens"] = request.max_tokens
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
     return f"{PREFIX}{request.tenant}:{index_version}:{digest}"
 
@@ -239,5 +241,7 @@ def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
         # A forced answer tier is never served another tier's answer.
         "route": request.route,
     }
+    if request.max_tokens is not None:
+        params["max_tokens"] = request.max_tokens
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     return f"{SEM_PREFIX}{request.tenant}:{index_version}:{digest}"

@@ -1,22 +1,52 @@
-"""OpenAI-compatible ``GET /v1/models`` and ``POST /v1/chat/completions`` over the knowledge base.
+"""OpenAI-compatible ``GET /v1/models`` (and ``/v1/models/{model}``),
+``POST /v1/chat/completions`` and ``POST /v1/completions`` over the knowledge base.
 
 Models: the answer tiers. ``evidence`` (the quoted evidence, no LLM), ``small`` and ``large``
-(an LLM over the evidence) force that tier; ``auto`` (listed first, the default) and any other
-name let the router pick. ``ragstream-small`` / ``ragstream-large`` are accepted as aliases.
+(an LLM over the evidence) force that tier; ``auto`` (listed first) and ``ragstream`` (the
+default when a body names none) let the router pick. ``ragstream-small`` / ``ragstream-large``
+are accepted as aliases. Any other name is a 404 ``model_not_found`` (as OpenAI answers).
 
-The question: the last ``user`` message. Earlier ``user`` messages make a follow-up standalone
+The question: the last ``user`` message (``/v1/completions``: the ``prompt``, as a chat with
+that one user message). Earlier ``user`` messages make a follow-up standalone
 (:func:`workers.conversation.standalone_question`: "And how do I change it?" after "Which TCP port
 does the server listen on?" becomes "How do I change the TCP port? | context: Which TCP port does
 the server listen on?"); earlier ``assistant`` messages are not used: quoting an answer's text
 makes retrieval find the same passages again. The context is dropped (never the question) when
-the whole would exceed ``api.max_query_chars``.
+the whole would exceed ``api.max_query_chars``; a question longer than ``api.max_query_chars``
+by itself is refused with 400 ``context_length_exceeded`` (never cut).
 ``system``, ``developer`` and ``tool`` messages are ignored.
 
-The answer is ``choices[0].message.content``; the cited passages and the quoted evidence ride
-along as extra top-level ``citations`` and ``evidence`` lists (clients ignore unknown fields).
-With ``stream: true`` the body is ``chat.completion.chunk`` events ending in ``data: [DONE]``,
-as the OpenAI API streams (https://platform.openai.com/docs/api-reference/chat-streaming); the
-chunk with ``finish_reason: "stop"`` also carries ``usage``, ``citations`` and ``evidence``.
+Parameters: ``max_tokens`` / ``max_completion_tokens`` bound the answer of the LLM tiers (at
+most the pool's ``llm.max_tokens``, which the prompt was budgeted for; a completion that hits
+it is cut at its last whole sentence, ``finish_reason: "length"``); the evidence tier
+generates nothing and ignores it. Parameters that would change what the client gets back and
+that no tier can honour are refused with 400 naming the ``param`` (code
+``unsupported_parameter``): ``tools`` / ``functions`` unless ``tool_choice`` /
+``function_call`` is ``"none"``, a ``response_format`` other than ``{"type": "text"}``,
+``n > 1``, ``logprobs: true`` or ``top_logprobs > 0`` (``/v1/completions``: ``logprobs``,
+``echo``, ``suffix``, ``best_of > 1``, token-id prompts). Sampling parameters (``temperature``,
+``top_p``, ``stop``, penalties, ``seed``, ``user``) are accepted and ignored: the tiers answer
+from the evidence with their own settings. Every error has OpenAI's shape
+(:mod:`api.errors`): ``{"error": {"message", "type", "param", "code"}}``.
+
+The answer is ``choices[0].message.content`` (``choices[0].text``); the cited passages and the
+quoted evidence ride along as extra top-level ``citations`` and ``evidence`` lists (clients
+ignore unknown fields), with ``truncated`` (the LLM's answer was cut at its token limit;
+``finish_reason`` is then ``"length"``). ``usage`` counts the tokens the LLM tier processed
+for this answer (the prompt it read, the tokens it generated); it is 0 where no model ran on
+tokens: the evidence tier (the answer is quoted evidence) and the "not in the documents"
+answer when retrieval found no passage.
+
+With ``stream: true`` the body is ``chat.completion.chunk`` (``text_completion``) events ending
+in ``data: [DONE]``, as the OpenAI API streams
+(https://platform.openai.com/docs/api-reference/chat-streaming); the last chunk, with
+``finish_reason`` ``"stop"`` or ``"length"``, also carries ``usage``, ``citations``,
+``evidence``, ``truncated``, ``answer`` (the recorded answer) and ``replaced``. Deltas are the
+LLM's tokens as they come; when the answer check changes the text after it was streamed (an
+empty or looping completion replaced by the evidence answer, or a ``length`` completion cut at
+its last whole sentence) the deltas cannot be taken back, so the last chunk says
+``replaced: true`` and a client shows ``answer`` instead of the concatenated deltas. With
+``replaced: false`` the concatenated deltas equal ``answer``.
 A streaming client that disconnects before the answer cancels the request's generation (as
 ``POST /v1/query`` does, see :mod:`api.routes.query`).
 
@@ -33,6 +63,7 @@ import json
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
@@ -41,11 +72,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import Principal
 from api.deps import principal
-from api.errors import ApiError, ErrorEnvelope
+from api.errors import ApiError, OpenAIError, OpenAIErrorEnvelope, openai_error_object
 from api.models import QueryBody
 from api.querying import QueryService, replies_until
 from api.routes.query import (
-    ERRORS,
     FAILED_STATUS,
     SSE_CONTENT,
     build_request,
@@ -55,7 +85,7 @@ from api.routes.query import (
 )
 from ragstream.settings import Settings
 from topics.answers import Answer
-from topics.queries import QueryRequest
+from topics.queries import MAX_ANSWER_TOKENS, QueryRequest
 from topics.responses import QueryResponse
 from topics.tokens import AnswerToken, TokenOrder
 from workers.conversation import standalone_question
@@ -63,7 +93,8 @@ from workers.conversation import standalone_question
 router = APIRouter(tags=["openai"])
 #: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.
 MODELS = ("auto", "evidence", "small", "large")
-ALIASES = {"ragstream-small": "small", "ragstream-large": "large"}
+#: Other accepted names: ``ragstream`` (the default of a body without ``model``) and aliases.
+ALIASES = {"ragstream": "auto", "ragstream-small": "small", "ragstream-large": "large"}
 #: Seconds the route answers before the client's own timeout would fire.
 CLIENT_MARGIN_S = 1.0
 #: Request headers that carry the client's timeout in seconds, first match wins.
@@ -71,6 +102,11 @@ TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-read-timeout")
 #: The official OpenAI clients retry 5xx twice unless told not to: a timed-out or failed
 #: question would be asked three times.
 NO_RETRY = {"x-should-retry": "false"}
+#: The error statuses of the OpenAI routes, in OpenAI's error shape.
+ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": OpenAIErrorEnvelope} for s in (400, 401, 404, 413, 415, 422, 429, 503, 504)
+}
+Kind = Literal["chat", "text"]
 
 
 class TextPart(BaseModel):
@@ -78,7 +114,7 @@ class TextPart(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     type: str = Field(max_length=32)
-    text: str | None = Field(default=None, max_length=16_000)
+    text: str | None = None
 
 
 class ChatMessage(BaseModel):
@@ -89,15 +125,110 @@ class ChatMessage(BaseModel):
     content: str | list[TextPart] | None = Field(default=None)
 
 
-class ChatBody(BaseModel):
-    """The subset of the OpenAI request that applies; other fields are accepted and ignored."""
+class Unsupported(BaseModel):
+    """The request fields that change the contract (see the module docstring)."""
 
     model_config = ConfigDict(extra="ignore")
+    n: int = Field(default=1, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+
+
+class ChatBody(Unsupported):
+    """The subset of the OpenAI request that applies; other fields are accepted and ignored."""
+
     model: str = Field(default="ragstream", max_length=128)
     messages: list[ChatMessage] = Field(min_length=1, max_length=100)
     stream: bool = False
-    n: int = Field(default=1, ge=1, le=1)
     user: str | None = Field(default=None, max_length=256)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    response_format: Any = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+
+
+class CompletionBody(Unsupported):
+    """``POST /v1/completions``: the legacy text-completion request (OpenAI shape)."""
+
+    model: str = Field(default="ragstream", max_length=128)
+    prompt: str | list[Any] = ""
+    stream: bool = False
+    user: str | None = Field(default=None, max_length=256)
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+def _unsupported(param: str, what: str) -> OpenAIError:
+    return OpenAIError(400, "unsupported_parameter", f"{param}: {what}", param=param)
+
+
+def check_chat(body: ChatBody) -> None:
+    """Refuse the chat parameters no tier honours (see the module docstring).
+
+    Raises:
+        OpenAIError: 400 ``unsupported_parameter`` naming the ``param``.
+    """
+    for tools, choice, names in (
+        (body.tools, body.tool_choice, ("tools", "tool_choice")),
+        (body.functions, body.function_call, ("functions", "function_call")),
+    ):
+        if choice is not None and choice != "none":  # a dict names a function: also refused
+            raise _unsupported(names[1], "tool calls are not supported; only 'none' is")
+        if tools and choice is None:
+            raise _unsupported(
+                names[0], "tool calls are not supported (or send tool_choice 'none')"
+            )
+    fmt = body.response_format
+    if fmt is not None and fmt != {"type": "text"}:
+        raise _unsupported("response_format", "only {'type': 'text'} is supported")
+    if body.logprobs:
+        raise _unsupported("logprobs", "log probabilities are not returned")
+    if body.top_logprobs:
+        raise _unsupported("top_logprobs", "log probabilities are not returned")
+    _check_common(body)
+
+
+def _check_common(body: Unsupported) -> None:
+    if body.n > 1:
+        raise _unsupported("n", "one choice per request (n = 1)")
+
+
+def check_completion(body: CompletionBody) -> str:
+    """The question of a text-completion request: its ``prompt``.
+
+    Raises:
+        OpenAIError: 400 ``unsupported_parameter`` for ``echo``, ``suffix``, ``logprobs``,
+            ``best_of > 1``, ``n > 1`` or a prompt that is not one string.
+    """
+    if body.echo:
+        raise _unsupported("echo", "the prompt is not echoed")
+    if body.suffix:
+        raise _unsupported("suffix", "insertion is not supported")
+    if body.logprobs:
+        raise _unsupported("logprobs", "log probabilities are not returned")
+    if body.best_of is not None and body.best_of > 1:
+        raise _unsupported("best_of", "one candidate per request")
+    _check_common(body)
+    prompt = body.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1 or not isinstance(prompt[0], str):
+            raise _unsupported("prompt", "one string (token ids and batches are not supported)")
+        prompt = prompt[0]
+    if not prompt.strip():
+        raise OpenAIError(422, "INVALID_REQUEST", "prompt: must not be blank", param="prompt")
+    return prompt
+
+
+def answer_budget(body: Unsupported) -> int | None:
+    """The answer's token budget: ``max_completion_tokens``, else ``max_tokens`` (at most
+    :data:`~topics.queries.MAX_ANSWER_TOKENS`), else ``None`` (the pool's default)."""
+    wanted = body.max_completion_tokens or body.max_tokens
+    return None if wanted is None else min(wanted, MAX_ANSWER_TOKENS)
 
 
 def _text(message: ChatMessage) -> str:
@@ -113,29 +244,57 @@ def _last_question(body: ChatBody) -> int:
         message = body.messages[i]
         if message.role == "user" and _text(message).strip():
             return i
-    raise ApiError(422, "INVALID_REQUEST", "messages: no user message with text content")
+    raise OpenAIError(
+        422, "INVALID_REQUEST", "messages: no user message with text content", param="messages"
+    )
+
+
+def too_long(param: str, chars: int, max_chars: int) -> OpenAIError:
+    """400 ``context_length_exceeded``: the question is over ``api.max_query_chars``."""
+    return OpenAIError(
+        400,
+        "context_length_exceeded",
+        f"{param}: the question is {chars} characters; at most {max_chars} are answered "
+        "(api.max_query_chars)",
+        param=param,
+    )
 
 
 def question_of(body: ChatBody, max_chars: int = 4000) -> str:
     """The question sent down the pipeline: the last user message, made standalone from the
-    earlier user messages (see the module docstring), at most ``max_chars`` characters.
+    earlier user messages (see the module docstring), at most ``max_chars`` characters (the
+    context is dropped first).
 
     Raises:
-        ApiError: 422 when there is no user message with text.
+        OpenAIError: 422 when there is no user message with text; 400
+            ``context_length_exceeded`` when the last user message alone is over ``max_chars``.
     """
     last = _last_question(body)
     question = _text(body.messages[last]).strip()
+    if len(question) > max_chars:
+        raise too_long("messages", len(question), max_chars)
     earlier = [_text(m) for m in body.messages[:last] if m.role == "user" and _text(m).strip()]
     rewritten = standalone_question(earlier, question)
-    if len(rewritten) <= max_chars:
-        return rewritten
-    return question[-max_chars:]
+    return rewritten if len(rewritten) <= max_chars else question
 
 
 def route_of(model: str) -> Literal["auto", "evidence", "small", "large"]:
-    """The answer tier a ``model`` name forces (``auto``: the router picks)."""
+    """The answer tier a ``model`` name forces (``auto``: the router picks).
+
+    Raises:
+        OpenAIError: 404 ``model_not_found`` for a name that is neither a model of
+            ``GET /v1/models`` nor an alias.
+    """
     name = ALIASES.get(model, model)
-    return name if name in {"evidence", "small", "large"} else "auto"  # type: ignore[return-value]
+    if name not in MODELS:
+        raise OpenAIError(
+            404,
+            "model_not_found",
+            f"The model {model!r} does not exist; the models are {', '.join(MODELS)} "
+            f"(aliases: {', '.join(ALIASES)})",
+            param="model",
+        )
+    return name  # type: ignore[return-value]
 
 
 def client_wait_s(settings: Settings, request: Request) -> float:
@@ -163,27 +322,32 @@ def _usage(r: Answer) -> dict[str, int]:
     }
 
 
-def _sources(r: Answer) -> dict[str, list[dict[str, Any]]]:
+def _sources(r: Answer) -> dict[str, Any]:
     return {
         "citations": [c.model_dump(mode="json") for c in r.citations],
         "evidence": [e.model_dump(mode="json") for e in r.evidence],
+        "truncated": r.truncated,
     }
 
 
-def completion(r: Answer, model: str) -> dict[str, Any]:
-    """A ``chat.completion`` object for an answer (``status="answered"``)."""
+def finish_reason(r: Answer) -> Literal["stop", "length"]:
+    """``length`` when the LLM's answer was cut at its token limit, else ``stop``."""
+    return "length" if r.truncated else "stop"
+
+
+def completion(r: Answer, model: str, kind: Kind = "chat") -> dict[str, Any]:
+    """A ``chat.completion`` (``text_completion``) object for an answer (``answered``)."""
+    if kind == "chat":
+        choice: dict[str, Any] = {"message": {"role": "assistant", "content": r.answer}}
+        head = {"id": f"chatcmpl-{r.request_id}", "object": "chat.completion"}
+    else:
+        choice = {"text": r.answer or "", "logprobs": None}
+        head = {"id": f"cmpl-{r.request_id}", "object": "text_completion"}
     return {
-        "id": f"chatcmpl-{r.request_id}",
-        "object": "chat.completion",
+        **head,
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": r.answer},
-                "finish_reason": "stop",
-            }
-        ],
+        "choices": [{"index": 0, **choice, "finish_reason": finish_reason(r)}],
         "usage": _usage(r),
         **_sources(r),
     }
@@ -229,12 +393,36 @@ class ModelList(BaseModel):
 @router.get(
     "/v1/models",
     response_model=ModelList,
-    responses={401: {"model": ErrorEnvelope}},
+    responses={401: {"model": OpenAIErrorEnvelope}},
     dependencies=[Depends(principal)],
 )
 async def list_models() -> ModelList:
     """The answer tiers as models: ``auto`` (default), ``evidence``, ``small``, ``large``."""
     return ModelList(data=[ModelOut(id=m) for m in MODELS])
+
+
+@router.get(
+    "/v1/models/{model}",
+    response_model=ModelOut,
+    responses={401: {"model": OpenAIErrorEnvelope}, 404: {"model": OpenAIErrorEnvelope}},
+    dependencies=[Depends(principal)],
+)
+async def get_model(model: str) -> ModelOut:
+    """One model of ``GET /v1/models`` (an alias answers as itself); 404 ``model_not_found``
+    for any other name."""
+    route_of(model)
+    return ModelOut(id=model)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One question of an OpenAI route: the text, the model named, the answer budget."""
+
+    question: str
+    model: str
+    stream: bool
+    max_tokens: int | None
+    kind: Kind
 
 
 @router.post(
@@ -252,18 +440,59 @@ async def chat_completions(
     body: ChatBody, request: Request, who: Principal = Depends(principal)
 ) -> Any:
     """Answer the last user message from the caller's knowledge base (OpenAI shape)."""
-    started = time.monotonic()
+    route_of(body.model)
+    check_chat(body)
     svc = query_service(request)
     question = question_of(body, svc.settings.api.max_query_chars)
+    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat")
+    return await answer(svc, request, who, ask)
+
+
+@router.post(
+    "/v1/completions",
+    responses={
+        200: {
+            "description": "A `text_completion` (JSON); with `stream: true`, Server-Sent Events "
+            "of `text_completion` objects ending in `data: [DONE]`.",
+            "content": SSE_CONTENT,
+        },
+        **ERRORS,
+    },
+)
+async def completions(
+    body: CompletionBody, request: Request, who: Principal = Depends(principal)
+) -> Any:
+    """Answer the ``prompt`` as a chat with one user message (OpenAI's text-completion shape)."""
+    route_of(body.model)
+    prompt = check_completion(body).strip()
+    svc = query_service(request)
+    if len(prompt) > svc.settings.api.max_query_chars:
+        raise too_long("prompt", len(prompt), svc.settings.api.max_query_chars)
+    ask = Ask(prompt, body.model, body.stream, answer_budget(body), "text")
+    return await answer(svc, request, who, ask)
+
+
+async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) -> Any:
+    """Ask the pools and answer in the OpenAI shape of ``ask.kind`` (JSON or a stream).
+
+    Raises:
+        OpenAIError: 422 for a question the query contract refuses.
+        ApiError: the failed query's status, or 504 when no answer came within the wait.
+    """
+    started = time.monotonic()
+    param = "messages" if ask.kind == "chat" else "prompt"
     try:
-        query = QueryBody(query=question, route=route_of(body.model), stream=body.stream)
+        query = QueryBody(query=ask.question, route=route_of(ask.model), stream=ask.stream)
     except ValidationError as exc:
-        raise ApiError(422, "INVALID_REQUEST", f"messages: {exc.errors()[0]['msg']}") from exc
+        message = f"{param}: {exc.errors()[0]['msg']}"
+        raise OpenAIError(422, "INVALID_REQUEST", message, param=param) from exc
     event = build_request(svc.settings, who, query)
+    if ask.max_tokens is not None:
+        event = event.model_copy(update={"max_tokens": ask.max_tokens})
     wait_s = client_wait_s(svc.settings, request)
-    hit, queue = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
-    if body.stream:
-        stream = chunks(svc, event, body.model, hit, queue, started + wait_s)
+    hit, queue = await svc.ask(event, wait_s=wait_s, tokens=ask.stream)
+    if ask.stream:
+        stream = chunks(svc, event, ask, hit, queue, started + wait_s)
         return event_stream(svc.settings, stream, event.request_id)
     response = hit
     if response is None:
@@ -276,48 +505,86 @@ async def chat_completions(
             svc.unsubscribe(event.request_id)
     if response is None:
         raise _timeout(event.request_id)
-    answer = Answer.of(response, query=question)
-    if answer.status != "answered":
-        raise _failure(answer)
-    return JSONResponse(completion(answer, body.model))
+    result = Answer.of(response, query=ask.question)
+    if result.status != "answered":
+        raise _failure(result)
+    return JSONResponse(completion(result, ask.model, ask.kind))
 
 
 def _chunk(
     request_id: str,
-    model: str,
-    delta: dict[str, Any],
+    ask: Ask,
+    text: str | None,
     finish: str | None,
-    final: Answer | None = None,
+    final: dict[str, Any] | None = None,
 ) -> bytes:
+    """One streamed chunk: a ``chat.completion.chunk`` (``text`` ``None``: the role chunk) or
+    a ``text_completion``; ``final``: the extra fields of the last chunk."""
+    if ask.kind == "chat":
+        delta = {"role": "assistant", "content": ""} if text is None else {"content": text}
+        if finish is not None:
+            delta = {}
+        head = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk"}
+        choice: dict[str, Any] = {"delta": delta}
+    else:
+        head = {"id": f"cmpl-{request_id}", "object": "text_completion"}
+        choice = {"text": text or "", "logprobs": None}
     data: dict[str, Any] = {
-        "id": f"chatcmpl-{request_id}",
-        "object": "chat.completion.chunk",
+        **head,
         "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "model": ask.model,
+        "choices": [{"index": 0, **choice, "finish_reason": finish}],
     }
     if final is not None:
-        data |= {"usage": _usage(final), **_sources(final)}
+        data |= final
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def final_fields(answer: Answer, shown: str) -> dict[str, Any]:
+    """The extra fields of a stream's last chunk: ``usage``, ``citations``, ``evidence``,
+    ``truncated``, ``answer`` (the recorded answer) and ``replaced`` (the deltas streamed so
+    far are not a prefix of ``answer``: the client shows ``answer``)."""
+    text = answer.answer or ""
+    return {
+        "usage": _usage(answer),
+        **_sources(answer),
+        "answer": text,
+        "replaced": not text.startswith(shown),
+    }
+
+
+def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[bytes]:
+    """The chunks after the streamed tokens: the rest of the answer and the last chunk, or the
+    ``error`` object of a failure (``final`` ``None``: the wait ran out)."""
+    if final is None or final.status != "answered":
+        err = _timeout(rid) if final is None else _failure(final)
+        payload = {"error": openai_error_object(err.status, err.code, err.message)}
+        return [f"data: {json.dumps(payload)}\n\n".encode()]
+    text = final.answer or ""
+    rest = text[len(shown) :] if text.startswith(shown) else ""
+    out = [_chunk(rid, ask, rest, None)] if rest else []
+    return [*out, _chunk(rid, ask, None, finish_reason(final), final_fields(final, shown))]
 
 
 async def chunks(  # noqa: PLR0917 - one call site
     svc: QueryService,
     event: QueryRequest,
-    model: str,
+    ask: Ask,
     hit: QueryResponse | None,
     queue: Any,
     until: float,
 ) -> AsyncIterator[bytes]:
-    """The streamed completion: a role chunk, content chunks, a final chunk (with ``usage``,
-    ``citations`` and ``evidence``), ``[DONE]``.
+    """The streamed completion: a role chunk (chat), content chunks, the last chunk (with the
+    fields of :func:`final_fields`), ``[DONE]``.
 
-    Tokens are streamed as they come; when the final answer arrives, any part of it the token
-    stream has not shown yet is sent, so the concatenated deltas equal the recorded answer.
+    Tokens are streamed as they come; when the final answer arrives and extends what was
+    streamed, the rest is sent, so the concatenated deltas equal the recorded answer; when it
+    does not (the answer check replaced or cut the text), the last chunk says ``replaced``.
     A failure or timeout mid-stream is sent as an ``error`` object (the OpenAI convention).
     """
     rid = event.request_id
-    yield _chunk(rid, model, {"role": "assistant", "content": ""}, None)
+    if ask.kind == "chat":
+        yield _chunk(rid, ask, None, None)
     shown = ""
     order = TokenOrder()
     try:
@@ -329,20 +596,12 @@ async def chunks(  # noqa: PLR0917 - one call site
                         continue  # a replayed generation re-sends tokens: show each once
                     if reply.text:
                         shown += reply.text
-                        yield _chunk(rid, model, {"content": reply.text}, None)
+                        yield _chunk(rid, ask, reply.text, None)
                 else:
                     response = reply
         final = None if response is None else Answer.of(response, query=event.query)
-        if final is None or final.status != "answered":
-            err = _timeout(rid) if final is None else _failure(final)
-            payload = {"error": {"code": err.code, "message": err.message}}
-            yield f"data: {json.dumps(payload)}\n\n".encode()
-        else:
-            text = final.answer or ""
-            rest = text[len(shown) :] if text.startswith(shown) else ""
-            if rest:
-                yield _chunk(rid, model, {"content": rest}, None)
-            yield _chunk(rid, model, {}, "stop", final)
+        for chunk in _ending(rid, ask, final, shown):
+            yield chunk
         yield b"data: [DONE]\n\n"
     except (asyncio.CancelledError, GeneratorExit):
         if hit is None:  # the client left before its answer: stop the pools' work on it

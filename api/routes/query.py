@@ -9,6 +9,12 @@ Server-Sent Events of a streamed query (``"stream": true``), in order:
 - ``event: evidence`` ``{"seq": 0, "evidence": [span, ...]}`` the quoted evidence, as soon as
   the evidence stage has chosen it and before any LLM token (LLM tiers);
 - ``event: token`` ``{"seq": n, "text": "..."}`` as the generation pool produces tokens;
+- ``event: replace`` ``{"text", "truncated"}`` right before ``answer`` when the recorded answer
+  is not what the ``token`` events spelled (their texts concatenated): the answer check replaced
+  an empty or looping completion with the evidence answer, or cut a completion that hit its
+  token limit at its last whole sentence (``truncated: true``), or no token carried text. A
+  client that renders tokens replaces what it showed with ``text``; after it, the shown text
+  equals ``answer.answer``, as it does without a ``replace`` event;
 - ``event: answer`` with the full :class:`~api.models.QueryResult` (authoritative: tokens are a
   preview, the answer is the recorded result), or ``event: error`` with the result of a failed
   query, or ``event: timeout`` ``{"request_id", "links"}`` when the wait ran out (poll then).
@@ -176,7 +182,8 @@ def logged_result(
     responses={
         200: {
             "description": "The answer (JSON); with `stream: true`, Server-Sent Events: "
-            "`accepted`, `queued`, `evidence`, `token`..., then `answer`, `error` or `timeout`, "
+            "`accepted`, `queued`, `evidence`, `token`..., `replace` (when the recorded answer "
+            "is not the tokens' text), then `answer`, `error` or `timeout`, "
             "with `: ping` keep-alive comments.",
             "content": SSE_CONTENT,
         },
@@ -244,6 +251,30 @@ def sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+def token_event(token: AnswerToken) -> tuple[bytes, str]:
+    """``(event, text)`` of a token: the ``evidence`` event (no text), a ``token`` event with
+    its text, or ``b""`` for a token without text (the final marker)."""
+    if token.kind == "evidence":
+        spans = [e.model_dump(mode="json") for e in token.evidence]
+        return sse("evidence", {"seq": token.seq, "evidence": spans}), ""
+    if token.text:
+        return sse("token", {"seq": token.seq, "text": token.text}), token.text
+    return b"", ""
+
+
+def final_events(
+    answer: Answer, shown: str, latency_ms: float, links: dict[str, str]
+) -> list[bytes]:
+    """The events that end a stream: ``answer`` (preceded by ``replace`` when the recorded
+    answer is not ``shown``, the token texts concatenated), or ``error``."""
+    result = QueryResult.render(answer, latency_ms=latency_ms, links=links)
+    if result.status != "answered":
+        return [sse("error", result.model_dump(mode="json"))]
+    text = answer.answer or ""
+    replace = [sse("replace", {"text": text, "truncated": answer.truncated})]
+    return [*(replace if text != shown else []), sse("answer", result.model_dump(mode="json"))]
+
+
 async def sse_stream(  # noqa: PLR0917 - one call site
     svc: QueryService,
     event: QueryRequest,
@@ -256,34 +287,28 @@ async def sse_stream(  # noqa: PLR0917 - one call site
     links = poll_link(svc.settings, event.request_id)
     yield sse("accepted", {"request_id": event.request_id, "links": links})
     try:
-        if hit is None:
-            lag, pool = await svc.backlog()
-            yield sse("queued", {"request_id": event.request_id, "backlog": lag, "pool": pool})
         if hit is not None:
-            ms = (time.monotonic() - started) * 1000
             yield sse("token", {"seq": 0, "text": hit.answer})
-            result = QueryResult.render(
-                Answer.of(hit, query=event.query), latency_ms=ms, links=links
-            )
-            yield sse("answer", result.model_dump(mode="json"))
+            ms = (time.monotonic() - started) * 1000
+            for chunk in final_events(Answer.of(hit, query=event.query), hit.answer, ms, links):
+                yield chunk
             return
+        lag, pool = await svc.backlog()
+        yield sse("queued", {"request_id": event.request_id, "backlog": lag, "pool": pool})
         assert queue is not None
         order = TokenOrder()
+        shown = ""  # the token texts so far, concatenated
         async for reply in replies_until(queue, started + wait_s):
             if isinstance(reply, AnswerToken):
-                if not order.fresh(reply):
-                    continue  # a replayed generation re-sends tokens: show each once
-                if reply.kind == "evidence":
-                    spans = [e.model_dump(mode="json") for e in reply.evidence]
-                    yield sse("evidence", {"seq": reply.seq, "evidence": spans})
-                elif reply.text:
-                    yield sse("token", {"seq": reply.seq, "text": reply.text})
+                if order.fresh(reply):  # a replayed generation re-sends tokens: show each once
+                    chunk, text = token_event(reply)
+                    shown += text
+                    if chunk:
+                        yield chunk
                 continue
             ms = (time.monotonic() - started) * 1000
-            answer = Answer.of(reply, query=event.query)
-            result = QueryResult.render(answer, latency_ms=ms, links=links)
-            name = "answer" if result.status == "answered" else "error"
-            yield sse(name, result.model_dump(mode="json"))
+            for chunk in final_events(Answer.of(reply, query=event.query), shown, ms, links):
+                yield chunk
             return
         yield sse("timeout", {"request_id": event.request_id, "links": links})
     except (asyncio.CancelledError, GeneratorExit):

@@ -178,6 +178,29 @@ def test_openai_client_works_unchanged(stack: Stack) -> None:
     assert extra["evidence"], extra
 
 
+def test_max_tokens_bounds_the_real_llms_answer_and_completions_are_served(
+    stack: Stack,
+) -> None:
+    from openai import NotFoundError, OpenAI
+
+    client = OpenAI(base_url=stack.apis[0].url + "/v1", api_key=stack.keys["acme"])
+    question = "What does VACUUM reclaim, and when does the autovacuum launcher start workers?"
+    short = client.chat.completions.create(
+        model="small", messages=[{"role": "user", "content": question}], max_tokens=3
+    )
+    assert short.usage is not None and 0 < short.usage.completion_tokens <= 3, short.usage
+    assert short.choices[0].message.content  # cut at a sentence or the evidence answer
+    text = client.completions.create(model="small", prompt="What does VACUUM reclaim?")
+    assert text.object == "text_completion" and "storage" in text.choices[0].text.lower()
+    assert text.usage is not None and text.usage.completion_tokens > 0
+    try:
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
+    except NotFoundError as exc:
+        assert exc.code == "model_not_found"
+    else:
+        raise AssertionError("an unknown model was answered")
+
+
 def test_open_webuis_request_sequence_replays_against_the_real_stack(stack: Stack) -> None:
     from tests.frontends import load, replay
 

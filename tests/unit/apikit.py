@@ -126,3 +126,53 @@ def answered(
         )
     )
     return replies
+
+
+#: The evidence answer an unusable completion falls back on in :func:`checked`.
+EVIDENCE_ANSWER = "VACUUM reclaims storage [1]."
+
+
+def checked(generated: str, finish: str = "stop") -> Answer:
+    """Replies of an LLM completion ``generated`` (streamed as three tokens) as the answer
+    check records it: the real :func:`~workers.generation.compress.judge` decides, as the
+    generation pool does; an empty or looping completion is replaced by
+    :data:`EVIDENCE_ANSWER`, a ``length`` completion is cut at its last whole sentence and
+    marked ``truncated``."""
+    from workers.generation.compress import judge
+
+    def answer(request: QueryRequest) -> list[Reply]:
+        judged = judge(generated, finish, ["\n\n"])
+        text = EVIDENCE_ANSWER if judged.fallback else judged.text
+        rid, tenant = request.request_id, request.tenant
+        third = max(1, len(generated) // 3)
+        pieces = [generated[i : i + third] for i in range(0, len(generated), third)]
+        replies: list[Reply] = [
+            AnswerToken(request_id=rid, tenant=tenant, seq=i + 1, text=piece)
+            for i, piece in enumerate(pieces)
+        ]
+        replies.append(
+            AnswerToken(request_id=rid, tenant=tenant, seq=len(pieces) + 1, text="", final=True)
+        )
+        [response] = [r for r in answered(request, text, tokens=False)]
+        assert isinstance(response, QueryResponse)
+        replies.append(
+            response.model_copy(update={"truncated": judged.truncated and not judged.fallback})
+        )
+        return replies
+
+    return answer
+
+
+#: Completions the answer check changes: ``(generated, finish_reason, recorded answer,
+#: truncated)``: an empty one, a looping one (both replaced by the evidence answer) and one
+#: cut at its token limit.
+CHECKED = [
+    ("", "stop", EVIDENCE_ANSWER, False),
+    ("\\gset\nAnswer: " * 8, "stop", EVIDENCE_ANSWER, False),
+    (
+        "Autovacuum runs VACUUM [1]. It can also run while the",
+        "length",
+        "Autovacuum runs VACUUM [1].",
+        True,
+    ),
+]

@@ -159,7 +159,10 @@ def test_an_answer_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
         assert form["citations"] == expected["citations"]
         assert form["evidence"] == expected["evidence"]
         assert form["usage"] == usage
-    assert final["choices"][0]["finish_reason"] == "stop"
+    # a truncated answer finishes with "length" (issue 25: it said "stop" before)
+    assert final["choices"][0]["finish_reason"] == "length"
+    assert openai["choices"][0]["finish_reason"] == "length" and final["truncated"] is True
+    assert final["answer"] == view.answer and final["replaced"] is False
     printed = _cli(out["poll"])
     assert view.answer is not None and view.answer in printed
     assert "[1] VACUUM — sql-vacuum.html" in printed and "[2] mvcc — mvcc" in printed

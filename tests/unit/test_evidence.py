@@ -402,3 +402,15 @@ def test_the_gate_refuses_unknown_names_and_passages_far_from_the_question() -> 
     assert ev.relevance == 0.8
     assert compose(ev, AnswerPolicy(min_relevance=0.83)).reason == "off_topic:relevance=0.800"
     assert not compose(ev, AnswerPolicy(min_relevance=0.75)).refused
+
+
+def test_an_answer_budget_is_part_of_the_cache_key() -> None:
+    import datetime as dt
+
+    from topics.queries import QueryRequest
+    from workers.caches import exact_key
+
+    request = QueryRequest(tenant="t", query="q?", deadline=dt.datetime.now(dt.UTC))
+    short = request.model_copy(update={"max_tokens": 1})
+    assert exact_key(request, 1) != exact_key(short, 1)
+    assert exact_key(short, 1) == exact_key(request.model_copy(update={"max_tokens": 1}), 1)

@@ -40,6 +40,7 @@ class Backend:
     def __init__(self, text: str, finish: str = "stop") -> None:
         self.text, self.finish = text, finish
         self.prompts: list[str] = []
+        self.budgets: list[int | None] = []
 
     async def generate_many(
         self,
@@ -48,6 +49,7 @@ class Backend:
         cancel_for: object = None,
     ) -> list[GenerationResult | Exception]:
         self.prompts.extend(str(r.prompt.messages or r.prompt.text) for r in requests)
+        self.budgets.extend(r.max_tokens for r in requests)
         return [
             GenerationResult(r.request_id, self.text, 50, 7, self.finish, 12.0, 30.0)
             for r in requests
@@ -153,3 +155,16 @@ def test_the_fallback_is_the_composed_evidence_answer_and_evidence_is_compressed
     calls.clear()
     _answer(_generator(Backend("It is 128MB [1].")), _event())
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(("asked", "sent"), [(None, None), (12, 12), (64, 64), (5000, 64)])
+def test_the_requests_max_tokens_is_the_llms_budget_capped_by_the_pools(
+    asked: int | None, sent: int | None
+) -> None:
+    backend = Backend("It is 128MB [1].")
+    event = _event()
+    event = event.model_copy(
+        update={"request": event.request.model_copy(update={"max_tokens": asked})}
+    )
+    _answer(_generator(backend), event)  # the pool reserved 64 answer tokens
+    assert backend.budgets == [sent]

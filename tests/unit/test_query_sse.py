@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from entry.client import parse_sse
-from tests.unit.apikit import answered, make_app
+from tests.unit.apikit import CHECKED, answered, checked, make_app
 from topics.queries import QueryRequest
 
 BODY = {"query": "What does VACUUM do?", "stream": True}
@@ -74,3 +75,24 @@ def test_a_client_disconnect_unsubscribes_at_once(tmp_path: Path) -> None:
     elapsed = asyncio.run(go())
     assert elapsed < 5, "the stream kept waiting after the client left"
     assert fake.unsubscribed == [fake.asked[0].request_id]
+
+
+@pytest.mark.parametrize(("generated", "finish", "recorded", "truncated"), CHECKED)
+def test_a_replace_event_precedes_the_answer_when_the_check_changed_it(
+    tmp_path: Path, generated: str, finish: str, recorded: str, truncated: bool
+) -> None:
+    app, _ = make_app(tmp_path, checked(generated, finish))
+    with TestClient(app) as client, client.stream("POST", "/v1/query", json=BODY) as r:
+        events = list(parse_sse(r.iter_lines()))
+    kinds = [e.kind for e in events]
+    assert kinds[-2:] == ["replace", "answer"], kinds
+    assert kinds.count("replace") == 1
+    assert events[-2].data == {"text": recorded, "truncated": truncated}
+    assert events[-1].data["answer"] == recorded and events[-1].data["truncated"] is truncated
+    shown = ""  # what a client that renders the stream shows
+    for e in events:
+        if e.kind == "token":
+            shown += e.data["text"]
+        elif e.kind == "replace":
+            shown = e.data["text"]
+    assert shown == recorded

@@ -310,7 +310,10 @@ class Generator:
         by_id = {events[i].request.request_id: i for i in pending}
         while pending:
             requests = [
-                GenerationRequest(events[i].request.request_id, prompts[i]) for i in pending
+                GenerationRequest(
+                    events[i].request.request_id, prompts[i], self._budget(events[i].request)
+                )
+                for i in pending
             ]
             outcomes = await self.backend.generate_many(
                 requests, lambda rid: streams[by_id[rid]][0], flags.get
@@ -330,6 +333,13 @@ class Generator:
                 log.warning("generation.backend_unavailable", retry=len(retry), attempt=attempt)
                 await asyncio.sleep(delay_s)
             pending = retry
+
+    def _budget(self, request: QueryRequest) -> int | None:
+        """The answer budget of ``request`` in tokens: its ``max_tokens``, at most what the
+        prompt was budgeted for (``builder.max_answer_tokens``); ``None``: the backend's."""
+        if request.max_tokens is None:
+            return None
+        return min(request.max_tokens, self.builder.max_answer_tokens)
 
     def _observe(self, outcome: GenerationResult | BaseException) -> None:
         """Count one LLM request attempt in the ``ragstream_llm_*`` metrics; a failed one also

@@ -124,6 +124,7 @@ class PromptBuilder:
         min_partial_tokens: int = 32,
         instruction: str = INSTRUCTION,
     ) -> None:
+        self.max_answer_tokens = max_answer_tokens
         self.budget_tokens = n_ctx_per_slot - max_answer_tokens - safety_margin_tokens
         if self.budget_tokens <= 0:
             raise ConfigurationError(

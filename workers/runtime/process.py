@@ -63,11 +63,13 @@ class BatchResult:
 
 
 def decode_items(model: type[Event], sources: Sequence[SourceRecord]) -> list[Item]:
-    """Decode each source record; a failure is kept on its item, never raised."""
+    """Decode each source record (fields the producer left out come from the record: see
+    :func:`topics.serde.decode`); a failure is kept on its item, never raised."""
     items = []
     for src in sources:
         try:
-            items.append(Item(src, decode(model, src.value)))
+            event = decode(model, src.value, key=src.key, timestamp_ms=src.timestamp_ms)
+            items.append(Item(src, event))
         except PermanentError as exc:
             items.append(Item(src, error=exc))
     return items

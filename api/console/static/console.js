@@ -288,7 +288,8 @@ async function ask(event) {
         if (!live.isConnected) body.append(live);
         live.textContent += data.text;
         state.textContent = "generating...";
-      } else if (name === "answer" || name === "error") final = data;
+      } else if (name === "replace") live.textContent = data.text; // the check changed the text
+      else if (name === "answer" || name === "error") final = data;
       else if (name === "timeout") final = { request_id: data.request_id, status: "pending" };
     });
     if (final) renderResult(turn, final);
