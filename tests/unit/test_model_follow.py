@@ -5,12 +5,13 @@ retrieval pool and the ingest pipeline make of each."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import structlog
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
@@ -112,6 +113,21 @@ def test_the_alias_is_read_at_most_once_per_interval() -> None:
     assert follower.index == "chunks-v1" and follower.model_id == A
 
 
+@pytest.fixture
+def fresh_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """structlog as a test that captures logs needs it, whatever an earlier test configured:
+    an in-process CLI run sets a WARNING-filtering logger class and caches the loggers it
+    used, and ``capture_logs`` would see no info event."""
+    import ingest.model_follow as model_follow
+
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    monkeypatch.setattr(model_follow, "log", structlog.get_logger(model_follow.__name__))
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("fresh_logs")
 def test_a_swap_to_a_buildable_model_switches_within_the_interval() -> None:
     alias, clock = Alias("chunks-v1", A), Clock()
     a, b = FakeModel(A, 1.0), FakeModel(B, -1.0)
