@@ -424,6 +424,7 @@ def print_urls(settings: Settings) -> None:
     }
     ports.update(procfile_metrics_ports())
     console.rule("[bold green]ragstream is running")
+    console.print(f"Console (browser):   {api}/  (sign in with the API key below)")
     console.print(f"API docs (OpenAPI):  {api}/docs")
     console.print(f"API metrics:         {api}/metrics")
     console.print(f"Flower (Celery):     http://127.0.0.1:{settings.celery.flower_port}")
