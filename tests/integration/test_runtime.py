@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import signal
@@ -131,7 +132,10 @@ def test_slow_arrivals_close_batches_at_max_wait(settings: Settings, pipe: Pipe)
     _stop(runner, thread)
     sizes = [n for _, n in pipe.calls]
     assert sum(sizes) == 12
-    assert 2 <= len(sizes) <= 6, sizes  # neither one batch per event nor one batch for all
+    # Neither one batch per event nor one batch for all: about one batch per max_wait_ms of the
+    # time the sends took (a busy machine stretches the 1.2 s of sends, so count from them).
+    span_s = sent_at[-1] - sent_at[0]
+    assert 2 <= len(sizes) <= max(6, math.ceil(span_s / 0.4) + 2) < 12, (sizes, span_s)
     first_call = pipe.calls[0][0]
     assert first_call - sent_at[0] >= 0.35  # the batch waited ~max_wait_ms for company
     assert first_call - sent_at[0] < 2.0
