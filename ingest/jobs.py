@@ -12,11 +12,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest.sources import SourceFile
 from ragstream.db.models import FINAL_JOB_STATUSES, IngestJob, IngestJobItem, as_utc, utcnow
+from ragstream.db.pages import newest_first
 
 DONE_STATUSES = ("indexed", "unchanged", "deleted")
 #: Celery task sent (by name, with the job id) when a job reaches a final status; the webhook
@@ -228,16 +229,13 @@ def page_jobs(
 ) -> list[JobProgress]:
     """Up to ``limit`` of ``tenant``'s jobs, newest first by ``(created_at, id)``, those
     after the sort key ``before`` of the previous page's last job (keyset pagination)."""
-    stmt = select(IngestJob).where(IngestJob.tenant == tenant)
-    if before is not None:
-        created, job_id = before
-        stmt = stmt.where(
-            or_(
-                IngestJob.created_at < created,
-                and_(IngestJob.created_at == created, IngestJob.id < job_id),
-            )
-        )
-    stmt = stmt.order_by(IngestJob.created_at.desc(), IngestJob.id.desc()).limit(limit)
+    stmt = newest_first(
+        select(IngestJob).where(IngestJob.tenant == tenant),
+        IngestJob.created_at,
+        IngestJob.id,
+        limit=limit,
+        before=before,
+    )
     with sessions() as session:
         return [_progress(job) for job in session.scalars(stmt)]
 

@@ -18,11 +18,12 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream.db.models import QueryLog, as_utc, utcnow
+from ragstream.db.pages import newest_first
 from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse
@@ -172,15 +173,7 @@ def page(
         QueryLog.created_at,
         QueryLog.completed_at,
     ).where(QueryLog.tenant == tenant)
-    if before is not None:
-        created, request_id = before
-        stmt = stmt.where(
-            or_(
-                QueryLog.created_at < created,
-                and_(QueryLog.created_at == created, QueryLog.request_id < request_id),
-            )
-        )
-    stmt = stmt.order_by(QueryLog.created_at.desc(), QueryLog.request_id.desc()).limit(limit)
+    stmt = newest_first(stmt, QueryLog.created_at, QueryLog.request_id, limit=limit, before=before)
     with sessions() as session:
         rows = session.execute(stmt).all()
     out = []
