@@ -131,6 +131,12 @@ def proper_names(text: str) -> list[str]:
     return out
 
 
+def holds_word(text: str, word: str) -> bool:
+    """Whether ``word`` stands in ``text`` as a whole word (not inside another: "paris" is not
+    in "comparison"); both as given, no case folding."""
+    return re.search(rf"(?<!\w){re.escape(word)}(?!\w)", text) is not None
+
+
 def identifiers(text: str) -> list[str]:
     """The code-like tokens of ``text`` (lower-case, ``()`` and leading dashes removed), of three
     characters or more (``-X`` is an option, but ``x`` matches everything)."""

@@ -22,7 +22,6 @@ passages are then about something else, the signature of a question the document
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -35,6 +34,7 @@ from workers.evidence.lexical import (
     answer_type,
     coverage,
     declares,
+    holds_word,
     identifiers,
     idf,
     proper_names,
@@ -289,11 +289,7 @@ class EvidenceSelector:
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
-        unknown = tuple(
-            n
-            for n in dict.fromkeys(proper_names(own))
-            if not re.search(rf"(?<![\w]){re.escape(n)}(?![\w])", haystack)
-        )
+        unknown = tuple(n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n))
         held = {t for plist in unit_terms for ut in plist for t in ut}
         held.update(t for p in passages for t in terms(p.title))
         covered = coverage(own_terms, held, weights)

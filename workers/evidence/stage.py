@@ -10,7 +10,6 @@ no LLM) and its confidence; the evidence tier's answers are composed here
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -24,7 +23,7 @@ from topics.tokens import AnswerToken
 from workers.citations import citations_of
 from workers.conversation import split_context
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
-from workers.evidence.lexical import identifiers, proper_names
+from workers.evidence.lexical import holds_word, identifiers, proper_names
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
 from workers.runtime.handler import derive_event_id
 
@@ -134,9 +133,7 @@ def promote_identifiers(
 
 
 def _holds(text: str, name: str, whole_word: bool) -> bool:
-    if not whole_word:
-        return name in text
-    return re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text) is not None
+    return holds_word(text, name) if whole_word else name in text
 
 
 def choose_tier(
