@@ -530,6 +530,10 @@ class OpsService:
         row.in_flight = scrape.in_flight
         row.history = list(history)
 
+    def dlq_topics(self) -> set[str]:
+        """The physical dead-letter topics of the consumed topics (no broker call)."""
+        return {self.registry.dlq(spec) for spec in TOPICS if spec.consumed}
+
     def _dlq(self) -> list[DlqOut]:
         from kafka import TopicPartition
 

@@ -86,10 +86,7 @@ async def ops_dead_letters(
     limit: int = Query(default=20, ge=1, le=200),
 ) -> DeadLettersOut:
     """The newest ``limit`` dead letters of each partition of DLQ ``topic`` (not consumed)."""
-    ops = ops_service(request)
-    known = {d.topic for d in await asyncio.to_thread(lambda: ops.status().dlq)}
-    if topic not in known:
-        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}")
+    ops = _known_dlq(request, topic)
     return await asyncio.to_thread(_inspect, ops, topic, limit)
 
 
@@ -126,6 +123,18 @@ class ReplayedOut(BaseModel):
     replayed: int
 
 
+def _known_dlq(request: Request, topic: str) -> OpsService:
+    """The ops service, once ``topic`` is known as a dead-letter topic of the registry.
+
+    Raises:
+        ApiError: 404 for any other name.
+    """
+    ops = ops_service(request)
+    if topic not in ops.dlq_topics():
+        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}")
+    return ops
+
+
 #: The consumer group of ``ragstream dlq replay`` (its default ``--group``).
 REPLAY_GROUP = "ragstream-dlq-replay"
 
@@ -138,10 +147,7 @@ async def ops_replay_dead_letters(
     limit: int = Query(default=100, ge=1, le=10_000),
 ) -> ReplayedOut:
     """Re-publish up to ``limit`` dead letters of DLQ ``topic`` (original bytes and headers)."""
-    ops = ops_service(request)
-    known = {d.topic for d in await asyncio.to_thread(lambda: ops.status().dlq)}
-    if topic not in known:
-        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}")
+    ops = _known_dlq(request, topic)
     n = await asyncio.to_thread(_replay, ops, topic, limit)
     return ReplayedOut(topic=topic, replayed=n)
 
