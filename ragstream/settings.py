@@ -458,11 +458,8 @@ class EvidenceSettings(BaseModel):
     #: rule refuses every absent question of both sets.
     min_confidence: float = 0.0
     refuse_missing: bool = True
-    #: Off-topic gate (``workers.evidence.answer.weakness``): refuse when the passages hold less
-    #: than this IDF-weighted share of the question's terms (0: off; the share does not separate
-    #: off-topic from answerable questions asked in other words) ...
-    min_coverage: float = Field(default=0.0, ge=0.0, le=1.0)
-    #: ... or when their best kNN score, ``(1 + cos) / 2``, is under this. 0.83 with
+    #: Off-topic gate (``workers.evidence.answer.weakness``): refuse when the passages' best
+    #: kNN score, ``(1 + cos) / 2``, is under this. 0.83 with
     #: bge-small-en-v1.5: answerable questions of the shared and dev sets score 0.841 and up,
     #: off-topic ones 0.74-0.86 (docs/evaluation.md); another embedder needs its own value.
     min_relevance: float = Field(default=0.83, ge=0.0, le=1.0)

@@ -34,9 +34,6 @@ class AnswerPolicy:
         same_document: further spans only from the best span's passage or document.
         value_spans: most spans quoted when the question asks for a value (a number, a size, a
             default): one statement and little support.
-        min_coverage: below this share of the question's terms held by the passages
-            (:attr:`~workers.evidence.select.Evidence.coverage`) the passages are about
-            something else: an off-topic question.
         min_relevance: below this best kNN score of the passages
             (:attr:`~workers.evidence.select.Evidence.relevance`) the same.
         refuse_unknown_names: refuse when the question names something that is not code
@@ -52,7 +49,6 @@ class AnswerPolicy:
     refuse_missing: bool = True
     same_document: bool = True
     value_spans: int = 4
-    min_coverage: float = 0.0
     min_relevance: float = 0.0
     refuse_unknown_names: bool = False
     unknown_name_relevance: float = 1.0
@@ -81,8 +77,8 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
 
     Reasons, first match wins: ``no_evidence``; ``missing:<identifier>`` (a code name of the
     question no passage holds); ``unknown:<name>`` (a name no passage holds); ``weak:<score>``
-    (best span under ``min_confidence``); ``off_topic:coverage=<share>`` and
-    ``off_topic:relevance=<score>`` (the passages are about something else).
+    (best span under ``min_confidence``); ``off_topic:relevance=<score>`` (the passages are
+    about something else).
     """
     if not evidence.spans:
         return "no_evidence"
@@ -96,11 +92,6 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
             evidence.unknown_names[:1],
         ),
         (evidence.confidence < policy.min_confidence, "weak:{:.3f}", (evidence.confidence,)),
-        (
-            evidence.coverage < policy.min_coverage,
-            "off_topic:coverage={:.3f}",
-            (evidence.coverage,),
-        ),
         (
             evidence.relevance is not None and evidence.relevance < policy.min_relevance,
             "off_topic:relevance={:.3f}",

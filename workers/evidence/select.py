@@ -167,9 +167,6 @@ class Evidence:
         confidence: the best unit's score; ``-inf`` when there was no unit.
         missing: identifiers of the question found in no passage.
         units: how many units were scored.
-        coverage: IDF-weighted share of the question's own terms (not its conversation
-            context) that the passages hold anywhere, titles included, in [0, 1]; a term no
-            passage holds weighs as the rarest term that one does.
         relevance: the best raw kNN score of the passages (Elasticsearch's cosine form
             ``(1 + cos) / 2``, in [0, 1]); ``None`` when no passage came from the kNN list.
         asks_value: the question asks for a value (a number, a size, a default;
@@ -182,7 +179,6 @@ class Evidence:
     confidence: float
     missing: tuple[str, ...] = ()
     units: int = 0
-    coverage: float = 1.0
     relevance: float | None = None
     unknown_names: tuple[str, ...] = ()
     asks_value: bool = False
@@ -241,7 +237,7 @@ class EvidenceSelector:
         if self.dense_top > 0:
             self._add_cosine(batch, scored)
         out = []
-        for (question, passages), per_passage, (ranked, missing, covered, unknown) in zip(
+        for (question, passages), per_passage, (ranked, missing, unknown) in zip(
             batch, units, scored, strict=True
         ):
             ranked.sort(key=lambda s: -s.score)
@@ -254,7 +250,6 @@ class EvidenceSelector:
                     round(confidence, 4),
                     missing,
                     len(ranked),
-                    coverage=round(covered, 4),
                     relevance=round(max(knn), 4) if knn else None,
                     unknown_names=unknown,
                     asks_value=answer_type(split_context(question)[0]).value,
@@ -264,7 +259,7 @@ class EvidenceSelector:
 
     def _lexical(
         self, question: str, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
-    ) -> tuple[list[_Scored], tuple[str, ...], float, tuple[str, ...]]:
+    ) -> tuple[list[_Scored], tuple[str, ...], tuple[str, ...]]:
         w = self.weights
         # A follow-up made standalone (workers.conversation) carries its earlier questions as
         # context: what kind of answer is wanted comes from the question alone, and the
@@ -290,9 +285,6 @@ class EvidenceSelector:
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
         unknown = tuple(n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n))
-        held = {t for plist in unit_terms for ut in plist for t in ut}
-        held.update(t for p in passages for t in terms(p.title))
-        covered = coverage(own_terms, held, weights)
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             title_terms = terms(passage.title)
@@ -318,12 +310,12 @@ class EvidenceSelector:
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
                 )
                 scored.append(_Scored(unit, pi, score))
-        return scored, missing, covered, unknown
+        return scored, missing, unknown
 
     def _add_cosine(
         self,
         batch: Sequence[tuple[str, Sequence[PassageLike]]],
-        scored: list[tuple[list[_Scored], tuple[str, ...], float, tuple[str, ...]]],
+        scored: list[tuple[list[_Scored], tuple[str, ...], tuple[str, ...]]],
     ) -> None:
         assert self.embedder is not None
         texts: list[str] = []

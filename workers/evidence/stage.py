@@ -215,7 +215,6 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         refuse_missing=settings.refuse_missing,
         same_document=settings.answer_same_document,
         value_spans=settings.answer_value_spans,
-        min_coverage=settings.min_coverage,
         min_relevance=settings.min_relevance,
         refuse_unknown_names=settings.refuse_unknown_names,
         unknown_name_relevance=settings.unknown_name_relevance,
