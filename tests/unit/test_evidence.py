@@ -414,3 +414,47 @@ def test_an_answer_budget_is_part_of_the_cache_key() -> None:
     short = request.model_copy(update={"max_tokens": 1})
     assert exact_key(request, 1) != exact_key(short, 1)
     assert exact_key(short, 1) == exact_key(request.model_copy(update={"max_tokens": 1}), 1)
+
+
+def test_a_term_quoted_alone_is_not_repeated_as_the_next_spans_context() -> None:
+    from workers.evidence.answer import render_spans
+    from workers.evidence.select import Span
+
+    term = "timeit.timeit(stmt='pass', number=1000000)"
+    spans = [
+        Span(1, "c", "d", 0, len(term), term, 2.0, kind="term"),
+        Span(1, "c", "d", 50, 90, "Run number executions of the statement.", 1.5, context=term),
+    ]
+    text = render_spans(spans)
+    assert text.count(term) == 1
+    assert text == f"{term} [1] Run number executions of the statement. [1]"
+
+
+def test_the_definition_of_the_identifier_asked_about_comes_before_a_mention() -> None:
+    from workers.evidence.select import _names_asked
+
+    asked = {"work_mem", "threadpoolexecutor", "gzip.open"}
+    assert _names_asked("work_mem (integer)", asked) == 1.0
+    assert _names_asked("hash_mem_multiplier (floating point)", asked) == 0.0
+    assert _names_asked("class concurrent.futures.ThreadPoolExecutor(max_workers=None)", asked)
+    assert _names_asked("gzip.open(filename, mode='rb', compresslevel=9)", asked) == 1.0
+    assert _names_asked("", asked) == 0.0
+    settings = (
+        "hash_mem_multiplier (floating point)\n\n"
+        "Used to compute the maximum amount of memory that hash-based operations can use. "
+        "The default value is 2.0, which makes hash-based operations use twice the usual "
+        "work_mem base amount.\n\n"
+        "work_mem (integer)\n\n"
+        "Sets the base maximum amount of memory to be used by a query operation (such as a sort "
+        "or hash table) before writing to temporary disk files. The default value is four "
+        "megabytes (4MB)."
+    )
+    question = "How much memory may one sort or hash operation use if I never changed work_mem?"
+    [plain] = EvidenceSelector(None, Weights(exact_label=0.0)).select([(question, [P(settings)])])
+    [exact] = EvidenceSelector(None, Weights(exact_label=1.0)).select([(question, [P(settings)])])
+
+    def about_work_mem(span: object) -> bool:
+        return "work_mem (integer)" in (span.context, span.text.partition("\n")[0])
+
+    assert not about_work_mem(plain.spans[0])
+    assert about_work_mem(exact.spans[0])

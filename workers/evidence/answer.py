@@ -119,12 +119,14 @@ S = TypeVar("S", bound=Quotable)
 
 def render_spans(spans: Sequence[Quotable]) -> str:
     """The spans rendered in order (:func:`render_span`), a context already shown by an
-    earlier span of the answer (the same term or header row) left out."""
+    earlier span of the answer (the same term or header row, or a span that quoted that term
+    itself) left out."""
     shown: set[str] = set()
     out = []
     for span in spans:
         out.append(render_span(span, with_context=span.context not in shown))
         shown.add(span.context)
+        shown.add(span.text.partition("\n")[0].strip())
     return " ".join(out)
 
 

@@ -22,6 +22,7 @@ passages are then about something else, the signature of a question the document
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -112,6 +113,12 @@ class Weights:
             one second."), a table row's first cell (``columns per table``), or a term itself.
             Many sentences of one page fit the asked type ("The default is ..."); the label
             says which thing each is about.
+        exact_label: 1 when the unit's label *is* an identifier the question names (the term
+            ``deadlock_timeout (integer)`` for a question naming ``deadlock_timeout``, the
+            signature ``gzip.open(filename, ...)`` for ``gzip.open()``; a dotted label also
+            matches by its last part: ``concurrent.futures.ThreadPoolExecutor`` for
+            ``ThreadPoolExecutor``): the definition of the thing asked about, not a sentence
+            that mentions it.
     """
 
     cosine: float = 0.5
@@ -123,6 +130,7 @@ class Weights:
     block: float = 0.8
     rest: float = 0.0
     label: float = 0.0
+    exact_label: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +316,7 @@ class EvidenceSelector:
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
+                    + w.exact_label * _names_asked(label, q_ids)
                 )
                 scored.append(_Scored(unit, pi, score))
         return scored, missing, unknown
@@ -324,7 +333,7 @@ class EvidenceSelector:
             top = sorted(ranked, key=lambda s: -s.score)[: self.dense_top]
             picks.append((len(texts), top))
             texts.append(question)
-            texts.extend(_scored_text(s.unit)[: self.max_unit_chars] for s in top)
+            texts.extend(_dense_text(s.unit)[: self.max_unit_chars] for s in top)
         if not texts:
             return
         vectors = self.embedder.embed(texts)
@@ -394,9 +403,36 @@ def _label(unit: Unit) -> str:
     return unit.head
 
 
+#: The name a definition term or a row's first cell declares: its first dotted identifier,
+#: after a Sphinx prefix (``class``, ``exception``, ``async``, ``@``).
+_LABEL_NAME = re.compile(r"^\s*(?:(?:class|exception|async|def|abstractmethod)\s+|@)?([\w.]+)")
+
+
+def _names_asked(label: str, asked: set[str]) -> float:
+    """1.0 when ``label`` declares an identifier of ``asked`` (lower-case) itself (see
+    :attr:`Weights.exact_label`), else 0.0."""
+    if not label or not asked:
+        return 0.0
+    m = _LABEL_NAME.match(label)
+    if not m:
+        return 0.0
+    name = m.group(1).lower().strip(".")
+    return 1.0 if name in asked or any(name.endswith(f".{a}") for a in asked) else 0.0
+
+
 def _cell(unit: Unit) -> str:
     """A table row's first cell ("" for other units)."""
     return unit.text.split(" | ", 1)[0].strip() if unit.kind == "row" else ""
+
+
+#: A sentence of a definition is embedded with its term ("deadlock_timeout (integer)\nThe
+#: default is one second."): alone, every "The default is ..." of a page looks alike.
+DENSE_HEAD = True
+
+
+def _dense_text(unit: Unit) -> str:
+    text = _scored_text(unit)
+    return f"{unit.head}\n{text}" if DENSE_HEAD and unit.head else text
 
 
 def _scored_text(unit: Unit) -> str:
