@@ -108,7 +108,7 @@ def ratio_to_floor(mode: dict[str, Any]) -> float | None:
     floor = (mode.get("floor") or {}).get("core_ms")
     if core is None or not floor:
         return None
-    return round(core / floor, 2)
+    return round(float(core) / float(floor), 2)
 
 
 def cost_sentence(mode: dict[str, Any]) -> str:
