@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream.console import USAGE, fail
-from ragstream.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from ragstream.settings import Settings
 
 console = Console()
 keys_app = typer.Typer(
@@ -38,6 +42,7 @@ def keys_create(
 ) -> None:
     """Create an API key and print it (once: only its SHA-256 is stored)."""
     from api.auth import ROLES, create_key
+    from ragstream.settings import get_settings
 
     if not TENANT.fullmatch(tenant):
         fail(f"tenant {tenant!r} must match {TENANT.pattern}", USAGE)
@@ -62,6 +67,7 @@ def keys_create(
 def keys_list(tenant: str | None = typer.Option(None, help="Only this tenant's keys.")) -> None:
     """List keys (prefixes only)."""
     from api.auth import list_keys
+    from ragstream.settings import get_settings
 
     table = Table("id", "prefix", "tenant", "role", "name", "rate/min", "created", "revoked")
     for k in list_keys(_sessions(get_settings()), tenant):
@@ -78,6 +84,7 @@ def keys_list(tenant: str | None = typer.Option(None, help="Only this tenant's k
 def keys_revoke(key_id: int = typer.Argument(..., help="The key's id (see `keys list`).")) -> None:
     """Revoke a key (API processes stop accepting it within 30 s)."""
     from api.auth import revoke_key
+    from ragstream.settings import get_settings
 
     if not revoke_key(_sessions(get_settings()), key_id):
         fail(f"no live key {key_id}")

@@ -17,11 +17,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from bench.bus import render_table as render_bus_table
-from bench.bus import run_bus_bench
-from bench.evaluation.questions import SAMPLE_QUESTIONS
 from bench.query.plans import DEFAULT_PLANS, EVIDENCE, FULL, MODES, RETRIEVAL, parse_rates
-from ragstream.settings import get_settings
 
 RATES_HELP = (
     "Offered rates of {mode} mode: requests/s (5,10,20) or multiples of the measured "
@@ -42,6 +38,10 @@ def bus(
     out: Path = typer.Option(Path(".local/bench/bus.json"), help="Where to write the JSON."),
 ) -> None:
     """Benchmark the event bus runtime; print a table and write JSON."""
+    from bench.bus import render_table as render_bus_table
+    from bench.bus import run_bus_bench
+    from ragstream.settings import get_settings
+
     settings = get_settings()
     results = run_bus_bench(
         settings, [float(r) for r in rates.split(",") if r], seconds, burst, max_batch
@@ -69,6 +69,7 @@ def ingest(
     sample's chunks vs (b) the Kafka stream path and (c) a Celery bulk job, each on a private
     index with an empty embedding cache; unchanged and edited re-ingests."""
     from bench.ingest import render, run_ingest_bench, write_json
+    from ragstream.settings import get_settings
 
     results, facts = run_ingest_bench(get_settings(), docs, naive=naive)
     console.print(render(results, facts))
@@ -93,6 +94,7 @@ def retrieval_stage(  # noqa: PLR0917 - typer options
     from bench.query.run import machine
     from bench.query.stage_latency import measure_retrieval_stage
     from bench.query.stage_latency import render as render_stages
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     if index_alias:
@@ -196,6 +198,7 @@ def query(
     from bench.query.report import cost_sentence, plot, render_markdown, render_table
     from bench.query.run import QueryBenchConfig, run_query_bench
     from bench.stats import RateSearch
+    from ragstream.settings import get_settings
 
     def rates(text: str, option: str) -> dict[str, Any]:
         try:
@@ -282,6 +285,7 @@ def api_probe(  # noqa: PLR0917 - typer options
     """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
     repeats after one answered query) and, with ``--tiers``, the end-to-end latency of fresh
     answers per answer tier on a quiet stack; ``bench summary`` reads DIR/api.json."""
+    from bench.evaluation.questions import SAMPLE_QUESTIONS
     from bench.query.api_probe import measure_api_tier_latency
     from bench.query.questions import load_questions
     from bench.query.run import machine, probe_exact_cache_hit
@@ -338,6 +342,7 @@ def rss(
     .local and each Procfile process of the demo's supervisor, with its children) and the
     total; nothing is started or stopped."""
     from bench.rss import measure_stack, payload, render
+    from ragstream.settings import get_settings
 
     document = payload(measure_stack(get_settings().infra.local_dir.resolve()), label)
     if not document["rows"]:

@@ -8,8 +8,10 @@ import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from topics.base import StageTiming
+if TYPE_CHECKING:
+    from topics.base import StageTiming
 
 #: The percentiles every latency distribution reports.
 QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))

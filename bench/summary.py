@@ -124,6 +124,7 @@ def bus_numbers(data: dict[str, Any]) -> dict[str, Any]:
 MODE_KEYS = (
     "core_ms_per_request",
     "floor_core_ms",
+    "ratio_to_floor",
     "machine_core_ms_per_request",
     "sequential_core_ms_per_request",
     "at_offered_per_s",
@@ -135,14 +136,18 @@ def mode_cost(mode: dict[str, Any] | None) -> dict[str, Any]:
     """``query.<mode>.*`` of one mode's JSON: the serving processes' core-ms per request at
     its operating point (``core_ms_per_request``, at ``at_offered_per_s``) and the machine's
     (``machine_core_ms_per_request``), the floor (the sum of its stages' costs measured
-    alone, ``floor_core_ms``) and the sequential baseline's core-ms per request; ``None``
-    where a mode or a number is missing (results written before the floor existed)."""
+    alone, ``floor_core_ms``), the first over the second (``ratio_to_floor``) and the
+    sequential baseline's core-ms per request; ``None`` where a mode or a number is missing
+    (results written before the floor existed)."""
+    from bench.query.report import ratio_to_floor
+
     if not mode:
         return dict.fromkeys(MODE_KEYS)
     op = mode.get("operating_point") or {}
     return {
         "core_ms_per_request": op.get("core_ms_per_request"),
         "floor_core_ms": (mode.get("floor") or {}).get("core_ms"),
+        "ratio_to_floor": ratio_to_floor(mode),
         "machine_core_ms_per_request": op.get("machine_core_ms_per_request"),
         "sequential_core_ms_per_request": mode["baseline"].get("process_core_ms_per_request"),
         "at_offered_per_s": op.get("at_offered_per_s"),

@@ -9,12 +9,13 @@ Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celer
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from ragstream.settings import Settings, get_settings
+if TYPE_CHECKING:
+    from ragstream.settings import Settings
 
 app = typer.Typer(
     name="ragstream",
@@ -30,6 +31,7 @@ console = Console()
 
 def _settings() -> Settings:
     from ragstream.logging import configure_logging
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     configure_logging(settings.logging)
@@ -77,6 +79,7 @@ def _quiet_logs(
     import logging
 
     from ragstream.logging import configure_logging
+    from ragstream.settings import get_settings
 
     settings = get_settings().logging
     level = "INFO" if verbose and settings.cli_level.upper() != "DEBUG" else settings.cli_level
@@ -101,6 +104,8 @@ def db_upgrade(
 def health() -> None:
     """Probe Kafka, Elasticsearch, Redis and SQL as the API's /readyz does, and the LLM
     server of each generation tier (GET /health); exit 1 if any fails."""
+    from rich.table import Table
+
     from ragstream.health import probe_all, probe_llm_servers
 
     settings = _settings()
@@ -216,9 +221,11 @@ def worker(pool: str = typer.Argument(..., help="Pool name, e.g. retrieval.")) -
 
 def main() -> None:
     """Console entry point: an expected failure that reaches here (a ragstream error, e.g.
-    Kafka or the API unreachable, or an invalid value) is one line on stderr and exit 1."""
-    from pydantic import ValidationError
+    Kafka or the API unreachable, or an invalid value) is one line on stderr and exit 1.
 
+    pydantic is imported only when something failed: ``--help`` and most commands' start-up
+    never load it here (issue 26: start-up was nearly all import time).
+    """
     from ragstream.console import one_line
     from ragstream.errors import RagstreamError
 
@@ -227,7 +234,11 @@ def main() -> None:
     except RagstreamError as exc:
         sys.stderr.write(f"error: {one_line(str(exc))}\n")
         sys.exit(1)
-    except ValidationError as exc:
+    except Exception as exc:
+        from pydantic import ValidationError
+
+        if not isinstance(exc, ValidationError):
+            raise
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or exc.title
         message = f"{where}: {first['msg']}"

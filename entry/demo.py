@@ -35,19 +35,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-import redis
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ragstream.settings import PROJECT_ROOT, Settings, get_settings
+from ragstream.paths import PROJECT_ROOT
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
     from api.models import QueryResult
     from ingest.jobs import JobProgress
+    from ragstream.settings import Settings
 
 console = Console()
 demo_app = typer.Typer(help="The main job end to end on the real manuals.", no_args_is_help=True)
@@ -150,6 +149,9 @@ def wait_ready(settings: Settings, timeout_s: float = 300) -> None:
     Raises:
         typer.Exit: not ready within ``timeout_s`` (the log tail is printed).
     """
+    import httpx
+    import redis
+
     from workers.runtime.pressure import read_pressure
 
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
@@ -446,6 +448,7 @@ def run(
 ) -> None:
     """Start everything, ingest the manuals, ask questions, leave it running."""
     from ragstream.db.engine import upgrade_head
+    from ragstream.settings import get_settings
     from topics.admin import ensure_topics, make_admin
     from topics.registry import TopicRegistry
 
@@ -466,6 +469,8 @@ def run(
 @demo_app.command("stop")
 def stop() -> None:
     """Stop the Procfile processes started by ``demo run`` (SIGTERM, then SIGKILL)."""
+    from ragstream.settings import get_settings
+
     settings = get_settings()
     pid = _running_pid(settings)
     if pid is None:
@@ -489,6 +494,7 @@ def stop() -> None:
 def status() -> None:
     """Each Procfile process: state, pid, restarts and last exit (from the supervisor)."""
     from entry.supervisor import read_state
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     pid = _running_pid(settings)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -19,11 +19,11 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from api.cli import TENANT
-from api.models import QueryResult
 from ragstream.console import USAGE, fail
 from ragstream.errors import RagstreamError
-from ragstream.settings import get_settings
-from topics.answers import Answer
+
+if TYPE_CHECKING:
+    from api.models import QueryResult
 
 console = Console()
 #: The environment variable that gives ``--api-key`` (a key on the command line is visible
@@ -132,6 +132,7 @@ def _ask_kafka(  # noqa: PLR0917 - one call site
     from pydantic import ValidationError
 
     from entry.client import KafkaClient
+    from ragstream.settings import get_settings
 
     with KafkaClient(get_settings()) as client:
         try:
@@ -175,7 +176,9 @@ def get_command(
 
 
 def _get_sql(tenant: str | None, request_id: str) -> QueryResult | None:
+    from api.models import QueryResult
     from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+    from ragstream.settings import get_settings
     from workers import query_log
 
     url = get_settings().database_url
@@ -219,7 +222,9 @@ def _ask_http(  # noqa: PLR0917 - one call site
         ApiRequestError: the API answered with an error.
         ApiUnavailableError: the API cannot be reached.
     """
+    from api.models import QueryResult
     from entry.client import HttpClient
+    from topics.answers import Answer
 
     if not key:
         fail(NO_KEY, USAGE)

@@ -12,15 +12,33 @@ Example:
     >>> statuses = infra.up(get_settings(), postgres=True)  # doctest: +SKIP
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from infra.errors import (
     InfraError,
     InstallError,
     PortConflictError,
     ServiceStartError,
 )
-from infra.manager import SERVICE_NAMES, down, status, up
-from infra.postgres_service import postgres_url
-from infra.service import ServiceStatus
+
+if TYPE_CHECKING:
+    from infra.manager import SERVICE_NAMES, down, status, up
+    from infra.postgres_service import postgres_url
+    from infra.service import ServiceStatus
+
+#: The names below load their module on first use (PEP 562), so that importing
+#: ``infra.cli`` for ``ragstream --help`` does not load every service's module.
+_LAZY = {
+    "SERVICE_NAMES": "infra.manager",
+    "down": "infra.manager",
+    "status": "infra.manager",
+    "up": "infra.manager",
+    "postgres_url": "infra.postgres_service",
+    "ServiceStatus": "infra.service",
+}
 
 __all__ = [
     "SERVICE_NAMES",
@@ -34,3 +52,14 @@ __all__ = [
     "status",
     "up",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily loaded names of :data:`_LAZY`.
+
+    Raises:
+        AttributeError: ``name`` is none of them (nor a submodule imported already).
+    """
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,20 +10,19 @@ Mount it into another typer app with ``root.add_typer(infra.cli.app, name="infra
 run it directly with ``python -m infra.cli`` / ``python -m infra``.
 """
 
+from __future__ import annotations
+
 from enum import StrEnum
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from infra.errors import InfraError
-from infra.manager import down as stop_all
-from infra.manager import llm_down, llm_up
-from infra.manager import status as current_status
-from infra.manager import up as start_all
-from infra.service import ServiceStatus
-from ragstream.settings import get_settings
+
+if TYPE_CHECKING:
+    from infra.service import ServiceStatus
 
 app = typer.Typer(
     name="infra",
@@ -87,6 +86,9 @@ def up(
     ] = None,
 ) -> None:
     """Install (first run) and start the services; wait until they are healthy."""
+    from infra.manager import up as start_all
+    from ragstream.settings import get_settings
+
     try:
         statuses = start_all(
             get_settings(), postgres=postgres, only=[s.value for s in only] if only else None
@@ -99,6 +101,9 @@ def up(
 @app.command()
 def down() -> None:
     """Stop every running service (data under .local/ is kept)."""
+    from infra.manager import down as stop_all
+    from ragstream.settings import get_settings
+
     try:
         stop_all(get_settings())
     except InfraError as exc:
@@ -109,6 +114,9 @@ def down() -> None:
 @app.command()
 def status() -> None:
     """Show each service's port, PID and health; exit 1 if one is unhealthy."""
+    from infra.manager import status as current_status
+    from ragstream.settings import get_settings
+
     statuses = current_status(get_settings())
     console.print(_table(statuses))
     if not all(state.healthy for state in statuses):
@@ -130,6 +138,9 @@ def llm_start(
     ] = None,
 ) -> None:
     """Install MODEL if needed and serve it on PORT; wait until healthy."""
+    from infra.manager import llm_up
+    from ragstream.settings import get_settings
+
     try:
         state = llm_up(
             get_settings(), model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
@@ -154,6 +165,7 @@ def llm_serve(
     """
     from infra.llm_server import serve
     from infra.llm_service import LlmService
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
@@ -173,6 +185,9 @@ def llm_stop(
     ] = None,
 ) -> None:
     """Stop extra LLM servers (the main one keeps running: `infra down` stops it)."""
+    from infra.manager import llm_down
+    from ragstream.settings import get_settings
+
     try:
         stopped = llm_down(get_settings(), port)
     except InfraError as exc:
@@ -185,6 +200,7 @@ def models_list() -> None:
     """Show the catalog: name, size, prompt style, installed or not, provenance."""
     from infra.llm_service import models_dir
     from infra.models import CATALOG, is_installed
+    from ragstream.settings import get_settings
 
     folder = models_dir(get_settings())
     table = Table(title=f"models ({folder})")
@@ -245,6 +261,7 @@ def models_install(
     from infra import embedding_models
     from infra.llm_service import models_dir
     from infra.models import get_model, install
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     wanted = list(names or ([] if embedding else [settings.llm.model]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -17,13 +18,16 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Column, Table
-from sqlalchemy.orm import Session, sessionmaker
 
-from ingest import jobs
 from ingest.progress import ProgressLines, Snapshot, format_line
 from ragstream.console import USAGE, fail, print_rows
-from ragstream.db.models import utcnow
-from ragstream.settings import Settings, get_settings
+from ragstream.job_status import JOB_STATUSES
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from ingest import jobs
+    from ragstream.settings import Settings
 
 TENANT = re.compile(r"[A-Za-z0-9._-]{1,128}")  # the event models' tenant pattern
 #: Seconds a job may stay pending before the CLI checks that a Celery worker is running.
@@ -51,8 +55,10 @@ def ingest_command(
     A missing path, or one outside the allowed roots (naming the setting that allows more),
     is one line on stderr and exit status 2.
     """
+    from ingest import jobs
     from ingest.sources import ALLOWED_ROOTS_SETTING, OutsideRootsError, SourceRejectedError, scan
     from ingest.tasks import run_job
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     if not TENANT.fullmatch(tenant):
@@ -108,6 +114,7 @@ class _Watch:
         self._last_ping = time.monotonic()
 
     def poll(self, state: jobs.JobProgress | None) -> jobs.JobProgress:
+        from ingest import jobs
         from ingest.tasks import reap_stale_jobs
 
         if state is not None:
@@ -176,6 +183,8 @@ def print_summary(
     sessions: sessionmaker[Session], state: jobs.JobProgress, seconds: float | None
 ) -> None:
     """A table of the job's outcome and its first failures."""
+    from ingest import jobs
+
     job = Column("job", no_wrap=True, min_width=len(state.job_id))  # ids are copied: never cut
     table = Table(job, "status", "documents", "done", "failed", "chunks", "seconds")
     colour = {"succeeded": "green", "failed": "red"}.get(state.status, "yellow")
@@ -201,6 +210,10 @@ def print_summary(
 @jobs_app.command("show")
 def show(job_id: str) -> None:
     """Print a job's status, counts and every failed document."""
+    from ingest import jobs
+    from ragstream.db.models import utcnow
+    from ragstream.settings import get_settings
+
     sessions = _sessions(get_settings())
     try:
         state = jobs.progress(sessions, job_id)
@@ -219,13 +232,16 @@ def show(job_id: str) -> None:
 def list_command(
     limit: int = typer.Option(20, min=1, help="Show at most this many jobs, newest first."),
     status: str | None = typer.Option(
-        None, help=f"Only jobs in this status: {', '.join(jobs.JOB_STATUSES)}."
+        None, help=f"Only jobs in this status: {', '.join(JOB_STATUSES)}."
     ),
     tenant: str | None = typer.Option(None, help="Only jobs of this tenant."),
 ) -> None:
     """List recent bulk jobs: id, tenant, status, document counts, chunks, created, seconds."""
-    if status is not None and status not in jobs.JOB_STATUSES:
-        fail(f"--status must be one of {', '.join(jobs.JOB_STATUSES)}", USAGE)
+    from ingest import jobs
+    from ragstream.settings import get_settings
+
+    if status is not None and status not in JOB_STATUSES:
+        fail(f"--status must be one of {', '.join(JOB_STATUSES)}", USAGE)
     found = jobs.recent_jobs(_sessions(get_settings()), limit=limit, status=status, tenant=tenant)
     if not found:
         console.print("no jobs" + (f" with status {status}" if status else ""))
@@ -252,6 +268,9 @@ def list_command(
 
 def _seconds(job: jobs.JobProgress) -> str:
     """Seconds the job ran (so far, when it still runs); ``-`` before it started."""
+    from ingest import jobs
+    from ragstream.db.models import utcnow
+
     if job.started_at is None:
         return "-"
     end = jobs.aware(job.finished_at) if job.finished_at else utcnow()
@@ -261,7 +280,9 @@ def _seconds(job: jobs.JobProgress) -> str:
 @jobs_app.command("retry")
 def retry(job_id: str, wait: bool = typer.Option(True, "--wait/--no-wait")) -> None:
     """Re-run a job's failed documents only."""
+    from ingest import jobs
     from ingest.tasks import enqueue_batches
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     sessions = _sessions(settings)
@@ -291,6 +312,7 @@ def optimize_command(
     being written heavily, so run it after bulk jobs, not during one.
     """
     from ingest.factory import merge_index
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     alias = settings.elasticsearch.index_alias
@@ -338,6 +360,7 @@ def rebuild_command(
     to follow the new model, then write-blocks the old index and catches up."""
     from ingest.factory import build_index_and_embedder
     from ingest.rebuild import rebuild
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     index, embedder = build_index_and_embedder(settings, for_rebuild=True)

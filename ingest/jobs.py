@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ingest.sources import SourceFile
 from ragstream.db.models import FINAL_JOB_STATUSES, IngestJob, IngestJobItem, as_utc, utcnow
 from ragstream.db.pages import newest_first
+from ragstream.job_status import JOB_STATUSES
 
 DONE_STATUSES = ("indexed", "unchanged", "deleted")
 #: Celery task sent (by name, with the job id) when a job reaches a final status; the webhook
@@ -189,9 +190,6 @@ def progress(sessions: sessionmaker[Session], job_id: str) -> JobProgress:
         if job is None:
             raise KeyError(job_id)
         return _progress(job)
-
-
-JOB_STATUSES = ("pending", "running", *FINAL_JOB_STATUSES)
 
 
 def recent_jobs(

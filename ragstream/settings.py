@@ -17,8 +17,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ragstream import paths
+
 #: The repository root when running from a checkout (``pip install -e .``).
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = paths.PROJECT_ROOT
 
 
 class KafkaSettings(BaseModel):

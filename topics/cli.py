@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from ragstream.console import USAGE, fail, print_rows
-from ragstream.settings import get_settings
 
 topics_app = typer.Typer(
     help="Topic registry: create topics, write JSON schemas and the AsyncAPI document.",
@@ -22,6 +21,7 @@ console = Console()
 @topics_app.command("create")
 def create() -> None:
     """Create every registry topic and DLQ idempotently; exit 1 if an existing one drifted."""
+    from ragstream.settings import get_settings
     from topics.admin import create_registry_topics
 
     report = create_registry_topics(get_settings().kafka)
@@ -41,6 +41,7 @@ def create() -> None:
 @topics_app.command("list")
 def list_topics() -> None:
     """Print the registry: name, partitions, retention, key, event model, DLQ."""
+    from ragstream.settings import get_settings
     from topics.registry import TopicRegistry
 
     settings = get_settings()
@@ -77,6 +78,7 @@ def schemas() -> None:
 def _dlq_name(topic: str) -> str:
     """The physical DLQ topic of ``topic`` (a source topic or its ``.dlq``, with or without
     the deployment's prefix); exit 2 when the broker has no such topic."""
+    from ragstream.settings import get_settings
     from topics.admin import make_admin
 
     settings = get_settings()
@@ -101,6 +103,7 @@ def inspect_command(
 ) -> None:
     """List dead letters with their reason, without consuming them (no consumer group, no
     commit: a later replay still sees all of them)."""
+    from ragstream.settings import get_settings
     from topics.consumer import make_consumer
     from topics.dlq import inspect
 
@@ -138,6 +141,7 @@ def replay(
     group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
 ) -> None:
     """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+    from ragstream.settings import get_settings
     from topics.consumer import make_consumer
     from topics.dlq import replay as replay_letters
     from topics.producer import EventProducer, make_producer

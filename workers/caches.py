@@ -3,11 +3,17 @@
 - Exact: ``ragstream:answer:<tenant>:<index_version>:<sha256(normalised query + params)>`` ->
   the response JSON. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
   punctuation dropped.
-- Semantic: one hash per ``(tenant, index_version)`` whose fields are request ids and whose
-  values hold the query embedding (tagged with its model id, ``<model id>|<base64>``) and the
-  response. A lookup takes the entry of the same model with the highest cosine similarity; it
-  is a hit only at or above ``threshold`` (conservative by default). Vectors of another model
-  (the pool followed a model change, ``ingest/model_follow.py``) are never compared.
+- Semantic: per ``(tenant, index_version, parameters)`` and embedding model, the cached query
+  embeddings side by side in one string (``ragstream:semvec:...``: float32, appended in
+  order, so a lookup is one ``GET`` and one matrix product), their request ids in a list
+  (``ragstream:semids:...``, same order) and the responses in a hash by request id
+  (``ragstream:semans:...``), read only for the best entry. A lookup takes the entry with the
+  highest cosine similarity; it is a hit only at or above ``threshold`` (conservative by
+  default). Vectors of another model (the pool followed a model change,
+  ``ingest/model_follow.py``) live under another key and are never compared. Until 2026-12-02
+  one hash held each vector (base64) beside its whole response, so every lookup fetched and
+  JSON-decoded every cached answer of the key: the retrieval pool's largest cost after its
+  embedding (issue 26).
 
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
@@ -16,7 +22,6 @@ or changed document. Redis errors degrade to misses.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import hashlib
 import json
@@ -43,10 +48,15 @@ CACHE_LOOKUPS = Counter(
     "ragstream_answer_cache_total", "Answer cache lookups by kind and result.", ["kind", "result"]
 )
 PREFIX = "ragstream:answer:"
-SEM_PREFIX = "ragstream:semcache:"
+#: The cached query vectors of one semantic key and model: float32, one after another.
+SEM_VECTORS_PREFIX = "ragstream:semvec:"
+#: Their request ids, in the same order (a list).
+SEM_IDS_PREFIX = "ragstream:semids:"
+#: The responses of one semantic key, by request id (a hash).
+SEM_ANSWERS_PREFIX = "ragstream:semans:"
 PENDING_PREFIX = "ragstream:semcache-pending:"
-#: Separates a semantic entry's model id from its base64 vector.
-VECTOR_TAG = "|"
+#: Separates the pending vector's model id from its float32 bytes (model ids hold no "|").
+VECTOR_TAG = b"|"
 
 
 def normalise_query(text: str) -> str:
@@ -172,26 +182,35 @@ class AnswerCache:
         model_id: str = "",
     ) -> CacheHit | None:
         """The best cached response whose query embedding, made by ``model_id``, is within
-        ``threshold``."""
+        ``threshold``.
+
+        One ``GET`` of the key's vectors and one matrix product on a miss; the response is read
+        (``LINDEX`` of its request id, ``HGET``) only for a hit.
+
+        Args:
+            request: the query (its tenant and answer parameters choose the key).
+            vector: its embedding, ``(dim,)`` float32, L2-normalised.
+            index_version: the tenant's index version.
+            model_id: the model that made ``vector``.
+        """
+        key = _sem_key(request, index_version, self.config)
+        query = np.asarray(vector, dtype=np.float32).ravel()
+        best: tuple[float, Any] | None = None
         try:
-            raw: dict[Any, Any] = self._r.hgetall(_sem_key(request, index_version, self.config))
+            blob = self._r.get(SEM_VECTORS_PREFIX + _model_key(key, model_id))
+            if isinstance(blob, bytes) and blob and len(blob) % (query.size * 4) == 0:
+                sims = np.frombuffer(blob, dtype=np.float32).reshape(-1, query.size) @ query
+                i = int(np.argmax(sims))
+                if float(sims[i]) >= self.threshold:
+                    rid = self._r.lindex(SEM_IDS_PREFIX + _model_key(key, model_id), i)
+                    body = self._r.hget(SEM_ANSWERS_PREFIX + key, rid) if rid else None
+                    best = (float(sims[i]), body) if body else None
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
-            raw = {}
-        best: tuple[float, Any] | None = None
-        for value in raw.values():
-            entry = json.loads(value)
-            tag, _, data = str(entry["v"]).rpartition(VECTOR_TAG)  # base64 has no "|"
-            cached = np.frombuffer(base64.b64decode(data), dtype=np.float32)
-            if tag != model_id or cached.shape != vector.shape:
-                continue
-            sim = float(np.dot(cached, vector))
-            if sim >= self.threshold and (best is None or sim > best[0]):
-                best = (sim, value)
         CACHE_LOOKUPS.labels("semantic", "hit" if best else "miss").inc()
         if best is None:
             return None
-        response = QueryResponse.model_validate(json.loads(best[1])["r"])
+        response = QueryResponse.model_validate_json(best[1])
         return CacheHit(response, "semantic", round(best[0], 4))
 
     def remember_query_vector(
@@ -199,38 +218,51 @@ class AnswerCache:
     ) -> None:
         """Keep the query's embedding, tagged with the ``model_id`` that made it, until its
         answer arrives (see :meth:`put`)."""
-        encoded = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
-        data = model_id.encode() + VECTOR_TAG.encode() + encoded if model_id else encoded
+        data = model_id.encode() + VECTOR_TAG + np.asarray(vector, dtype=np.float32).tobytes()
         try:
             self._r.set(PENDING_PREFIX + request.request_id, data, ex=3600)
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
 
     def put(self, request: QueryRequest, response: QueryResponse, index_version: int) -> None:
-        """Cache an answered ``response`` exactly, and semantically if its vector is known."""
+        """Cache an answered ``response`` exactly, and semantically if its vector is known.
+
+        Two round trips when the vector is known (the exact entry with ``GETDEL`` of the
+        pending vector; then the semantic entry in one transaction, so vectors and ids stay in
+        step), one otherwise. When a key holds more than ``max_entries`` vectors it starts
+        over (a crude bound).
+        """
         if response.status != "answered":
             return
         body = response.model_dump_json()
         try:
-            pipe = self._r.pipeline()
+            pipe = self._r.pipeline(transaction=False)
             pipe.set(exact_key(request, index_version, self.config), body, ex=self.ttl_s)
-            vector = self._r.get(PENDING_PREFIX + request.request_id)
-            if vector:
-                key = _sem_key(request, index_version, self.config)
-                entry = json.dumps({"v": vector.decode(), "r": json.loads(body)})  # type: ignore[union-attr]
-                pipe.hset(key, request.request_id, entry)
-                pipe.expire(key, self.ttl_s)
-                pipe.delete(PENDING_PREFIX + request.request_id)
-            pipe.execute()
-            if (
-                vector
-                and self._r.hlen(_sem_key(request, index_version, self.config)) > self.max_entries
-            ):
-                self._r.delete(
-                    _sem_key(request, index_version, self.config)
-                )  # crude bound: start over
+            pipe.getdel(PENDING_PREFIX + request.request_id)
+            pending = pipe.execute()[1]
+            if not pending:
+                return
+            tag, _, raw = bytes(pending).partition(VECTOR_TAG)
+            key = _sem_key(request, index_version, self.config)
+            vectors = SEM_VECTORS_PREFIX + _model_key(key, tag.decode())
+            ids = SEM_IDS_PREFIX + _model_key(key, tag.decode())
+            answers = SEM_ANSWERS_PREFIX + key
+            tx = self._r.pipeline(transaction=True)
+            tx.append(vectors, raw)
+            tx.rpush(ids, request.request_id)
+            tx.hset(answers, request.request_id, body)
+            for name in (vectors, ids, answers):
+                tx.expire(name, self.ttl_s)
+            length = tx.execute()[0]
+            if raw and length > self.max_entries * len(raw):
+                self._r.delete(vectors, ids)  # crude bound: start over
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
+
+
+def _model_key(key: str, model_id: str) -> str:
+    """The semantic key ``key`` of the vectors of one embedding model."""
+    return f"{key}:{model_id}"
 
 
 def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
@@ -244,4 +276,4 @@ def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
     if request.max_tokens is not None:
         params["max_tokens"] = request.max_tokens
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
-    return f"{SEM_PREFIX}{request.tenant}:{index_version}:{digest}"
+    return f"{request.tenant}:{index_version}:{digest}"

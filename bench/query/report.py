@@ -100,13 +100,25 @@ def _floor_lines(mode: dict[str, Any]) -> list[str]:
     return lines
 
 
+def ratio_to_floor(mode: dict[str, Any]) -> float | None:
+    """The serving processes' core-ms per request at the mode's operating point over its floor
+    (the stages alone, measured in the same run), to 2 decimals; ``None`` without either
+    (issue 26's target for the evidence tier: <= 1.3)."""
+    core = (mode.get("operating_point") or {}).get("core_ms_per_request")
+    floor = (mode.get("floor") or {}).get("core_ms")
+    if core is None or not floor:
+        return None
+    return round(float(core) / float(floor), 2)
+
+
 def cost_sentence(mode: dict[str, Any]) -> str:
-    """The mode's core-ms per request at its operating point beside its floor, as a sentence
-    (empty for results without a floor)."""
+    """The mode's core-ms per request at its operating point beside its floor and their ratio,
+    as a sentence (empty for results without a floor)."""
     op, floor = mode.get("operating_point") or {}, mode.get("floor")
     if not floor:
         return ""
     b = mode["baseline"]
+    ratio = ratio_to_floor(mode)
     at = (
         f"**{_num(op.get('core_ms_per_request'))}** core-ms per request at "
         f"{op['at_offered_per_s']:g}/s ({'meets' if op['met_slo'] else 'misses'} the SLO; "
@@ -116,7 +128,9 @@ def cost_sentence(mode: dict[str, Any]) -> str:
     )
     return (
         f"Serving processes: {at}, beside a floor of **{floor['core_ms']:g}** core-ms (the "
-        f"stages alone); sequential baseline {_num(b.get('process_core_ms_per_request'))} "
+        f"stages alone)"
+        + (f": **{ratio:g}x** the floor" if ratio is not None else "")
+        + f"; sequential baseline {_num(b.get('process_core_ms_per_request'))} "
         f"(machine-wide {_num(b.get('core_ms_per_request'))})."
     )
 

@@ -16,6 +16,8 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from ragstream import job_status
+
 
 def utcnow() -> dt.datetime:
     """Return the current time as a timezone-aware UTC datetime."""
@@ -65,7 +67,7 @@ class Document(Base):
 
 
 #: Statuses after which a bulk ingest job changes no more (see :class:`IngestJob`).
-FINAL_JOB_STATUSES = ("succeeded", "completed_with_failures", "failed")
+FINAL_JOB_STATUSES = job_status.FINAL_JOB_STATUSES
 
 
 class IngestJob(Base):

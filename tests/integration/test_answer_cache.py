@@ -88,3 +88,81 @@ def test_a_semantic_entry_is_only_compared_with_vectors_of_its_own_model(
     hit = cache.get_semantic(paraphrase, _unit([1.0, 0.0, 0.0]), 1, "minilm@1")
     assert hit is not None and hit.response.answer == "5432"
     client.close()
+
+
+class _Counting(redis.Redis):
+    """A Redis client that adds up the bytes of every reply it reads."""
+
+    read_bytes = 0
+
+    def parse_response(self, connection, command_name, **options):  # type: ignore[no-untyped-def]
+        reply = super().parse_response(connection, command_name, **options)
+        type(self).read_bytes += _size(reply)
+        return reply
+
+
+def _size(reply: object) -> int:
+    if isinstance(reply, bytes | str):
+        return len(reply)
+    if isinstance(reply, dict):
+        return sum(_size(k) + _size(v) for k, v in reply.items())
+    if isinstance(reply, list | tuple):
+        return sum(_size(x) for x in reply)
+    return 8
+
+
+def test_a_semantic_miss_reads_the_vectors_only_never_the_cached_answers(
+    settings: Settings, unique_name: Callable[[str], str]
+) -> None:
+    """A lookup compares against every cached vector of its key but reads an answer only for a
+    hit: with 200 long answers cached, a miss reads about 200 vectors' bytes (before issue 26 it
+    fetched and JSON-decoded every entry with its whole answer), and a hit reads one answer."""
+    client = _Counting.from_url(settings.redis.url)
+    cache = AnswerCache(client, threshold=0.95)
+    tenant, dim, n = unique_name("tv"), 384, 200
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((n, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    long_answer = "x" * 4000
+    asked = []
+    for i in range(n):
+        q = _q(f"question {i}", tenant)
+        cache.remember_query_vector(q, vectors[i], "m@1")
+        cache.put(q, QueryResponse(tenant=tenant, request_id=q.request_id, status="answered",
+                                   answer=f"{i} {long_answer}"), index_version=3)  # fmt: skip
+        asked.append(q)
+    fresh = rng.standard_normal(dim).astype(np.float32)
+    fresh /= np.linalg.norm(fresh)
+
+    _Counting.read_bytes = 0
+    assert cache.get_semantic(_q("unrelated", tenant), fresh, 3, "m@1") is None
+    assert _Counting.read_bytes < n * dim * 4 + 1000  # the vectors, not 200 x 4 kB of answers
+
+    _Counting.read_bytes = 0
+    hit = cache.get_semantic(_q("a paraphrase", tenant), vectors[123], 3, "m@1")
+    assert hit is not None and hit.response.answer.startswith("123 ")
+    assert hit.response.request_id == asked[123].request_id
+    assert _Counting.read_bytes < n * dim * 4 + len(long_answer) + 2000  # one answer
+    client.close()
+
+
+def test_the_semantic_cache_starts_over_past_max_entries(
+    settings: Settings, unique_name: Callable[[str], str]
+) -> None:
+    """A key holds at most ``max_entries`` vectors: the next answer starts it over, and the
+    vectors and their request ids stay in step (a hit still finds its own answer)."""
+    client = redis.Redis.from_url(settings.redis.url)
+    cache = AnswerCache(client, threshold=0.95, max_entries=3)
+    tenant = unique_name("tx")
+    basis = np.eye(4, dtype=np.float32)
+    for i in range(5):
+        q = _q(f"q{i}", tenant)
+        cache.remember_query_vector(q, basis[i % 4], "m")
+        cache.put(q, QueryResponse(tenant=tenant, request_id=q.request_id, status="answered",
+                                   answer=f"a{i}"), index_version=1)  # fmt: skip
+    # q0..q2 filled the key, q3 went over and started it over, q4 is the only one since.
+    assert cache.get_semantic(_q("p", tenant), basis[0], 1, "m") is not None  # q4 (basis[0])
+    hit = cache.get_semantic(_q("p", tenant), basis[0], 1, "m")
+    assert hit is not None and hit.response.answer == "a4"
+    assert cache.get_semantic(_q("p", tenant), basis[1], 1, "m") is None  # q1 is gone
+    client.close()

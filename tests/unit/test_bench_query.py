@@ -231,6 +231,7 @@ def test_report_writes_markdown_and_a_png(tmp_path: Path) -> None:
     assert "Maximum sustainable rate: **40/s**" in text and "ratio 5.0x (reported" in text
     # core-ms per request beside the floor, and the floor's stages
     assert "**41** core-ms per request at 40/s" in text and "floor of **44.5**" in text
+    assert "(the stages alone): **0.92x** the floor;" in text  # 41 / 44.5, from the same run
     assert "| msearch | 9 | 14.5 | bench=1.5 elasticsearch=13 | - | 17 |" in text
     assert "(step then bisect, 2 rates): **30/s**" in text  # the evidence tier only
     assert text.count("step then bisect") == 1
@@ -267,7 +268,7 @@ def test_summary_maps_every_benchmark_to_the_issue_keys(tmp_path: Path) -> None:
     assert s["query"]["evidence_sustainable_rate_per_s"] == 30.0
     for mode in ("retrieval", "full", "evidence"):
         assert s["query"][mode] == {
-            "core_ms_per_request": 41.0, "floor_core_ms": 44.5,
+            "core_ms_per_request": 41.0, "floor_core_ms": 44.5, "ratio_to_floor": 0.92,
             "machine_core_ms_per_request": 60.0, "sequential_core_ms_per_request": 48.0,
             "at_offered_per_s": {"retrieval": 40.0, "full": 0.4, "evidence": 30.0}[mode],
         }  # fmt: skip
@@ -292,6 +293,7 @@ def test_summary_of_missing_results_says_what_is_missing(tmp_path: Path) -> None
     assert s["eval"]["hit_at_5"] is None
     assert s["query"]["evidence_sustainable_rate_per_s"] is None
     assert s["query"]["full"]["floor_core_ms"] is None
+    assert s["query"]["full"]["ratio_to_floor"] is None
     assert s["targets"]["eval.answer_accuracy"]["met"] is None
     assert any("ingest.json missing" in n for n in s["notes"])
     assert any("eval/eval.json missing" in n for n in s["notes"])
