@@ -15,6 +15,10 @@ PIP_EXTRAS := dev$(if $(EXTRAS),$(comma)$(EXTRAS),)
 BENCH_EXTRAS := bench$(if $(EXTRAS),$(comma)$(EXTRAS),)
 POSTGRES ?=
 UP_FLAGS := $(if $(POSTGRES),--postgres,)
+# CLUSTER=1: `make up` also starts the replicated Kafka (3 KRaft nodes) and Elasticsearch (2 nodes)
+# of settings.infra.cluster on ports of their own (`ragstream infra cluster env` prints how to
+# point the processes at them); `make chaos` runs the chaos suite on such a cluster of its own.
+CLUSTER ?=
 PYTEST_ARGS ?=
 
 # Where `make bench` writes; one folder per UTC day (bench/results/latest is a copy of the last).
@@ -52,6 +56,7 @@ browser:
 
 up: install
 	$(RAGSTREAM) infra up $(UP_FLAGS)
+	$(if $(CLUSTER),$(RAGSTREAM) infra cluster up,)
 
 down: install
 	$(RAGSTREAM) infra down
