@@ -210,6 +210,56 @@ class PoolsSettings(BaseModel):
         return merged
 
 
+class PoolScaling(BaseModel):
+    """Replica bounds and the lag target of one pool (:class:`ScalingSettings`)."""
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=4, ge=1)
+    #: Target lag per replica, in records: KEDA's ``lagThreshold`` (replicas = ceil(lag /
+    #: threshold)); the supervisor adds a process while the lag per process stays above it.
+    lag_threshold: int = Field(default=50, ge=1)
+    #: KEDA's ``activationLagThreshold``: below it a pool at 0 replicas is not woken.
+    activation_lag_threshold: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolScaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas exceeds max_replicas")
+        return self
+
+
+class ScalingSettings(BaseModel):
+    """Scaling each pool on its consumer group's lag: KEDA ``ScaledObject`` s in Kubernetes
+    (``infra/k8s/keda/``, written by ``python -m entry.keda``) and, on one machine, the
+    supervisor's ``--autoscale`` (``entry/autoscale.py``).
+
+    ``pools`` overrides ``default`` per pool name (``retrieval``, ``generation-small``, ...).
+    A pool never gets more replicas than its input topic has partitions (one more would idle).
+    """
+
+    default: PoolScaling = PoolScaling()
+    pools: dict[str, PoolScaling] = {
+        "generation-small": PoolScaling(max_replicas=2, lag_threshold=8),
+        "generation-large": PoolScaling(max_replicas=2, lag_threshold=8),
+    }
+    #: KEDA: seconds between two reads of the lag (``pollingInterval``).
+    polling_interval_s: int = Field(default=15, ge=1)
+    #: KEDA: seconds after the last activity before a pool at ``min_replicas`` 0 goes to zero.
+    cooldown_period_s: int = Field(default=300, ge=0)
+    #: The lag must stay above the threshold this long before one more replica starts
+    #: (the supervisor; KEDA: the HPA's scale-up stabilization window).
+    scale_up_after_s: float = Field(default=10.0, ge=0)
+    #: The lag must stay 0 this long before one replica is stopped (the supervisor; KEDA:
+    #: the HPA's scale-down stabilization window).
+    idle_after_s: float = Field(default=60.0, ge=0)
+    #: The supervisor's seconds between two reads of the lag.
+    check_interval_s: float = Field(default=2.0, gt=0)
+
+    def for_pool(self, name: str) -> PoolScaling:
+        """The bounds of pool ``name``: its entry of ``pools``, else ``default``."""
+        return self.pools.get(name, self.default)
+
+
 class IngestSettings(BaseModel):
     """The write path: which files may be read, record fields, batch sizes."""
 
@@ -668,6 +718,7 @@ class Settings(BaseSettings):
     celery: CelerySettings = CelerySettings()
     tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()
+    scaling: ScalingSettings = ScalingSettings()
     ingest: IngestSettings = IngestSettings()
     cache: CacheSettings = CacheSettings()
     webhooks: WebhookSettings = WebhookSettings()
