@@ -131,6 +131,12 @@ class Cluster:
                 cluster_id=cluster_id,
                 replication=(spec.replication_factor, spec.min_insync_replicas),
                 label=f"kafka-{n}",
+                extra={
+                    "broker.session.timeout.ms": str(spec.broker_session_timeout_ms),
+                    "broker.heartbeat.interval.ms": str(
+                        max(250, spec.broker_session_timeout_ms // 4)
+                    ),
+                },
             )
             for n, (port, controller) in enumerate(
                 zip(spec.kafka_ports, spec.kafka_controller_ports, strict=True), start=1

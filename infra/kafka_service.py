@@ -60,6 +60,7 @@ class KafkaService(Service):
         replication: ``(replication factor, min.insync.replicas)`` of the internal topics and
             of auto-created ones; ``(1, 1)`` on one broker.
         label: The name shown by ``status`` (``kafka-2`` for a cluster node).
+        extra: More ``server.properties`` lines (``{key: value}``), last.
     """
 
     name = "kafka"
@@ -74,6 +75,7 @@ class KafkaService(Service):
         cluster_id: str | None = None,
         replication: tuple[int, int] = (1, 1),
         label: str | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         super().__init__(settings)
         if voters is not None and cluster_id is None:
@@ -82,6 +84,7 @@ class KafkaService(Service):
         self.voters = voters
         self.cluster_id = cluster_id
         self.replication = replication
+        self.extra = dict(extra or {})
         self._label = label
 
     @property
@@ -146,6 +149,7 @@ class KafkaService(Service):
             f"share.coordinator.state.topic.min.isr={min_isr}",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=true",
+            *(f"{key}={value}" for key, value in self.extra.items()),
         ]
         return "\n".join(lines) + "\n"
 

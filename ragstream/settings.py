@@ -373,6 +373,10 @@ class ClusterSettings(BaseModel):
     kafka_ports: list[int] = [19092, 19093, 19094]
     kafka_controller_ports: list[int] = [19192, 19193, 19194]
     kafka_heap_mb: int = Field(default=320, ge=128)
+    #: ``broker.session.timeout.ms``: a broker silent this long is fenced and the partitions it
+    #: led get new leaders from their in-sync replicas (Kafka's default 9 s; on loopback a
+    #: killed broker is known dead at once, so the failover waits for this alone).
+    broker_session_timeout_ms: int = Field(default=4000, ge=1000)
     replication_factor: int = Field(default=3, ge=1)
     min_insync_replicas: int = Field(default=2, ge=1)
     elasticsearch_ports: list[int] = [19200, 19201]

@@ -39,6 +39,10 @@ def test_kafka_nodes_form_one_static_quorum_with_replicated_internal_topics(
         for key in ("default.replication.factor", "offsets.topic.replication.factor"):
             assert p[key] == "3"
         assert p["min.insync.replicas"] == p["transaction.state.log.min.isr"] == "2"
+        assert (p["broker.session.timeout.ms"], p["broker.heartbeat.interval.ms"]) == (
+            "4000",
+            "1000",
+        )
     # Own data and PID file per node, the binaries shared, one cluster id for all.
     homes = {k.home for k in cluster.kafka}
     assert len(homes) == 3 and all(h.is_relative_to(tmp_path / "local" / "cluster") for h in homes)
@@ -54,7 +58,7 @@ def test_single_broker_keeps_todays_configuration(tmp_path: Path) -> None:
     assert p["node.id"] == "1" and "controller.quorum.voters" not in p
     assert p["controller.quorum.bootstrap.servers"] == "127.0.0.1:9093"
     assert p["default.replication.factor"] == p["offsets.topic.replication.factor"] == "1"
-    assert p["min.insync.replicas"] == "1"
+    assert p["min.insync.replicas"] == "1" and "broker.session.timeout.ms" not in p
     with pytest.raises(ValueError, match="cluster's id"):
         KafkaService(_settings(tmp_path), voters="1@127.0.0.1:1")
 
