@@ -141,6 +141,9 @@ def cluster_settings(settings: Settings, local_dir: Path) -> Settings:
             "local_dir": local_dir,
             "install_dir": settings.infra.install_dir or settings.infra.local_dir,
             "cluster": spec,
+            # A node's (re)start under the run's load on 2 shared cores: Elasticsearch took
+            # over 120 s (the default) once, 47 s of it in "Bootstrapping Entitlements".
+            "start_timeout_s": 600.0,
         }
     )
     return settings.model_copy(update={"infra": infra})
@@ -169,7 +172,12 @@ def run(tmp: Path, log: Callable[[str], None] = print) -> ClusterCounts:
         started = time.monotonic()
         cluster = cleanup.enter_context(private_cluster(settings, services_dir))
         log(f"cluster up in {time.monotonic() - started:.0f} s")
-        _run(tmp, log, counts, queue, cluster)
+        try:
+            _run(tmp, log, counts, queue, cluster)
+        except BaseException:
+            counts.seconds = counts.seconds or (time.monotonic() - started)
+            log("the run stopped early; the counts so far:\n" + counts.table())
+            raise
     return counts
 
 
