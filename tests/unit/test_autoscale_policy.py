@@ -4,6 +4,8 @@ tests/integration/test_autoscale.py against the real broker."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from entry.autoscale import LagPolicy, pool_of, procfile_pools, scaled_command
 from ragstream.settings import PoolScaling, ScalingSettings
 
@@ -77,3 +79,19 @@ def test_procfile_pools_are_found_with_their_processes_bounds_and_partitions() -
         "export RAGSTREAM_POOLS__GENERATION_SMALL__METRICS_PORT=0; "
         "ragstream worker generation-small"
     )
+
+
+def test_the_supervisors_autoscaler_covers_every_pool_of_the_procfile(tmp_path: Path) -> None:
+    from entry.autoscale import lag_autoscaler
+    from entry.supervisor import Supervisor, parse_procfile
+    from ragstream.settings import PROJECT_ROOT
+    from topics.registry import POOL_INPUTS
+
+    commands = parse_procfile((PROJECT_ROOT / "Procfile").read_text())
+    scaler = lag_autoscaler(Supervisor(commands, cwd=tmp_path, state_dir=tmp_path), commands)
+    pools = {p.pool: p for p in scaler.pools}
+    assert set(pools) == set(POOL_INPUTS)  # every pool the Procfile runs, nothing else
+    retrieval = pools["retrieval"]
+    assert retrieval.base == 2 and retrieval.topic.endswith("rag.queries")
+    assert retrieval.group.endswith("ragstream-retrieval")
+    assert pools["generation-large"].policy.ceiling == 2  # settings.scaling.pools
