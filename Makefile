@@ -15,6 +15,10 @@ PIP_EXTRAS := dev$(if $(EXTRAS),$(comma)$(EXTRAS),)
 BENCH_EXTRAS := bench$(if $(EXTRAS),$(comma)$(EXTRAS),)
 POSTGRES ?=
 UP_FLAGS := $(if $(POSTGRES),--postgres,)
+# CLUSTER=1: `make up` also starts the replicated Kafka (3 KRaft nodes) and Elasticsearch (2 nodes)
+# of settings.infra.cluster on ports of their own (`ragstream infra cluster env` prints how to
+# point the processes at them); `make chaos` runs the chaos suite on such a cluster of its own.
+CLUSTER ?=
 PYTEST_ARGS ?=
 
 # Where `make bench` writes; one folder per UTC day (bench/results/latest is a copy of the last).
@@ -52,6 +56,7 @@ browser:
 
 up: install
 	$(RAGSTREAM) infra up $(UP_FLAGS)
+	$(if $(CLUSTER),$(RAGSTREAM) infra cluster up,)
 
 down: install
 	$(RAGSTREAM) infra down
@@ -85,8 +90,11 @@ test: install docs browser
 # The chaos suite in its full size (docs/operations.md, Chaos): a private broker and Elasticsearch node,
 # every pool killed in turn, broker restart, 30 s freeze, webhook receiver away 60 s, 1% poison;
 # prints the counts (~5 min). `make test` runs the same test in its CI size (2.5-3.5 min).
-chaos: install docs up
-	CHAOS_SIZE=full $(BIN)/pytest -p no:cacheprovider -s tests/integration/test_chaos.py $(PYTEST_ARGS)
+# CLUSTER=1: the cluster run instead (tests/integration/chaos_cluster.py, ~15 min): a 3-broker Kafka and a
+# 2-node Elasticsearch of its own; brokers, the controller and a node killed, processes added, a pool stalled.
+chaos: install docs
+	$(MAKE) up CLUSTER=
+	$(if $(CLUSTER),CHAOS_CLUSTER=1 $(BIN)/pytest -p no:cacheprovider -s tests/integration/test_chaos.py -k cluster $(PYTEST_ARGS),CHAOS_SIZE=full $(BIN)/pytest -p no:cacheprovider -s tests/integration/test_chaos.py -k 'not cluster' $(PYTEST_ARGS))
 
 # Starts every process (Procfile, under entry/supervisor.py), ingests both manuals as a Celery job, asks ten
 # questions through the API, and leaves everything running. `make stop` stops the processes.

@@ -578,7 +578,7 @@ class OpsService:
         row = IndexOut(alias=alias, configured_model=configured)
         try:
             if self._es is None:
-                self._es = Elasticsearch(self.settings.elasticsearch.url, request_timeout=5)
+                self._es = Elasticsearch(self.settings.elasticsearch.hosts, request_timeout=5)
             es = self._es
             found = es.options(ignore_status=404).indices.get_alias(name=alias).body
             names = sorted(n for n in found if isinstance(found.get(n), dict))

@@ -449,13 +449,12 @@ def run(
     """Start everything, ingest the manuals, ask questions, leave it running."""
     from ragstream.db.engine import upgrade_head
     from ragstream.settings import get_settings
-    from topics.admin import ensure_topics, make_admin
-    from topics.registry import TopicRegistry
+    from topics.admin import ensure_registry_topics, make_admin
 
     settings = get_settings()
     upgrade_head(settings.database_url)
     admin = make_admin(settings.kafka)
-    ensure_topics(admin, TopicRegistry(settings.kafka.topic_prefix).physical_topics())
+    ensure_registry_topics(admin, settings.kafka)
     admin.close()
     start_processes(settings)
     wait_ready(settings)

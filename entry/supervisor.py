@@ -13,6 +13,11 @@ state, ``{name: {pid, state, restarts, last_exit_code, ...}}``, is written to
 ``<state-dir>/supervisor.json`` on every change; ``ragstream demo status`` prints it.
 SIGTERM/SIGINT: SIGTERM every process group, wait up to ``stop_timeout_s`` (30 s), SIGKILL
 what is left, exit.
+
+Processes can be added and removed while it runs (:meth:`Supervisor.add`,
+:meth:`Supervisor.remove`, from any thread): a removed process gets SIGTERM (SIGKILL after
+``stop_timeout_s``) and is not restarted. ``--autoscale`` adds and removes processes of the
+Procfile's pools on their consumer groups' lag (``entry/autoscale.py``).
 """
 
 from __future__ import annotations
@@ -60,8 +65,9 @@ def parse_procfile(text: str) -> dict[str, str]:
 class ProcessState:
     """What the supervisor knows of one process (written to ``supervisor.json``).
 
-    ``state``: ``running``, ``backoff`` (exited, restart due at ``restart_at``, UNIX seconds)
-    or ``stopped``. ``restarts`` counts restarts since the supervisor started.
+    ``state``: ``running``, ``backoff`` (exited, restart due at ``restart_at``, UNIX seconds),
+    ``removing`` (SIGTERM sent by :meth:`Supervisor.remove`, SIGKILL at ``restart_at``) or
+    ``stopped``. ``restarts`` counts restarts since the supervisor started.
     """
 
     command: str
@@ -113,6 +119,8 @@ class Supervisor:
         self._stopping = threading.Event()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._pumps: list[threading.Thread] = []
+        #: ``(add|remove, name, command)`` asked from other threads, done by :meth:`step`.
+        self._changes: list[tuple[str, str, str]] = []
         self.states = {name: ProcessState(command) for name, command in commands.items()}
         state_dir.mkdir(parents=True, exist_ok=True)
 
@@ -189,16 +197,71 @@ class Supervisor:
             restarts=state.restarts,
         )
 
+    def add(self, name: str, command: str) -> None:
+        """Start ``command`` as process ``name`` at the next :meth:`step` (any thread).
+
+        Raises:
+            ValueError: ``name`` is already supervised.
+        """
+        with self._lock:
+            if name in self.states or any(c[1] == name for c in self._changes if c[0] == "add"):
+                raise ValueError(f"process {name!r} already exists")
+            self._changes.append(("add", name, command))
+
+    def remove(self, name: str) -> None:
+        """Stop process ``name`` for good at the next :meth:`step` (any thread): SIGTERM to its
+        group, SIGKILL after ``stop_timeout_s``; it is forgotten once it exited."""
+        with self._lock:
+            self._changes.append(("remove", name, ""))
+
+    def _apply_changes(self) -> bool:
+        with self._lock:
+            changes, self._changes = self._changes, []
+        for kind, name, command in changes:
+            if kind == "add":
+                self.states[name] = ProcessState(command)
+                self._start(name)
+                continue
+            state = self.states.get(name)
+            if state is None:
+                continue
+            proc = self._procs.get(name)
+            if proc is None:  # waiting for a restart: nothing to stop
+                del self.states[name]
+                self.log("process.removed", name=name)
+                continue
+            state.state, state.restart_at = "removing", time.time() + self._stop_timeout_s
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            self.log("process.removing", name=name, pid=proc.pid)
+        return bool(changes)
+
     def step(self) -> None:
-        """Reap exited processes and restart those whose back-off is over."""
-        changed = False
+        """Apply added and removed processes, reap exited ones and restart those whose
+        back-off is over."""
+        changed = self._apply_changes()
         for name, proc in list(self._procs.items()):
             code = proc.poll()
             if code is not None:
                 del self._procs[name]
-                self._reap(name, code)
+                if self.states[name].state == "removing":
+                    del self.states[name]
+                    self.log("process.removed", name=name, exit_code=code)
+                else:
+                    self._reap(name, code)
                 changed = True
         now = time.time()
+        for name, state in self.states.items():
+            if (
+                state.state == "removing"
+                and state.restart_at is not None
+                and now >= state.restart_at
+            ):
+                state.restart_at = None
+                lingering = self._procs.get(name)
+                if lingering is not None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(lingering.pid, signal.SIGKILL)
         for name, state in self.states.items():
             if (
                 state.state == "backoff"
@@ -265,12 +328,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--procfile", type=Path, required=True)
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--cwd", type=Path, default=Path.cwd())
+    parser.add_argument(
+        "--autoscale",
+        action="store_true",
+        help="add and remove pool processes on their consumer groups' lag (settings.scaling)",
+    )
     args = parser.parse_args(argv)
     commands = parse_procfile(args.procfile.read_text(encoding="utf-8"))
     supervisor = Supervisor(commands, cwd=args.cwd, state_dir=args.state_dir)
     signal.signal(signal.SIGTERM, supervisor.stop)
     signal.signal(signal.SIGINT, supervisor.stop)
-    supervisor.run()
+    scaler = None
+    if args.autoscale:
+        from entry.autoscale import lag_autoscaler
+
+        scaler = lag_autoscaler(supervisor, commands)
+        threading.Thread(target=scaler.run, name="autoscale", daemon=True).start()
+    try:
+        supervisor.run()
+    finally:
+        if scaler is not None:
+            scaler.stop()
 
 
 if __name__ == "__main__":

@@ -37,7 +37,15 @@ llm_app = typer.Typer(
     no_args_is_help=True,
 )
 models_app = typer.Typer(help="The GGUF model catalog (infra/models.py).", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help=(
+        "A 3-node KRaft Kafka and a 2-node Elasticsearch on ports of their own "
+        "(settings.infra.cluster), beside the single-node services."
+    ),
+    no_args_is_help=True,
+)
 app.add_typer(llm_app, name="llm")
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(models_app, name="models")
 console = Console()
 
@@ -121,6 +129,58 @@ def status() -> None:
     console.print(_table(statuses))
     if not all(state.healthy for state in statuses):
         raise typer.Exit(1)
+
+
+@cluster_app.command("up")
+def cluster_up() -> None:
+    """Start every node (first run: format and install); wait until each is healthy, then
+    print the variables that point ragstream's processes at the cluster."""
+    from infra import cluster
+    from ragstream.settings import get_settings
+
+    settings = get_settings()
+    try:
+        statuses = cluster.up(settings)
+    except InfraError as exc:
+        _fail("infra cluster up", exc)
+    console.print(_table(statuses))
+    _print_env(cluster.client_env(settings))
+
+
+@cluster_app.command("down")
+def cluster_down() -> None:
+    """Stop every node of the cluster (its data under .local/cluster is kept)."""
+    from infra import cluster
+    from ragstream.settings import get_settings
+
+    cluster.down(get_settings())
+    console.print("cluster stopped")
+
+
+@cluster_app.command("status")
+def cluster_status() -> None:
+    """Each node's port, PID and health; exit 1 if one is unhealthy."""
+    from infra import cluster
+    from ragstream.settings import get_settings
+
+    statuses = cluster.status(get_settings())
+    console.print(_table(statuses))
+    if not all(state.healthy for state in statuses):
+        raise typer.Exit(1)
+
+
+@cluster_app.command("env")
+def cluster_env() -> None:
+    """Print ``export RAGSTREAM_...=...`` lines that point a shell's processes at the cluster."""
+    from infra import cluster
+    from ragstream.settings import get_settings
+
+    _print_env(cluster.client_env(get_settings()))
+
+
+def _print_env(env: dict[str, str]) -> None:
+    for key, value in env.items():
+        typer.echo(f"export {key}={value}")
 
 
 @llm_app.command("up")

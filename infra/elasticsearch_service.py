@@ -14,6 +14,7 @@ import shutil
 import urllib.error
 import urllib.request
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from infra import proc
@@ -29,16 +30,47 @@ ASSETS = Path(__file__).resolve().parent / "elasticsearch"
 CLUSTER_NAME = "ragstream-local"
 
 
+@dataclass(frozen=True)
+class EsNode:
+    """One node of a multi-node cluster (:mod:`infra.cluster`).
+
+    Attributes:
+        cluster_name: ``cluster.name``, the same on every node.
+        node_name: ``node.name``, unique in the cluster.
+        seed_hosts: ``host:transport_port`` of every node (``discovery.seed_hosts``).
+        master_nodes: ``cluster.initial_master_nodes``: the master-eligible node names.
+        roles: ``node.roles`` (``["master", "data"]``, ``["data"]``, ...).
+    """
+
+    cluster_name: str
+    node_name: str
+    seed_hosts: tuple[str, ...]
+    master_nodes: tuple[str, ...]
+    roles: tuple[str, ...]
+
+
 class ElasticsearchService(Service):
-    """Single-node Elasticsearch, security off, HTTP on ``host:elasticsearch_port``."""
+    """Elasticsearch, security off, HTTP on ``host:elasticsearch_port``: a single-node
+    cluster, or one node of a multi-node one when ``node`` is given.
+
+    Args:
+        settings: The settings tree; ``settings.infra`` gives ports, heap and folders.
+        node: The cluster this node belongs to; ``None``: ``discovery.type: single-node``.
+        label: The name shown by ``status`` (``elasticsearch-2`` for a cluster node).
+    """
 
     name = "elasticsearch"
     port_fields = ("elasticsearch_port", "elasticsearch_transport_port")
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, *, node: EsNode | None = None, label: str | None = None
+    ) -> None:
         """Remember the settings; nothing is installed or started here."""
         super().__init__(settings)
         self._user: str | None = None
+        self.node = node
+        self._label = label
+        self.cluster_name = node.cluster_name if node else CLUSTER_NAME
 
     @property
     def es_home(self) -> Path:
@@ -62,17 +94,25 @@ class ElasticsearchService(Service):
 
     def log_files(self) -> list[Path]:
         """The launcher output, then the cluster log."""
-        return [self.logs_dir / "launcher.out", self.logs_dir / f"{CLUSTER_NAME}.log"]
+        return [self.logs_dir / "launcher.out", self.logs_dir / f"{self.cluster_name}.log"]
 
     def elasticsearch_yml(self) -> str:
-        """Return ``elasticsearch.yml`` for a loopback single-node dev cluster."""
+        """Return ``elasticsearch.yml`` for a loopback single-node dev cluster, or for one
+        node of :attr:`node`'s cluster (seed hosts, initial master nodes, roles)."""
+        discovery: dict[str, object] = {"discovery.type": "single-node"}
+        if self.node is not None:
+            discovery = {
+                "discovery.seed_hosts": list(self.node.seed_hosts),
+                "cluster.initial_master_nodes": list(self.node.master_nodes),
+                "node.roles": list(self.node.roles),
+            }
         settings = {
-            "cluster.name": CLUSTER_NAME,
-            "node.name": f"{CLUSTER_NAME}-1",
+            "cluster.name": self.cluster_name,
+            "node.name": self.node.node_name if self.node else f"{CLUSTER_NAME}-1",
             "network.host": self.infra.host,
             "http.port": self.infra.elasticsearch_port,
             "transport.port": self.infra.elasticsearch_transport_port,
-            "discovery.type": "single-node",
+            **discovery,
             "path.data": str(self.home / "data"),
             "path.logs": str(self.logs_dir),
             "xpack.security.enabled": False,

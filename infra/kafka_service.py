@@ -1,10 +1,13 @@
-"""Apache Kafka 4.x as one KRaft node that is both broker and controller.
+"""Apache Kafka 4.x as a KRaft node that is both broker and controller: the single local
+broker, or one node of a cluster (:mod:`infra.cluster`).
 
 Install: the ``org.apache.kafka:kafka_2.13`` jars and their runtime dependencies, plus
 log4j2 (``infra/kafka/pom.xml``), are copied from Maven Central into
 ``.local/kafka/libs`` once. Storage is formatted once with
 ``kafka.tools.StorageTool format --standalone`` (a dynamic controller quorum of one voter,
 which needs ``controller.quorum.bootstrap.servers``, not ``controller.quorum.voters``).
+A cluster node names every voter (``controller.quorum.voters``, a static quorum) and is
+formatted with the cluster's shared id, without ``--standalone``.
 Start: ``java -cp 'libs/*' kafka.Kafka server.properties``, detached.
 """
 
@@ -18,6 +21,7 @@ from infra import proc
 from infra.maven import copy_dependencies
 from infra.service import Service
 from infra.system import run, user_env
+from ragstream.settings import Settings
 
 #: Folder with the pom and the log4j2 configuration, next to this module.
 ASSETS = Path(__file__).resolve().parent / "kafka"
@@ -45,10 +49,43 @@ def new_cluster_id() -> str:
 
 
 class KafkaService(Service):
-    """Single-node KRaft Kafka (``process.roles=broker,controller``, ``node.id=1``)."""
+    """A KRaft Kafka node (``process.roles=broker,controller``).
+
+    Args:
+        settings: The settings tree; ``settings.infra`` gives ports, heap and folders.
+        node_id: ``node.id`` (1 for the single broker).
+        voters: ``controller.quorum.voters`` of a cluster (``1@host:port,2@...``); ``None``:
+            the single broker's dynamic quorum of itself.
+        cluster_id: The cluster's id, the same on every node (required with ``voters``).
+        replication: ``(replication factor, min.insync.replicas)`` of the internal topics and
+            of auto-created ones; ``(1, 1)`` on one broker.
+        label: The name shown by ``status`` (``kafka-2`` for a cluster node).
+        extra: More ``server.properties`` lines (``{key: value}``), last.
+    """
 
     name = "kafka"
     port_fields = ("kafka_port", "kafka_controller_port")
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        node_id: int = 1,
+        voters: str | None = None,
+        cluster_id: str | None = None,
+        replication: tuple[int, int] = (1, 1),
+        label: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(settings)
+        if voters is not None and cluster_id is None:
+            raise ValueError("a cluster node needs the cluster's id")
+        self.node_id = node_id
+        self.voters = voters
+        self.cluster_id = cluster_id
+        self.replication = replication
+        self.extra = dict(extra or {})
+        self._label = label
 
     @property
     def libs(self) -> Path:
@@ -84,11 +121,18 @@ class KafkaService(Service):
         host = self.infra.host
         client = f"PLAINTEXT://{host}:{self.infra.kafka_port}"
         controller = f"CONTROLLER://{host}:{self.infra.kafka_controller_port}"
+        if self.voters is None:
+            quorum = (
+                f"controller.quorum.bootstrap.servers={host}:{self.infra.kafka_controller_port}"
+            )
+        else:
+            quorum = f"controller.quorum.voters={self.voters}"
+        factor, min_isr = self.replication
         lines = [
             "# Written by infra/kafka_service.py on every start; edit the settings instead.",
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.bootstrap.servers={host}:{self.infra.kafka_controller_port}",
+            f"node.id={self.node_id}",
+            quorum,
             f"listeners={client},{controller}",
             f"advertised.listeners={client},{controller}",
             "inter.broker.listener.name=PLAINTEXT",
@@ -96,15 +140,16 @@ class KafkaService(Service):
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             f"log.dirs={self.data_dir}",
             "num.partitions=3",
-            "default.replication.factor=1",
-            "min.insync.replicas=1",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            f"default.replication.factor={factor}",
+            f"min.insync.replicas={min_isr}",
+            f"offsets.topic.replication.factor={factor}",
+            f"transaction.state.log.replication.factor={factor}",
+            f"transaction.state.log.min.isr={min_isr}",
+            f"share.coordinator.state.topic.replication.factor={factor}",
+            f"share.coordinator.state.topic.min.isr={min_isr}",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=true",
+            *(f"{key}={value}" for key, value in self.extra.items()),
         ]
         return "\n".join(lines) + "\n"
 
@@ -116,15 +161,11 @@ class KafkaService(Service):
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(self.server_properties())
         if not (self.data_dir / "meta.properties").is_file():
-            self._java(
-                "kafka.tools.StorageTool",
-                "format",
-                "--standalone",
-                "-t",
-                new_cluster_id(),
-                "-c",
-                str(self.config_file),
-            )
+            if self.cluster_id is None:
+                quorum = ["--standalone", "-t", new_cluster_id()]
+            else:  # a static quorum: every voter is in the config already
+                quorum = ["-t", self.cluster_id]
+            self._java("kafka.tools.StorageTool", "format", *quorum, "-c", str(self.config_file))
 
     def launch(self) -> int:
         """Start ``kafka.Kafka`` detached; write and return its PID."""

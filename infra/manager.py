@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
+from infra import cluster
 from infra.elasticsearch_service import ElasticsearchService
 from infra.errors import InfraError
 from infra.kafka_service import KafkaService
@@ -123,7 +124,8 @@ def up(
 def down(settings: Settings) -> None:
     """Stop every local service that runs (PostgreSQL included), in reverse start order.
 
-    Extra LLM servers (:func:`llm_up`) are stopped first. Each is stopped by PID (SIGTERM,
+    Extra LLM servers (:func:`llm_up`) and the nodes of ``infra cluster up``
+    (:mod:`infra.cluster`) are stopped first. Each is stopped by PID (SIGTERM,
     SIGKILL after 30 s; PostgreSQL with ``pg_ctl stop -m fast``) and its PID file removed.
     Services that are not running are skipped. Data under ``settings.infra.local_dir`` is kept.
 
@@ -131,6 +133,7 @@ def down(settings: Settings) -> None:
         settings: The settings tree.
     """
     with _exclusive(settings):
+        cluster.down(settings)
         for service in [*extra_services(settings), *reversed(services(settings, postgres=True))]:
             service.stop()
 

@@ -64,6 +64,8 @@ class Service(abc.ABC):
         self.install_home: Path = (self.infra.install_dir or self.infra.local_dir).resolve() / (
             self.name
         )
+        #: Set by a node of a cluster (``kafka-2``); see :attr:`label`.
+        self._label: str | None = None
         #: Log sizes just before the last launch, so a failure shows only this start's lines.
         self._log_offsets: dict[Path, int] = {}
 
@@ -71,6 +73,12 @@ class Service(abc.ABC):
 
     #: Names of the ``InfraSettings`` fields holding the ports it binds, client port first.
     port_fields: ClassVar[tuple[str, ...]]
+
+    @property
+    def label(self) -> str:
+        """The name ``status`` and the logs show: :attr:`name`, or ``kafka-2`` for a node of a
+        cluster (:mod:`infra.cluster`)."""
+        return self._label or self.name
 
     @property
     def port(self) -> int:
@@ -127,7 +135,7 @@ class Service(abc.ABC):
         """Stop the running server (SIGTERM, then SIGKILL after 30 s); remove the PID file."""
         pid = self.running_pid()
         if pid is not None:
-            proc.terminate(pid, name=self.name)
+            proc.terminate(pid, name=self.label)
         self.pid_file.unlink(missing_ok=True)
 
     # -- shared behaviour -------------------------------------------------------------------
@@ -143,7 +151,7 @@ class Service(abc.ABC):
             return None
         if proc.is_alive(pid, self.marker):
             return pid
-        log.info("removing stale pid file", service=self.name, pid=pid, path=str(self.pid_file))
+        log.info("removing stale pid file", service=self.label, pid=pid, path=str(self.pid_file))
         self.pid_file.unlink(missing_ok=True)
         return None
 
@@ -155,7 +163,7 @@ class Service(abc.ABC):
             healthy, detail = False, f"answers, but not started by infra: {detail}"
         elif pid is None:
             detail = "not running"
-        return ServiceStatus(self.name, self.port, pid, healthy, detail)
+        return ServiceStatus(self.label, self.port, pid, healthy, detail)
 
     def check_ports(self) -> None:
         """Fail fast if one of :attr:`ports` is held by a process that is not this service.
@@ -170,7 +178,7 @@ class Service(abc.ABC):
             owners = proc.port_owners(port)
             if ours is not None and (not owners or ours in owners):
                 continue
-            raise PortConflictError(self.name, self.infra.host, port, owners, field)
+            raise PortConflictError(self.label, self.infra.host, port, owners, field)
 
     def ensure_up(self) -> ServiceStatus:
         """Install and start the service unless it already runs; wait until healthy.
@@ -188,9 +196,9 @@ class Service(abc.ABC):
         if pid is not None:
             healthy, _ = self.probe(PROBE_TIMEOUT_S)
             if not healthy:
-                log.info("service running but not ready yet, waiting", service=self.name, pid=pid)
+                log.info("service running but not ready yet, waiting", service=self.label, pid=pid)
                 self._wait_ready(launcher=None)
-            log.info("service already running", service=self.name, pid=pid)
+            log.info("service already running", service=self.label, pid=pid)
             return self.status()
         self.check_ports()
         started = time.monotonic()
@@ -201,7 +209,7 @@ class Service(abc.ABC):
         self.after_ready()
         log.info(
             "service started",
-            service=self.name,
+            service=self.label,
             pid=self.running_pid(),
             port=self.port,
             seconds=round(time.monotonic() - started, 1),
@@ -227,7 +235,7 @@ class Service(abc.ABC):
         )
 
     def _failure(self, what: str) -> str:
-        parts = [f"{self.name} {what}."]
+        parts = [f"{self.label} {what}."]
         for path in self.log_files():
             text = proc.tail(path, start=self._log_offsets.get(path, 0))
             if text:

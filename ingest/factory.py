@@ -91,7 +91,7 @@ def build_index(settings: Settings, dims: int, model_id: str | None = None) -> C
         EmbeddingModelMismatchError: the existing index records another model or dimension.
     """
     es = Elasticsearch(
-        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+        settings.elasticsearch.hosts, request_timeout=settings.elasticsearch.request_timeout_s
     )
     index = ChunkIndex(es, settings.elasticsearch, dims, model_id=model_id)
     index.ensure()
@@ -105,7 +105,7 @@ def merge_index(
 ) -> tuple[dict[str, int], dict[str, int]]:
     """:func:`ingest.index.force_merge` of the settings' chunk alias (segment stats before and
     after), with a client of its own. Raises as ``force_merge``."""
-    es = Elasticsearch(settings.elasticsearch.url, request_timeout=60)
+    es = Elasticsearch(settings.elasticsearch.hosts, request_timeout=60)
     try:
         return force_merge(es, settings.elasticsearch.index_alias, max_num_segments)
     finally:
@@ -124,7 +124,7 @@ def build_index_and_embedder(
     embedder = build_embedder(settings)
     if for_rebuild:
         es = Elasticsearch(
-            settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+            settings.elasticsearch.hosts, request_timeout=settings.elasticsearch.request_timeout_s
         )
         index = ChunkIndex(es, settings.elasticsearch, embedder.dim, embedder.model_id)
         return index, embedder
@@ -140,7 +140,7 @@ def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -
     embedder = embedder or build_embedder(settings)
     chunker = build_chunker(settings)
     es = Elasticsearch(
-        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+        settings.elasticsearch.hosts, request_timeout=settings.elasticsearch.request_timeout_s
     )
     index = ChunkIndex(es, settings.elasticsearch, embedder.dim, model_id=embedder.model_id)
     index.ensure()

@@ -58,8 +58,9 @@ def probe_kafka(bootstrap_servers: str, timeout_s: float = 5.0) -> Probe:
     return _timed("kafka", check)
 
 
-def probe_elasticsearch(url: str, timeout_s: float = 5.0) -> Probe:
-    """GET ``_cluster/health``; green or yellow is healthy, red is not."""
+def probe_elasticsearch(url: str | list[str], timeout_s: float = 5.0) -> Probe:
+    """GET ``_cluster/health`` at ``url`` (one node's URL, or a cluster's list); green or yellow
+    is healthy, red is not."""
 
     def check() -> str:
         from elasticsearch import Elasticsearch
@@ -144,7 +145,7 @@ def probe_all(settings: Settings) -> list[Probe]:
     """Probe Kafka, Elasticsearch, Redis and the SQL store named by ``settings``."""
     return [
         probe_kafka(settings.kafka.bootstrap_servers),
-        probe_elasticsearch(settings.elasticsearch.url),
+        probe_elasticsearch(settings.elasticsearch.hosts),
         probe_redis(settings.redis.url),
         probe_sql(settings.database_url),
     ]

@@ -38,23 +38,48 @@ class KafkaSettings(BaseModel):
     #: A consumer that does not poll within this interval leaves its group (Kafka default 300 s).
     max_poll_interval_ms: int = 300_000
     session_timeout_ms: int = 45_000
+    #: Copies of each partition when ragstream creates its topics (``ragstream topics create``,
+    #: the demo, the tests): 1 on the single local broker, 3 on a cluster (``infra cluster up``).
+    replication_factor: int = Field(default=1, ge=1)
+    #: ``min.insync.replicas`` of the topics it creates: with ``acks=all`` a write needs this
+    #: many in-sync copies (1 on one broker; 2 of 3 on a cluster survives one broker down).
+    min_insync_replicas: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _isr_within_replicas(self) -> KafkaSettings:
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"kafka.min_insync_replicas {self.min_insync_replicas} exceeds "
+                f"kafka.replication_factor {self.replication_factor}: no write could succeed"
+            )
+        return self
 
 
 class ElasticsearchSettings(BaseModel):
     """Elasticsearch client and chunk-index settings."""
 
+    #: One node's URL, or several separated by commas (a cluster: the client spreads requests
+    #: over them and retries another when one is down); see :attr:`hosts`.
     url: str = "http://127.0.0.1:9200"
     #: Searches and writes go through this alias; physical indices are ``<alias>-v<N>``.
     index_alias: str = "ragstream-chunks"
     request_timeout_s: float = 30.0
     shards: int = 1
-    replicas: int = 0
+    #: Replica copies of each shard of the chunk index (0 on one node; 1 on a two-node cluster,
+    #: so that a node leaving promotes the replicas of its primaries).
+    replicas: int = Field(default=0, ge=0)
     #: HNSW graph parameters of the dense_vector field (Malkov & Yashunin 2018).
     hnsw_m: int = 16
     hnsw_ef_construction: int = 100
     bulk_chunk_size: int = 500
     bulk_max_retries: int = 5
     bulk_initial_backoff_s: float = 0.5
+
+    @property
+    def hosts(self) -> list[str]:
+        """The node URLs of :attr:`url` (split at commas, blanks dropped), for
+        ``Elasticsearch(hosts)``."""
+        return [part.strip() for part in self.url.split(",") if part.strip()]
 
 
 class RedisSettings(BaseModel):
@@ -187,6 +212,56 @@ class PoolsSettings(BaseModel):
         return merged
 
 
+class PoolScaling(BaseModel):
+    """Replica bounds and the lag target of one pool (:class:`ScalingSettings`)."""
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=4, ge=1)
+    #: Target lag per replica, in records: KEDA's ``lagThreshold`` (replicas = ceil(lag /
+    #: threshold)); the supervisor adds a process while the lag per process stays above it.
+    lag_threshold: int = Field(default=50, ge=1)
+    #: KEDA's ``activationLagThreshold``: below it a pool at 0 replicas is not woken.
+    activation_lag_threshold: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> PoolScaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas exceeds max_replicas")
+        return self
+
+
+class ScalingSettings(BaseModel):
+    """Scaling each pool on its consumer group's lag: KEDA ``ScaledObject`` s in Kubernetes
+    (``infra/k8s/keda/``, written by ``python -m entry.keda``) and, on one machine, the
+    supervisor's ``--autoscale`` (``entry/autoscale.py``).
+
+    ``pools`` overrides ``default`` per pool name (``retrieval``, ``generation-small``, ...).
+    A pool never gets more replicas than its input topic has partitions (one more would idle).
+    """
+
+    default: PoolScaling = PoolScaling()
+    pools: dict[str, PoolScaling] = {
+        "generation-small": PoolScaling(max_replicas=2, lag_threshold=8),
+        "generation-large": PoolScaling(max_replicas=2, lag_threshold=8),
+    }
+    #: KEDA: seconds between two reads of the lag (``pollingInterval``).
+    polling_interval_s: int = Field(default=15, ge=1)
+    #: KEDA: seconds after the last activity before a pool at ``min_replicas`` 0 goes to zero.
+    cooldown_period_s: int = Field(default=300, ge=0)
+    #: The lag must stay above the threshold this long before one more replica starts
+    #: (the supervisor; KEDA: the HPA's scale-up stabilization window).
+    scale_up_after_s: float = Field(default=10.0, ge=0)
+    #: The lag must stay 0 this long before one replica is stopped (the supervisor; KEDA:
+    #: the HPA's scale-down stabilization window).
+    idle_after_s: float = Field(default=60.0, ge=0)
+    #: The supervisor's seconds between two reads of the lag.
+    check_interval_s: float = Field(default=2.0, gt=0)
+
+    def for_pool(self, name: str) -> PoolScaling:
+        """The bounds of pool ``name``: its entry of ``pools``, else ``default``."""
+        return self.pools.get(name, self.default)
+
+
 class IngestSettings(BaseModel):
     """The write path: which files may be read, record fields, batch sizes."""
 
@@ -281,6 +356,53 @@ class LoggingSettings(BaseModel):
     format: str = Field(default="console", pattern="^(console|json)$")
 
 
+class ClusterSettings(BaseModel):
+    """A replicated Kafka and Elasticsearch on loopback (``ragstream infra cluster up``,
+    ``make up CLUSTER=1``, the cluster chaos suite), beside the single-node services.
+
+    Kafka: one KRaft node per entry of ``kafka_ports``, each broker and controller at once
+    (3 nodes: a controller quorum that survives one loss); topics at ``replication_factor``
+    with ``min_insync_replicas``. Elasticsearch: one node per entry of ``elasticsearch_ports``,
+    the first master-eligible and data, the others data-only (with two master-eligible nodes
+    the loss of the elected one would stop the cluster: Elasticsearch needs a majority of
+    voting nodes), the chunk index at ``elasticsearch_replicas``. Data, logs and PID files
+    under ``<infra.local_dir>/cluster`` (``dir``); binaries shared with the single-node services.
+    Heaps are small on purpose (a 24 GB machine also runs the main stack): 3 x 320 MB Kafka,
+    2 x 512 MB Elasticsearch.
+    """
+
+    dir: Path | None = None
+    kafka_ports: list[int] = [19092, 19093, 19094]
+    kafka_controller_ports: list[int] = [19192, 19193, 19194]
+    kafka_heap_mb: int = Field(default=320, ge=128)
+    #: ``broker.session.timeout.ms``: a broker silent this long is fenced and the partitions it
+    #: led get new leaders from their in-sync replicas (Kafka's default 9 s; on loopback a
+    #: killed broker is known dead at once, so the failover waits for this alone).
+    broker_session_timeout_ms: int = Field(default=4000, ge=1000)
+    replication_factor: int = Field(default=3, ge=1)
+    min_insync_replicas: int = Field(default=2, ge=1)
+    elasticsearch_ports: list[int] = [19200, 19201]
+    elasticsearch_transport_ports: list[int] = [19300, 19301]
+    elasticsearch_heap_mb: int = Field(default=512, ge=256)
+    elasticsearch_replicas: int = Field(default=1, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClusterSettings:
+        if len(self.kafka_ports) != len(self.kafka_controller_ports) or not self.kafka_ports:
+            raise ValueError("infra.cluster: one controller port per Kafka port, at least one")
+        if len(self.elasticsearch_ports) != len(self.elasticsearch_transport_ports) or not (
+            self.elasticsearch_ports
+        ):
+            raise ValueError("infra.cluster: one transport port per Elasticsearch port")
+        if not self.min_insync_replicas <= self.replication_factor <= len(self.kafka_ports):
+            raise ValueError(
+                "infra.cluster: need min_insync_replicas <= replication_factor <= brokers"
+            )
+        if self.elasticsearch_replicas >= len(self.elasticsearch_ports):
+            raise ValueError("infra.cluster: elasticsearch_replicas must be below the node count")
+        return self
+
+
 class InfraSettings(BaseModel):
     """Local single-node services that ``ragstream infra up`` installs and starts.
 
@@ -308,6 +430,8 @@ class InfraSettings(BaseModel):
     postgres_bin_dir: Path = Path("/usr/lib/postgresql/15/bin")
     service_user: str = "ragstream"
     start_timeout_s: float = 120.0
+    #: The replicated services of ``ragstream infra cluster up`` (:class:`ClusterSettings`).
+    cluster: ClusterSettings = ClusterSettings()
 
 
 class ChunkingSettings(BaseModel):
@@ -601,6 +725,7 @@ class Settings(BaseSettings):
     celery: CelerySettings = CelerySettings()
     tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()
+    scaling: ScalingSettings = ScalingSettings()
     ingest: IngestSettings = IngestSettings()
     cache: CacheSettings = CacheSettings()
     webhooks: WebhookSettings = WebhookSettings()

@@ -138,6 +138,10 @@ def _plain(value: Any) -> Any:
             return value.as_posix()
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, BaseModel):  # a model inside a dict (``scaling.pools``)
+        return _plain(value.model_dump())
     return value
 
 

@@ -30,9 +30,19 @@ def make_admin(settings: KafkaSettings) -> KafkaAdminClient:
 
 
 def ensure_topics(
-    admin: KafkaAdminClient, topics: list[PhysicalTopic], replication_factor: int = 1
+    admin: KafkaAdminClient,
+    topics: list[PhysicalTopic],
+    replication_factor: int = 1,
+    min_insync_replicas: int = 1,
 ) -> TopicReport:
     """Create missing ``topics``; compare existing ones with their spec.
+
+    Args:
+        admin: A connected admin client.
+        topics: The physical topics (name, partitions, configs).
+        replication_factor: Copies of each partition of a created topic.
+        min_insync_replicas: Its ``min.insync.replicas`` (an ``acks=all`` write needs that
+            many in-sync copies); set on the topic when above 1, Kafka's default.
 
     Drift (a different partition count, or a different ``retention.ms``/``cleanup.policy``) is
     reported, never changed silently: shrinking partitions is impossible and growing them
@@ -42,8 +52,9 @@ def ensure_topics(
     present = set(admin.list_topics())
     missing = [t for t in topics if t.name not in present]
     if missing:
+        isr = {"min.insync.replicas": str(min_insync_replicas)} if min_insync_replicas > 1 else {}
         new = [
-            NewTopic(t.name, t.partitions, replication_factor, topic_configs=t.configs)
+            NewTopic(t.name, t.partitions, replication_factor, topic_configs={**t.configs, **isr})
             for t in missing
         ]
         try:
@@ -79,10 +90,23 @@ def _drift(admin: KafkaAdminClient, topics: list[PhysicalTopic]) -> list[str]:
     return messages
 
 
+def ensure_registry_topics(admin: KafkaAdminClient, settings: KafkaSettings) -> TopicReport:
+    """:func:`ensure_topics` of every topic and DLQ of the registry under
+    ``settings.topic_prefix``, at ``settings.replication_factor`` and
+    ``settings.min_insync_replicas``."""
+    return ensure_topics(
+        admin,
+        TopicRegistry(settings.topic_prefix).physical_topics(),
+        replication_factor=settings.replication_factor,
+        min_insync_replicas=settings.min_insync_replicas,
+    )
+
+
 def create_registry_topics(settings: KafkaSettings) -> TopicReport:
-    """Create every topic and DLQ of the registry under ``settings.topic_prefix``."""
+    """Create every topic and DLQ of the registry under ``settings.topic_prefix`` (with a
+    client of its own; see :func:`ensure_registry_topics`)."""
     admin = make_admin(settings)
     try:
-        return ensure_topics(admin, TopicRegistry(settings.topic_prefix).physical_topics())
+        return ensure_registry_topics(admin, settings)
     finally:
         admin.close()

@@ -82,6 +82,18 @@ TOPICS: tuple[TopicSpec, ...] = (
     INGEST_RESULTS,
 )
 
+#: The topic each pool (``ragstream worker NAME``) consumes in its consumer group
+#: ``<prefix>ragstream-NAME``: what its lag is measured on when it is scaled (KEDA's trigger,
+#: the supervisor's ``--autoscale``).
+POOL_INPUTS: dict[str, TopicSpec] = {
+    "ingest": INGEST,
+    "retrieval": QUERIES,
+    "rerank": RETRIEVED,
+    "generation-small": RERANKED_SMALL,
+    "generation-large": RERANKED_LARGE,
+    "delivery": RESPONSES,
+}
+
 #: Dead-letter topics keep records long enough to inspect and replay them.
 DLQ_RETENTION_MS = 30 * DAY_MS
 DLQ_PARTITIONS = 1

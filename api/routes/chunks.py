@@ -57,7 +57,7 @@ async def get_chunk(
     svc = services(request)
     es = svc.extras.get("es")
     if es is None:
-        es = svc.extras["es"] = Elasticsearch(svc.settings.elasticsearch.url, request_timeout=10)
+        es = svc.extras["es"] = Elasticsearch(svc.settings.elasticsearch.hosts, request_timeout=10)
     try:
         source = await asyncio.to_thread(_search, svc.settings, es, who.tenant, chunk_id)
     except EsApiError as exc:

@@ -273,6 +273,8 @@ class Counts:
     seconds: float = 0.0
     submitted: int = 0
     refused: dict[str, int] = field(default_factory=dict)
+    #: When each refusal (and each untyped submit error) happened, monotonic seconds.
+    refused_at: list[float] = field(default_factory=list)
     submit_errors: dict[str, int] = field(default_factory=dict)
     requests: dict[str, Request] = field(default_factory=dict)
     deliveries: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -431,6 +433,7 @@ class Load:
             with self.lock:
                 name = type(exc).__name__
                 self.counts.submit_errors[name] = self.counts.submit_errors.get(name, 0) + 1
+                self.counts.refused_at.append(time.monotonic())
             return
         data = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
         now = time.monotonic()
@@ -443,9 +446,11 @@ class Load:
             elif r.status_code in (429, 503) and "retry-after" in r.headers:
                 code = f"{r.status_code} {data.get('error', {}).get('code', '?')}"
                 self.counts.refused[code] = self.counts.refused.get(code, 0) + 1
+                self.counts.refused_at.append(now)
             else:
                 code = f"HTTP {r.status_code}"
                 self.counts.submit_errors[code] = self.counts.submit_errors.get(code, 0) + 1
+                self.counts.refused_at.append(now)
 
     def _follow_loop(self) -> None:
         while not self.stop_following.wait(0.5):
@@ -558,42 +563,75 @@ def run(size: Size, tmp: Path, log: Callable[[str], None] = print) -> Counts:
     return counts
 
 
-def _run(
-    size: Size, tmp: Path, log: Callable[[str], None], counts: Counts, queue: str, private: Private
-) -> None:
-    log(
-        f"private broker {private.settings.kafka.bootstrap_servers}, "
-        f"node {private.settings.elasticsearch.url}"
-    )
+@dataclass
+class Rig:
+    """A run's stack on its broker(s) and node(s): the processes under the supervisor, the
+    webhook receiver behind its proxy, the API with a key and a callback secret, the corpus
+    indexed, and a producer for poison events."""
+
+    stack: Stack
+    procs: Processes
+    receiver: Receiver
+    proxy: Proxy
+    poison: KafkaProducer
+    api_url: str
+    key: str
+    topic: str
+
+    def send_poison(self, value: bytes) -> None:
+        self.poison.send(self.topic, value=value)
+
+    def load(self, size: Size, counts: Counts) -> Load:
+        return Load(
+            self.api_url, self.key, size, counts, f"{self.proxy.url}/hook", self.send_poison
+        )
+
+
+#: The stack settings of every run (see docs/operations.md, Chaos).
+RUN_ENV = {
+    # A killed consumer's partitions go to its restarted successor after this long.
+    "RAGSTREAM_KAFKA__SESSION_TIMEOUT_MS": "10000",
+    # Every question through the whole path: no semantic cache hit (a cosine similarity
+    # never exceeds 1; the numbered variants of ten questions are paraphrases to it).
+    "RAGSTREAM_CACHE__SEMANTIC_THRESHOLD": "1.01",
+    # The follower polls every pending request twice a second with the same key: the
+    # per-key rate limit (600/min) would refuse the load, which is not what is tried here.
+    "RAGSTREAM_API__RATE_PER_MINUTE": "0",
+    # Enough attempts to outlast the receiver's absence.
+    "RAGSTREAM_WEBHOOKS__BACKOFF_BASE_S": "1",
+    "RAGSTREAM_WEBHOOKS__BACKOFF_CAP_S": "10",
+    "RAGSTREAM_WEBHOOKS__MAX_ATTEMPTS": "20",
+    "RAGSTREAM_WEBHOOKS__TIMEOUT_S": "5",
+    "RAGSTREAM_WEBHOOKS__SWEEP_INTERVAL_S": "5",
+    "RAGSTREAM_WEBHOOKS__SWEEP_AFTER_S": "20",
+}
+
+
+@contextlib.contextmanager
+def rig(
+    size: Size,
+    tmp: Path,
+    log: Callable[[str], None],
+    queue: str,
+    services: Settings,
+    **env: str,
+) -> Iterator[Rig]:
+    """Start the run's stack on the brokers and Elasticsearch of ``services`` (their client
+    settings), with :data:`RUN_ENV` and ``env`` on top; ingest the corpus; stop it all on exit."""
     stack = make_stack(
         tmp,
         "chaos",
-        RAGSTREAM_KAFKA__BOOTSTRAP_SERVERS=private.settings.kafka.bootstrap_servers,
-        # A killed consumer's partitions go to its restarted successor after this long.
-        RAGSTREAM_KAFKA__SESSION_TIMEOUT_MS="10000",
-        RAGSTREAM_ELASTICSEARCH__URL=private.settings.elasticsearch.url,
+        RAGSTREAM_KAFKA__BOOTSTRAP_SERVERS=services.kafka.bootstrap_servers,
+        RAGSTREAM_ELASTICSEARCH__URL=services.elasticsearch.url,
         RAGSTREAM_CELERY__QUEUE=queue,
         RAGSTREAM_API__QUERY_DEADLINE_S=str(size.deadline_s),
-        # Every question through the whole path: no semantic cache hit (a cosine similarity
-        # never exceeds 1; the numbered variants of ten questions are paraphrases to it).
-        RAGSTREAM_CACHE__SEMANTIC_THRESHOLD="1.01",
-        # The follower polls every pending request twice a second with the same key: the
-        # per-key rate limit (600/min) would refuse the load, which is not what is tried here.
-        RAGSTREAM_API__RATE_PER_MINUTE="0",
-        # Enough attempts to outlast the receiver's absence.
-        RAGSTREAM_WEBHOOKS__BACKOFF_BASE_S="1",
-        RAGSTREAM_WEBHOOKS__BACKOFF_CAP_S="10",
-        RAGSTREAM_WEBHOOKS__MAX_ATTEMPTS="20",
-        RAGSTREAM_WEBHOOKS__TIMEOUT_S="5",
-        RAGSTREAM_WEBHOOKS__SWEEP_INTERVAL_S="5",
-        RAGSTREAM_WEBHOOKS__SWEEP_AFTER_S="20",
+        **{**RUN_ENV, **env},
     )
     procs = Processes(stack, size.pools, queue)
     receiver = Receiver()
     proxy = Proxy(("127.0.0.1", receiver.server.server_address[1]))
-    poison = KafkaProducer(bootstrap_servers=private.settings.kafka.bootstrap_servers)
+    poison = KafkaProducer(bootstrap_servers=services.kafka.bootstrap_servers)
     topic = stack.settings.kafka.topic_prefix + QUERIES.name
-    load: Load | None = None
     try:
         started = time.monotonic()
         procs.start()
@@ -623,64 +661,78 @@ def _run(
                 f"{doc_id} indexed",
             )
         log(f"corpus indexed at {time.monotonic() - started:.0f} s")
-
-        def send_poison(value: bytes) -> None:
-            poison.send(topic, value=value)
-
-        load = Load(api.url, key, size, counts, f"{proxy.url}/hook", send_poison)
-        t0 = time.monotonic()
-
-        def fault(name: str) -> None:
-            counts.faults.append((name, time.monotonic() - t0))
-            log(f"{time.monotonic() - t0:6.1f} s  {name}")
-
-        load.start()
-        time.sleep(size.pause_s)
-        away = threading.Thread(
-            target=_away, args=(proxy, size.receiver_away_s, fault), daemon=True
-        )
-        away.start()
-        for name in size.kill:
-            fault(f"kill -9 {name}")
-            procs.kill(name)
-            fault(f"{name} serving again")
-            time.sleep(size.pause_s)
-        away.join()
-        fault("kill -9 broker")
-        gone_s = private.restart_kafka()
-        fault(f"broker back ({gone_s:.0f} s)")
-        time.sleep(size.pause_s)
-        fault(f"SIGSTOP elasticsearch for {size.es_freeze_s:.0f} s")
-        private.freeze_es(size.es_freeze_s)
-        fault("SIGCONT elasticsearch")
-        time.sleep(size.pause_s)
-        load.stop_submitting.set()
-        fault("load stopped, draining")
-        end = time.monotonic() + size.drain_s
-        while time.monotonic() < end and load.pending():
-            time.sleep(1)
-        # Deliveries still due get a few sweeps and back-off steps more, not the whole drain.
-        end = min(end, time.monotonic() + WEBHOOK_GRACE_S)
-        while time.monotonic() < end and _webhooks_due(counts, receiver):
-            time.sleep(1)
-        time.sleep(3)  # a late duplicate would land here
-        fault("drained")
-        load.close()
-        counts.seconds = time.monotonic() - t0
-        _tally(counts, receiver)
-        poison.flush()
-        counts.poison_dead_lettered = dead_lettered(
-            private.settings, TopicRegistry(stack.settings.kafka.topic_prefix).dlq(QUERIES)
-        )
-        counts.restarts = {n: s.restarts for n, s in procs.supervisor.states.items()}
+        yield Rig(stack, procs, receiver, proxy, poison, api.url, key, topic)
     finally:
-        if load is not None:
-            load.close()
         poison.close()
         procs.stop()
         proxy.close()
         receiver.close()
         stack.close()
+
+
+def drain(size: Size, load: Load, counts: Counts, receiver: Receiver) -> None:
+    """Stop submitting; follow the unfinished requests for ``drain_s`` at most, wait a little
+    for webhook deliveries still due, then stop following and tally the deliveries."""
+    load.stop_submitting.set()
+    end = time.monotonic() + size.drain_s
+    while time.monotonic() < end and load.pending():
+        time.sleep(1)
+    # Deliveries still due get a few sweeps and back-off steps more, not the whole drain.
+    end = min(end, time.monotonic() + WEBHOOK_GRACE_S)
+    while time.monotonic() < end and _webhooks_due(counts, receiver):
+        time.sleep(1)
+    time.sleep(3)  # a late duplicate would land here
+    load.close()
+    _tally(counts, receiver)
+
+
+def _run(
+    size: Size, tmp: Path, log: Callable[[str], None], counts: Counts, queue: str, private: Private
+) -> None:
+    log(
+        f"private broker {private.settings.kafka.bootstrap_servers}, "
+        f"node {private.settings.elasticsearch.url}"
+    )
+    with rig(size, tmp, log, queue, private.settings) as r:
+        load = r.load(size, counts)
+        try:
+            t0 = time.monotonic()
+
+            def fault(name: str) -> None:
+                counts.faults.append((name, time.monotonic() - t0))
+                log(f"{time.monotonic() - t0:6.1f} s  {name}")
+
+            load.start()
+            time.sleep(size.pause_s)
+            away = threading.Thread(
+                target=_away, args=(r.proxy, size.receiver_away_s, fault), daemon=True
+            )
+            away.start()
+            for name in size.kill:
+                fault(f"kill -9 {name}")
+                r.procs.kill(name)
+                fault(f"{name} serving again")
+                time.sleep(size.pause_s)
+            away.join()
+            fault("kill -9 broker")
+            gone_s = private.restart_kafka()
+            fault(f"broker back ({gone_s:.0f} s)")
+            time.sleep(size.pause_s)
+            fault(f"SIGSTOP elasticsearch for {size.es_freeze_s:.0f} s")
+            private.freeze_es(size.es_freeze_s)
+            fault("SIGCONT elasticsearch")
+            time.sleep(size.pause_s)
+            fault("load stopped, draining")
+            drain(size, load, counts, r.receiver)
+            fault("drained")
+            counts.seconds = time.monotonic() - t0
+            r.poison.flush()
+            counts.poison_dead_lettered = dead_lettered(
+                private.settings, TopicRegistry(r.stack.settings.kafka.topic_prefix).dlq(QUERIES)
+            )
+            counts.restarts = {n: s.restarts for n, s in r.procs.supervisor.states.items()}
+        finally:
+            load.close()
 
 
 def _away(proxy: Proxy, seconds: float, fault: Callable[[str], None]) -> None:

@@ -25,8 +25,7 @@ from api.app import create_app
 from api.auth import create_key
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import Settings
-from topics.admin import ensure_topics, make_admin
-from topics.registry import TopicRegistry
+from topics.admin import ensure_registry_topics, make_admin
 
 RAGSTREAM = str(Path(sys.executable).parent / "ragstream")
 QUERY_POOLS = ("ingest", "retrieval", "rerank", "generation-small", "generation-large", "delivery")
@@ -156,7 +155,7 @@ class Stack:
             print(f"could not delete topics: {exc}")
         finally:
             admin.close()
-        es = Elasticsearch(self.settings.elasticsearch.url)
+        es = Elasticsearch(self.settings.elasticsearch.hosts)
         alias = self.settings.elasticsearch.index_alias
         try:  # by name: wildcard deletes are refused (action.destructive_requires_name)
             found = es.options(ignore_status=404).indices.get(index=f"{alias}-v*")
@@ -195,7 +194,7 @@ def make_stack(tmp: Path, tag: str, **overrides: str) -> Stack:
         os.environ.update(saved)
     upgrade_head(settings.database_url)
     admin = make_admin(settings.kafka)
-    ensure_topics(admin, TopicRegistry(settings.kafka.topic_prefix).physical_topics())
+    ensure_registry_topics(admin, settings.kafka)
     admin.close()
     log_dir = tmp / "logs"
     log_dir.mkdir(exist_ok=True)

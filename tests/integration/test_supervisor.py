@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,43 @@ def test_a_killed_process_is_restarted_and_the_others_keep_running(tmp_path: Pat
     assert all(s.state == "stopped" and s.pid is None for s in supervisor.states.values())
     with pytest.raises(ProcessLookupError):
         os.kill(b_pid, 0)
+
+
+STUBBORN = (
+    f"exec {sys.executable} -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    f' print("up", flush=True); time.sleep(300)\''
+)
+
+
+def test_added_processes_run_and_removed_ones_stop_for_good(tmp_path: Path) -> None:
+    out = io.StringIO()
+    supervisor = Supervisor(
+        {"a": SLEEPER}, cwd=tmp_path, state_dir=tmp_path, stop_timeout_s=2, out=out
+    )
+    thread = threading.Thread(target=supervisor.run, daemon=True)
+    thread.start()
+    try:
+        supervisor.add("a+1", SLEEPER)
+        supervisor.add("a+2", STUBBORN)  # ignores SIGTERM: killed after stop_timeout_s
+        with pytest.raises(ValueError, match="already exists"):
+            supervisor.add("a+1", SLEEPER)
+        assert wait_for(lambda: len(supervisor.states) == 3, 10)
+        assert wait_for(lambda: all(s.state == "running" for s in supervisor.states.values()), 10)
+        pids = {name: state.pid for name, state in supervisor.states.items()}
+        supervisor.remove("a+1")
+        supervisor.remove("a+2")
+        assert wait_for(lambda: list(supervisor.states) == ["a"], 15), out.getvalue()
+        for name in ("a+1", "a+2"):
+            with pytest.raises(ProcessLookupError):
+                os.kill(pids[name] or 0, 0)
+        time.sleep(1.5)  # not restarted
+        assert list(supervisor.states) == ["a"] and supervisor.states["a"].pid == pids["a"]
+        log = out.getvalue()
+        assert "process.removed name=a+1 exit_code=-15" in log
+        assert "process.removed name=a+2 exit_code=-9" in log
+    finally:
+        supervisor.stop()
+        thread.join(timeout=20)
 
 
 def test_procfile_parsing() -> None:

@@ -60,7 +60,7 @@ def build_retrieval_components(
     threads = settings.retrieval.embed_threads
     embedder = build_embedder(settings, num_threads=threads, role="query")
     es = Elasticsearch(
-        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+        settings.elasticsearch.hosts, request_timeout=settings.elasticsearch.request_timeout_s
     )
     follower = ModelFollower.from_settings(
         settings, embedder, es, role="query", num_threads=threads
