@@ -9,6 +9,10 @@
   is a hit only at or above ``threshold`` (conservative by default). Vectors of another model
   (the pool followed a model change, ``ingest/model_follow.py``) are never compared.
 
+A cache built with ``enabled=False`` (``cache.enabled``) reads and writes nothing: every lookup
+is a miss that touches no Redis key and is not counted, and nothing is stored (the shadow pools of
+``ragstream replay``).
+
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
 or changed document. Redis errors degrade to misses.
@@ -135,6 +139,7 @@ class AnswerCache:
             with the same meaning, not merely the same topic).
         max_entries: semantic entries kept per ``(tenant, index_version)``.
         config: the answer configuration (:func:`answer_config`), part of every key.
+        enabled: ``False``: read and write nothing (``cache.enabled``).
     """
 
     def __init__(
@@ -145,8 +150,10 @@ class AnswerCache:
         threshold: float = 0.95,
         max_entries: int = 2000,
         config: str = "",
+        enabled: bool = True,
     ) -> None:
         self.config = config
+        self.enabled = enabled
         self._r = client
         self.ttl_s = ttl_s
         self.threshold = threshold
@@ -154,6 +161,8 @@ class AnswerCache:
 
     def get_exact(self, request: QueryRequest, index_version: int) -> CacheHit | None:
         """The cached response of an identical (normalised) query, or ``None``."""
+        if not self.enabled:
+            return None
         try:
             raw = self._r.get(exact_key(request, index_version, self.config))
         except redis.RedisError as exc:
@@ -173,6 +182,8 @@ class AnswerCache:
     ) -> CacheHit | None:
         """The best cached response whose query embedding, made by ``model_id``, is within
         ``threshold``."""
+        if not self.enabled:
+            return None
         try:
             raw: dict[Any, Any] = self._r.hgetall(_sem_key(request, index_version, self.config))
         except redis.RedisError as exc:
@@ -199,6 +210,8 @@ class AnswerCache:
     ) -> None:
         """Keep the query's embedding, tagged with the ``model_id`` that made it, until its
         answer arrives (see :meth:`put`)."""
+        if not self.enabled:
+            return
         encoded = base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes())
         data = model_id.encode() + VECTOR_TAG.encode() + encoded if model_id else encoded
         try:
@@ -208,7 +221,7 @@ class AnswerCache:
 
     def put(self, request: QueryRequest, response: QueryResponse, index_version: int) -> None:
         """Cache an answered ``response`` exactly, and semantically if its vector is known."""
-        if response.status != "answered":
+        if not self.enabled or response.status != "answered":
             return
         body = response.model_dump_json()
         try:
