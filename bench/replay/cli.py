@@ -51,6 +51,12 @@ def replay_command(  # noqa: PLR0917 - typer options
     out: Path | None = typer.Option(
         None, "--out", help="Report directory; default: .local/replay/<run id>/."
     ),
+    metrics_port: int = typer.Option(
+        0,
+        "--metrics-port",
+        min=0,
+        help="Serve the replay's Prometheus metrics on this port while it runs (0: not).",
+    ),
 ) -> None:
     """Replay logged queries against a candidate (another index alias, embedder, fusion
     weights, tier or model) on shadow topics that never reach users, callbacks, caches or the
@@ -64,6 +70,7 @@ def replay_command(  # noqa: PLR0917 - typer options
     from bench.replay.selection import Selection, parse_when
     from ragstream.errors import RagstreamError
     from ragstream.logging import configure_logging
+    from ragstream.metrics import serve_metrics
     from ragstream.settings import get_settings
 
     settings = get_settings()
@@ -72,6 +79,8 @@ def replay_command(  # noqa: PLR0917 - typer options
     run_id = new_run_id(now)
     out_dir = out or settings.infra.local_dir / "replay" / run_id
     try:
+        if metrics_port:
+            serve_metrics(metrics_port)
         name, _, url = (model or "").partition("=")
         options = ReplayOptions(
             selection=Selection(
@@ -99,7 +108,7 @@ def replay_command(  # noqa: PLR0917 - typer options
     except ReplayError as exc:
         console.print(f"error: {exc}")
         raise typer.Exit(2) from exc
-    except RagstreamError as exc:
+    except (RagstreamError, OSError) as exc:  # OSError: the metrics port is taken
         console.print(f"error: {type(exc).__name__}: {exc}")
         raise typer.Exit(1) from exc
     as_json, as_md = write_report(report, out_dir)

@@ -93,9 +93,9 @@ def prepare(settings: Settings, options: ReplayOptions) -> Prepared:
     )
     shadow = settings_with(overrides)
     pools = check_candidate(options.candidate, shadow)
+    chunks = check_alias(shadow, shadow.elasticsearch.index_alias, options.selection.tenant)
     sessions = make_session_factory(make_engine(settings.database_url))
     logged, in_window = select_logged(sessions, options.selection)
-    chunks = check_alias(shadow, shadow.elasticsearch.index_alias, options.selection.tenant)
     plan = ShadowPlan(
         settings=shadow,
         overrides=overrides,
