@@ -135,6 +135,7 @@ class PoolProcesses:
         pools: Sequence[str],
         log_dir: Path,
         replicas: Mapping[str, int] | None = None,
+        *,
         nice: int = 0,
     ) -> None:
         replicas = dict(replicas or {})
@@ -166,18 +167,22 @@ class PoolProcesses:
         finally:
             admin.close()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        niced = ["nice", "-n", str(self.nice)] if self.nice else []
         for pool, ports in self.ports.items():
             for i, port in enumerate(ports, start=1):
                 key = pool if i == 1 else f"{pool}.{i}"
                 with (self.log_dir / f"{key}.log").open("ab") as out:
                     self.procs[key] = subprocess.Popen(
-                        [*niced, sys.executable, "-m", "entry.cli", "worker", pool],
+                        self.command(pool),
                         env={**os.environ, **self._env(pool, port)},
                         stdout=out,
                         stderr=out,
                         start_new_session=True,
                     )
+
+    def command(self, pool: str) -> list[str]:
+        """The command line of one process of ``pool`` (under ``nice -n`` when ``nice``)."""
+        niced = ["nice", "-n", str(self.nice)] if self.nice else []
+        return [*niced, sys.executable, "-m", "entry.cli", "worker", pool]
 
     def check_alive(self) -> None:
         """Raise ``RuntimeError`` naming the log of any pool process that has exited."""

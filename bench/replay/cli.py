@@ -69,12 +69,10 @@ def replay_command(  # noqa: PLR0917 - typer options
     from bench.replay.run import ReplayOptions, new_run_id, run_replay
     from bench.replay.selection import Selection, parse_when
     from ragstream.errors import RagstreamError
-    from ragstream.logging import configure_logging
     from ragstream.metrics import serve_metrics
     from ragstream.settings import get_settings
 
     settings = get_settings()
-    configure_logging(settings.logging)
     now = dt.datetime.now(dt.UTC)
     run_id = new_run_id(now)
     out_dir = out or settings.infra.local_dir / "replay" / run_id

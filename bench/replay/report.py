@@ -4,7 +4,9 @@
 Per query, *before* is the logged answer (:class:`topics.answers.Answer`) and *after* the
 shadow answer. Definitions:
 
-- **changed**: the status differs, or the answer text (whitespace collapsed), or the error code;
+- **changed**: the status differs, or the answer text, or the error code; the text is compared
+  with whitespace collapsed and each citation mark ``[n]`` read as the chunk it cites, so a
+  passage cited under another number is no change and another passage under the same number is;
 - **citations**: the cited chunks; *gained* are cited after only, *lost* before only, and the
   *overlap* is their Jaccard index: chunks cited on both sides over chunks cited on either
   (1.0 when both cite nothing); ``doc_overlap`` is the same over the cited documents;
@@ -39,6 +41,9 @@ from topics.answers import Answer
 from topics.base import StageTiming
 from topics.responses import Citation, QueryResponse
 
+#: A citation mark, ``[3]``.
+_MARK = re.compile(r"\[(\d+)\]")
+
 
 @dataclass(frozen=True)
 class Side:
@@ -62,9 +67,11 @@ class Side:
         return {c["doc_id"] for c in self.citations}
 
     def outcome(self) -> tuple[str, str]:
-        """What "changed" compares: the status and the answer text or error code."""
-        text = " ".join((self.answer or "").split())
-        return self.status, self.error or text
+        """What "changed" compares: the status and the answer text (citation marks as the
+        chunks they cite) or the error code."""
+        chunk = {str(c["n"]): c["chunk_id"] for c in self.citations}
+        text = _MARK.sub(lambda m: f"[{chunk.get(m.group(1), m.group(1))}]", self.answer or "")
+        return self.status, self.error or " ".join(text.split())
 
 
 @dataclass(frozen=True)

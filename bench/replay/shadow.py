@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
+from kafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from bench.query.procs import Overrides, PoolProcesses
@@ -183,6 +184,8 @@ def run_shadow(
         return out
     except RuntimeError as exc:  # a pool process exited
         raise TransientError(str(exc)) from exc
+    except KafkaError as exc:
+        raise TransientError(f"Kafka at {plan.settings.kafka.bootstrap_servers}: {exc}") from exc
     finally:
         if responses is not None:
             responses.close()

@@ -282,3 +282,15 @@ def test_a_disabled_answer_cache_reads_and_writes_nothing() -> None:
 def test_the_cache_setting_reaches_the_pools_cache() -> None:
     assert build_answer_cache(_with()).enabled
     assert not build_answer_cache(_with(cache={"enabled": "false"})).enabled
+
+
+def test_shadow_pool_processes_run_niced(tmp_path: Path) -> None:
+    from bench.query.procs import PoolProcesses
+
+    settings = _with()
+    assert settings.replay.nice == 10
+    niced = PoolProcesses(settings, {}, ("retrieval",), tmp_path, nice=settings.replay.nice)
+    assert niced.command("retrieval")[:3] == ["nice", "-n", "10"]
+    assert niced.command("retrieval")[-2:] == ["worker", "retrieval"]
+    plain = PoolProcesses(settings, {}, ("retrieval",), tmp_path)
+    assert plain.command("retrieval")[0] != "nice"

@@ -103,8 +103,8 @@ def test_the_summary_counts_each_kind_of_change() -> None:
     report, _ = _report()
     s = report.summary  # type: ignore[attr-defined]
     assert (s["replayed"], s["answered"], s["failed"], s["unanswered"]) == (7, 6, 0, 1)
-    # whitespace alone is no change; same text with other citations is none either
-    assert s["answers"] == {"changed": 3, "unchanged": 3}
+    # whitespace alone is no change; the same text resting on another passage is one
+    assert s["answers"] == {"changed": 4, "unchanged": 2}
     assert s["citations"]["gained"] == 3  # conn#2, y#0, n#0
     assert s["citations"]["lost"] == 2  # conn#0, x#0
     assert s["citations"]["queries_with_losses"] == 2
@@ -146,15 +146,40 @@ def test_json_and_markdown_show_the_changed_answers_side_by_side(tmp_path: Path)
     report, _ = _report()
     as_json, as_md = write_report(report, tmp_path)  # type: ignore[arg-type]
     data = json.loads(as_json.read_text())
-    assert data["summary"]["answers"]["changed"] == 3
-    assert [q["changed"] for q in data["queries"]].count(True) == 3
+    assert data["summary"]["answers"]["changed"] == 4
+    assert [q["changed"] for q in data["queries"]].count(True) == 4
     md = as_md.read_text()
     changed = [line for line in md.splitlines() if line.startswith("### ")]
-    assert changed == ["### 3. question 3?", "### 4. question 4?", "### 6. question 6?"]
+    assert changed == [
+        "### 2. question 2?",
+        "### 3. question 3?",
+        "### 4. question 4?",
+        "### 6. question 6?",
+    ]
     assert f"| answer | It is 8 [1]. | {NOT_IN_DOCUMENTS} |" in md
     assert "| citations | [1] T x#0 | - |" in md
     assert "DEADLINE_EXCEEDED" in md  # a failure shows its error code beside the new answer
     assert "VACUUM reclaims" not in md  # an unchanged answer is not repeated
-    assert "answers changed: **3** of 6" in md
+    assert "answers changed: **4** of 6" in md
     line = summary_line(report)  # type: ignore[arg-type]
-    assert line.startswith("replayed 7 (1 unanswered): 3 answers changed")
+    assert line.startswith("replayed 7 (1 unanswered): 4 answers changed")
+
+
+def test_a_passage_cited_under_another_number_is_no_change() -> None:
+    renumbered = _logged(1, "Port 5432 [1]. Set by port [2].", ["conn#0", "conn#1"])
+    other = _logged(2, "Port 5432 [1].", ["conn#0"])
+    replayed = [
+        # the same two passages in the other order: the marks follow them
+        _shadow(renumbered, "Port 5432 [2]. Set by port [1].", ["conn#1", "conn#0"]),
+        # the same text and number, another passage behind it
+        _shadow(other, "Port 5432 [1].", ["conn#9"]),
+    ]
+    run = {"id": "r", "selection": {"tenant": "acme", "since": None, "until": None, "seed": 0}}
+    report = build_report(
+        replayed,
+        run={**run, "in_window": 2},
+        candidate={"alias": "a", "tier": "auto", "model": None, "settings": {}},
+        rate_per_s=1.0,
+        max_in_flight=1,
+    )
+    assert [d.changed for d in report.queries] == [False, True]
