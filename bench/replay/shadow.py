@@ -172,7 +172,8 @@ def run_shadow(
         submit = _submitter(plan, producer, deadline_s)
         progress(f"starting shadow pools {', '.join(plan.pools)} (logs: {plan.log_dir})")
         warm = submit(f"{plan.run_id}-warmup", logged[0])
-        _wait_for(responses, [warm], start_timeout_s, pools.check_alive, "the warm-up query")
+        what = f"the warm-up query (their logs: {plan.log_dir})"
+        _wait_for(responses, [warm], start_timeout_s, pools.check_alive, what)
         progress(f"replaying {len(logged)} queries at most {plan.rate_per_s:g}/s")
         out = _replay(plan, logged, submit, responses, pools.check_alive)
         _wait_for(responses, [r.request_id for r in out], deadline_s + 10, pools.check_alive, None)
