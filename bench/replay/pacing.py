@@ -1,9 +1,9 @@
 """The replay's bound on its own load: a submit rate and the queries in flight.
 
-:class:`Pacer` spaces submissions at least ``1 / rate_per_s`` apart (the i-th no earlier than
-the first plus ``i / rate_per_s``: a token bucket of depth one, so no burst ever follows an
-idle spell) and holds a submission while ``max_in_flight`` replayed queries are unanswered, so
-a slow candidate backs off instead of queueing work in front of the shared services. Any
+:class:`Pacer` spaces submissions at least ``1 / rate_per_s`` apart (each at least that long
+after the one before it: a token bucket of depth one, so no burst ever follows an idle
+spell) and holds a submission while ``max_in_flight`` replayed queries are unanswered, so a
+slow candidate backs off instead of queueing work in front of the shared services. Any
 half-open window of one second then holds at most ``ceil(rate_per_s)`` submissions
 (:func:`max_in_window` measures it).
 """
