@@ -74,6 +74,7 @@ class QueryService:
             threshold=settings.cache.semantic_threshold,
             max_entries=settings.cache.semantic_max_entries,
             config=answer_config(settings),
+            enabled=settings.cache.enabled,
         )
         self.versions = IndexVersions(client)
         self.cancellations = Cancellations(client)

@@ -3,7 +3,7 @@
 Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celery-worker``,
 ``flower`` and ``worker POOL`` here; the groups that live beside their code are mounted below
 (``topics``, ``dlq``, ``ingest``, ``jobs``, ``index``, ``keys`` from their layers; ``query`` and
-``demo`` from this package; ``bench`` and ``eval`` from ``bench/``).
+``demo`` from this package; ``bench``, ``eval`` and ``replay`` from ``bench/``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def _mount_subcommands() -> None:
     from api.cli import keys_app
     from bench.cli import bench_app
     from bench.evaluation.cli import eval_command
+    from bench.replay.cli import replay_command
     from entry.demo import demo_app
     from entry.query import query_app
     from infra.cli import app as infra_app
@@ -57,6 +58,7 @@ def _mount_subcommands() -> None:
     app.add_typer(index_app, name="index")
     app.command("ingest")(ingest_command)
     app.command("eval")(eval_command)
+    app.command("replay")(replay_command)
     app.add_typer(keys_app, name="keys")
     app.add_typer(query_app, name="query")
     app.add_typer(demo_app, name="demo")

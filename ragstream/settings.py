@@ -309,6 +309,9 @@ class IngestSettings(BaseModel):
 class CacheSettings(BaseModel):
     """Answer caches (exact and semantic), both keyed by tenant and index version."""
 
+    #: ``False``: no answer cache is read or written (no lookup, no entry, no pending query
+    #: vector); the shadow pools of ``ragstream replay`` run so, and never touch live caches.
+    enabled: bool = True
     ttl_s: int = 24 * 3600
     #: Cosine similarity a cached query must reach to answer a new one (conservative).
     semantic_threshold: float = 0.95
@@ -339,6 +342,34 @@ class WebhookSettings(BaseModel):
     sweep_interval_s: float = Field(default=15.0, ge=0)
     sweep_after_s: float = Field(default=60.0, ge=0)
     schedule_marker_ttl_s: int = Field(default=3600, ge=1)
+
+
+class ReplaySettings(BaseModel):
+    """Shadow replay of logged queries against a candidate configuration (``ragstream replay``,
+    ``bench/replay/``).
+
+    The replay starts its own pool processes on shadow topics
+    (``<kafka.topic_prefix><topic_prefix><run id>.``), with the answer caches off, and submits
+    the logged questions there at most ``rate_per_s`` a second with at most ``max_in_flight``
+    unanswered, so that it cannot starve live traffic of the shared Elasticsearch, LLM server
+    and cores. Its pool processes run at ``nice`` (0-19; higher yields more CPU to live
+    processes).
+    """
+
+    #: Upper bound of the replay's submit rate, queries/s (``--rate``).
+    rate_per_s: float = Field(default=2.0, gt=0)
+    #: Most replayed queries submitted but not yet answered at any time.
+    max_in_flight: int = Field(default=4, ge=1)
+    #: Prefix of the shadow topics and consumer groups, before the run id.
+    topic_prefix: str = Field(default="shadow.", min_length=1)
+    #: Logged queries replayed when ``--sample`` is not given.
+    sample: int = Field(default=100, ge=1)
+    #: Deadline of each replayed query (s after its submission).
+    deadline_s: float = Field(default=120.0, gt=0)
+    #: How long the shadow pools may take to start and answer a first (warm-up) query, s.
+    start_timeout_s: float = Field(default=300.0, gt=0)
+    #: Scheduling priority of the shadow pool processes (``nice -n``).
+    nice: int = Field(default=10, ge=0, le=19)
 
 
 class LoggingSettings(BaseModel):
@@ -728,6 +759,7 @@ class Settings(BaseSettings):
     scaling: ScalingSettings = ScalingSettings()
     ingest: IngestSettings = IngestSettings()
     cache: CacheSettings = CacheSettings()
+    replay: ReplaySettings = ReplaySettings()
     webhooks: WebhookSettings = WebhookSettings()
     generation: GenerationSettings = GenerationSettings()
     logging: LoggingSettings = LoggingSettings()

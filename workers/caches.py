@@ -15,6 +15,10 @@
   JSON-decoded every cached answer of the key: the retrieval pool's largest cost after its
   embedding (issue 26).
 
+A cache built with ``enabled=False`` (``cache.enabled``) reads and writes nothing: every lookup
+is a miss that touches no Redis key and is not counted, and nothing is stored (the shadow pools of
+``ragstream replay``).
+
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
 or changed document. Redis errors degrade to misses.
@@ -145,6 +149,7 @@ class AnswerCache:
             with the same meaning, not merely the same topic).
         max_entries: semantic entries kept per ``(tenant, index_version)``.
         config: the answer configuration (:func:`answer_config`), part of every key.
+        enabled: ``False``: read and write nothing (``cache.enabled``).
     """
 
     def __init__(
@@ -155,8 +160,10 @@ class AnswerCache:
         threshold: float = 0.95,
         max_entries: int = 2000,
         config: str = "",
+        enabled: bool = True,
     ) -> None:
         self.config = config
+        self.enabled = enabled
         self._r = client
         self.ttl_s = ttl_s
         self.threshold = threshold
@@ -164,6 +171,8 @@ class AnswerCache:
 
     def get_exact(self, request: QueryRequest, index_version: int) -> CacheHit | None:
         """The cached response of an identical (normalised) query, or ``None``."""
+        if not self.enabled:
+            return None
         try:
             raw = self._r.get(exact_key(request, index_version, self.config))
         except redis.RedisError as exc:
@@ -196,6 +205,8 @@ class AnswerCache:
         key = _sem_key(request, index_version, self.config)
         query = np.asarray(vector, dtype=np.float32).ravel()
         best: tuple[float, Any] | None = None
+        if not self.enabled:
+            return None
         try:
             blob = self._r.get(SEM_VECTORS_PREFIX + _model_key(key, model_id))
             if isinstance(blob, bytes) and blob and len(blob) % (query.size * 4) == 0:
@@ -218,6 +229,8 @@ class AnswerCache:
     ) -> None:
         """Keep the query's embedding, tagged with the ``model_id`` that made it, until its
         answer arrives (see :meth:`put`)."""
+        if not self.enabled:
+            return
         data = model_id.encode() + VECTOR_TAG + np.asarray(vector, dtype=np.float32).tobytes()
         try:
             self._r.set(PENDING_PREFIX + request.request_id, data, ex=3600)
@@ -232,7 +245,7 @@ class AnswerCache:
         step), one otherwise. When a key holds more than ``max_entries`` vectors it starts
         over (a crude bound).
         """
-        if response.status != "answered":
+        if not self.enabled or response.status != "answered":
             return
         body = response.model_dump_json()
         try:

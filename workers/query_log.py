@@ -6,7 +6,9 @@ One row per ``request_id``, written idempotently (a replay or a duplicate change
 - the delivery pool records the first final response of each request (:func:`record_final`);
 - the API settles a ``pending`` row the delivery pool will never see: an answer in hand that
   could not be published, or a query that could not be produced (:func:`settle`);
-- ``GET /v1/queries/{id}`` and a late answer read it back (:func:`read`).
+- ``GET /v1/queries/{id}`` and a late answer read it back (:func:`read`);
+- ``ragstream replay`` selects final rows of a tenant in a time window (:func:`final_ids`) and
+  reads their answers (:func:`read_final`).
 
 A final row holds the whole answer view (:class:`topics.answers.Answer`, column ``result``);
 the older columns are derived from it in one place (:func:`_finalise`).
@@ -125,9 +127,52 @@ def read(sessions: sessionmaker[Session], tenant: str | None, request_id: str) -
                 query=row.query,
                 created_at=as_utc(row.created_at),
             )
-        if row.result is not None:
-            return Answer.model_validate(row.result)
-        return Answer.model_validate(_columns(row))
+        return _final_answer(row)
+
+
+def _final_answer(row: QueryLog) -> Answer:
+    """The answer view of a final ``row`` (from ``result``, or its columns before 0005)."""
+    if row.result is not None:
+        return Answer.model_validate(row.result)
+    return Answer.model_validate(_columns(row))
+
+
+def final_ids(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    *,
+    since: dt.datetime | None = None,
+    until: dt.datetime | None = None,
+) -> list[str]:
+    """The request ids of ``tenant``'s final (``answered`` or ``failed``) rows created in
+    ``[since, until)`` (UTC; ``None``: open), oldest first by ``(created_at, request_id)``.
+    A row without its question (a response whose query was never logged) is left out."""
+    stmt = select(QueryLog.request_id).where(
+        QueryLog.tenant == tenant, QueryLog.status.in_(FINAL), QueryLog.query != ""
+    )
+    if since is not None:
+        stmt = stmt.where(QueryLog.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(QueryLog.created_at < until)
+    stmt = stmt.order_by(QueryLog.created_at, QueryLog.request_id)
+    with sessions() as session:
+        return list(session.scalars(stmt))
+
+
+def read_final(sessions: sessionmaker[Session], request_ids: Sequence[str]) -> list[Answer]:
+    """The logged answers of those of ``request_ids`` that are final, in the order given (a
+    pending or unknown id is left out)."""
+    wanted = list(dict.fromkeys(request_ids))
+    found: dict[str, Answer] = {}
+    with sessions() as session:
+        for start in range(0, len(wanted), 500):  # bounded IN lists
+            chunk = wanted[start : start + 500]
+            stmt = select(QueryLog).where(
+                QueryLog.request_id.in_(chunk), QueryLog.status.in_(FINAL)
+            )
+            for row in session.scalars(stmt):
+                found[row.request_id] = _final_answer(row)
+    return [found[i] for i in wanted if i in found]
 
 
 def _columns(row: QueryLog) -> dict[str, Any]:

@@ -122,6 +122,7 @@ class PoolProcesses:
         pools: pool names, e.g. ``("retrieval", "rerank")``.
         log_dir: where each process's stdout and stderr go (``<pool>.log``, ``<pool>.2.log``).
         replicas: processes per pool (default 1 each).
+        nice: the processes' scheduling priority (``nice -n``; 0: this process's).
 
     Raises:
         ValueError: a replica count below 1, or one for a pool not in ``pools``.
@@ -134,6 +135,8 @@ class PoolProcesses:
         pools: Sequence[str],
         log_dir: Path,
         replicas: Mapping[str, int] | None = None,
+        *,
+        nice: int = 0,
     ) -> None:
         replicas = dict(replicas or {})
         unknown = set(replicas) - set(pools)
@@ -144,6 +147,7 @@ class PoolProcesses:
         self.prefix = settings.kafka.topic_prefix
         self.log_dir = log_dir
         self.overrides = overrides
+        self.nice = nice
         #: ``{pool: [metrics port of each process]}``.
         self.ports = {
             pool: [free_port() for _ in range(replicas.get(pool, 1))] for pool in self.pools
@@ -168,12 +172,17 @@ class PoolProcesses:
                 key = pool if i == 1 else f"{pool}.{i}"
                 with (self.log_dir / f"{key}.log").open("ab") as out:
                     self.procs[key] = subprocess.Popen(
-                        [sys.executable, "-m", "entry.cli", "worker", pool],
+                        self.command(pool),
                         env={**os.environ, **self._env(pool, port)},
                         stdout=out,
                         stderr=out,
                         start_new_session=True,
                     )
+
+    def command(self, pool: str) -> list[str]:
+        """The command line of one process of ``pool`` (under ``nice -n`` when ``nice``)."""
+        niced = ["nice", "-n", str(self.nice)] if self.nice else []
+        return [*niced, sys.executable, "-m", "entry.cli", "worker", pool]
 
     def check_alive(self) -> None:
         """Raise ``RuntimeError`` naming the log of any pool process that has exited."""

@@ -40,6 +40,7 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
         threshold=settings.cache.semantic_threshold,
         max_entries=settings.cache.semantic_max_entries,
         config=answer_config(settings),
+        enabled=settings.cache.enabled,
     )
 
 
