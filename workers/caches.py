@@ -9,6 +9,11 @@
   is a hit only at or above ``threshold`` (conservative by default). Vectors of another model
   (the pool followed a model change, ``ingest/model_follow.py``) are never compared.
 
+One writer: the delivery pool (:mod:`workers.pools.delivery`) stores every answer that became
+final, at the keys the stage that answered put on the response (``QueryResponse.cache_keys``,
+computed by :class:`CacheKeys`); the API and the retrieval pool only read. See
+``docs/answers.md`` (one writer of the answer cache) for why.
+
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
 or changed document. Redis errors degrade to misses.
@@ -34,7 +39,7 @@ from ragstream.settings import Settings
 from topics.answers import CACHE_STAGE
 from topics.base import StageTiming
 from topics.queries import QueryRequest
-from topics.responses import QueryResponse
+from topics.responses import AnswerCacheKeys, QueryResponse
 from workers.runtime.handler import derive_event_id
 
 log = structlog.get_logger(__name__)
@@ -86,6 +91,26 @@ def exact_key(request: QueryRequest, index_version: int, config: str = "") -> st
 
 
 @dataclass(frozen=True, slots=True)
+class CacheKeys:
+    """Where the answer of a request is cached: what the stage that answers puts on its
+    response (``QueryResponse.cache_keys``) for the delivery pool to store it at.
+
+    Args:
+        config: the answer configuration (:func:`answer_config`) of the answering pool.
+    """
+
+    config: str = ""
+
+    def of(self, request: QueryRequest, index_version: int) -> AnswerCacheKeys:
+        """The exact key and the semantic hash of ``request`` answered against
+        ``index_version``."""
+        return AnswerCacheKeys(
+            exact=exact_key(request, index_version, self.config),
+            semantic=_sem_key(request, index_version, self.config),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CacheHit:
     """A cached response and how it was found (``exact`` or ``semantic``, with similarity)."""
 
@@ -121,6 +146,7 @@ class CacheHit:
                 "request_id": request.request_id,
                 "trace": (*request.trace, timing),
                 "callback_url": request.callback_url,
+                "cache_keys": None,  # a hit is served, never stored again
             }
         )
 
@@ -147,6 +173,7 @@ class AnswerCache:
         config: str = "",
     ) -> None:
         self.config = config
+        self.keys = CacheKeys(config)
         self._r = client
         self.ttl_s = ttl_s
         self.threshold = threshold
@@ -207,30 +234,41 @@ class AnswerCache:
             log.warning("answer_cache.redis_error", error=str(exc))
 
     def put(self, request: QueryRequest, response: QueryResponse, index_version: int) -> None:
-        """Cache an answered ``response`` exactly, and semantically if its vector is known."""
-        if response.status != "answered":
-            return
+        """Cache ``response`` as the answer of ``request`` against ``index_version`` (the keys
+        :meth:`CacheKeys.of` gives, then :meth:`store`)."""
+        keys = self.keys.of(request, index_version)
+        self.store(response.model_copy(update={"cache_keys": keys}))
+
+    def store(self, response: QueryResponse) -> bool:
+        """Cache an answered ``response`` at its ``cache_keys``: exactly, and semantically when
+        the retrieval pool remembered its query vector (:meth:`remember_query_vector`).
+
+        Returns:
+            True when something was written; False for a failed response, one without keys
+            (a cache hit, an error) or a Redis error (logged; a cache write never fails a
+            batch).
+        """
+        keys = response.cache_keys
+        if response.status != "answered" or keys is None:
+            return False
         body = response.model_dump_json()
+        pending = PENDING_PREFIX + response.request_id
         try:
             pipe = self._r.pipeline()
-            pipe.set(exact_key(request, index_version, self.config), body, ex=self.ttl_s)
-            vector = self._r.get(PENDING_PREFIX + request.request_id)
+            pipe.set(keys.exact, body, ex=self.ttl_s)
+            vector = self._r.get(pending)
             if vector:
-                key = _sem_key(request, index_version, self.config)
                 entry = json.dumps({"v": vector.decode(), "r": json.loads(body)})  # type: ignore[union-attr]
-                pipe.hset(key, request.request_id, entry)
-                pipe.expire(key, self.ttl_s)
-                pipe.delete(PENDING_PREFIX + request.request_id)
+                pipe.hset(keys.semantic, response.request_id, entry)
+                pipe.expire(keys.semantic, self.ttl_s)
+                pipe.delete(pending)
             pipe.execute()
-            if (
-                vector
-                and self._r.hlen(_sem_key(request, index_version, self.config)) > self.max_entries
-            ):
-                self._r.delete(
-                    _sem_key(request, index_version, self.config)
-                )  # crude bound: start over
+            if vector and self._r.hlen(keys.semantic) > self.max_entries:
+                self._r.delete(keys.semantic)  # crude bound: start over
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
+            return False
+        return True
 
 
 def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
