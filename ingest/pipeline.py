@@ -27,25 +27,27 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
 
+from ingest.acl import set_readers
 from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
+from ingest.outcome import IngestOutcome, Status
 from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
+from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import Document, utcnow
 from ragstream.errors import RagstreamError, TransientError
 
 log = structlog.get_logger(__name__)
 
-Status = Literal["indexed", "unchanged", "deleted", "failed"]
 
 #: Content types whose files hold many documents (records ``<doc_id>#<record id>``).
 RECORD_TYPES = frozenset({"json", "jsonl"})
@@ -64,19 +66,6 @@ class Embeds(Protocol):
 
 
 @dataclass(slots=True)
-class IngestOutcome:
-    """What happened to one document. ``timings_ms`` are the batch's stage times."""
-
-    tenant: str
-    doc_id: str
-    status: Status
-    version: int = 0
-    chunk_count: int = 0
-    error: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
 class _Doc:
     op: IngestOp
     doc_id: str
@@ -87,6 +76,8 @@ class _Doc:
     chunk_ids: list[str] = field(default_factory=list)
     version: int = 0
     outcome: IngestOutcome | None = None
+    #: Who may read it once written: the op's readers, else the ones it has (``None``: all).
+    readers: tuple[str, ...] | None = None
 
     def finish(self, status: Status, error: str | None = None) -> None:
         """Set this document's outcome."""
@@ -246,6 +237,8 @@ class IngestPipeline:
                     per_op[i].append(
                         self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
                     )
+            elif op.op == "acl":
+                per_op[i].extend(set_readers(self.index, self.registry, op, touched))
         if touched:
             t = time.perf_counter()
             self.index.refresh()
@@ -297,7 +290,7 @@ class IngestPipeline:
         """Parse every upsert not parsed yet; a parse failure becomes that op's outcome."""
         docs: list[tuple[int, _Doc]] = []
         for i, op in enumerate(ops):
-            if op.op == "delete":
+            if op.op != "upsert":
                 continue
             try:
                 parsed_docs = parse_op(op, self.parse_options)
@@ -331,12 +324,19 @@ class IngestPipeline:
         for d in docs:
             d.previous = previous.get((d.op.tenant, d.doc_id))
             prev = d.previous
+            kept = from_column(prev.readers) if prev is not None else None
+            d.readers = d.op.principals if d.op.principals is not None else kept
             if (
                 prev is not None
                 and prev.status == "indexed"
                 and prev.content_hash == d.content_hash
             ):
                 d.finish("unchanged")
+                if d.readers != kept:  # same text, new readers: no re-embedding
+                    grant = IngestOp(d.op.tenant, d.doc_id, "acl", principals=d.readers)
+                    failed = set_readers(self.index, self.registry, grant, touched)[0]
+                    if failed.status == "failed":
+                        d.outcome = failed
             else:
                 changed.append(d)
         if not changed:
@@ -463,6 +463,7 @@ def _row_fields(d: _Doc) -> dict[str, Any]:
         "chunk_count": len(d.chunks),
         "error": None,
         "metadata_": {**d.op.metadata, **d.parsed.metadata},
+        "readers": to_column(d.readers),
     }
 
 
@@ -483,6 +484,7 @@ def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -
         "content_type": d.parsed.content_type,
         "lang": str(d.parsed.metadata.get("lang") or ""),
         "metadata": {k: str(v) for k, v in meta.items()},
+        **({} if d.readers is None else {"principals": list(d.readers)}),
         "indexed_at": now,
         "embedding": [float(x) for x in vector],
     }

@@ -1,7 +1,9 @@
 """Answer caches in Redis: exact and semantic, scoped to a tenant and its index version.
 
 - Exact: ``ragstream:answer:<tenant>:<index_version>:<sha256(normalised query + params)>`` ->
-  the response JSON. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
+  the response JSON. The parameters include the asker's principal set
+  (``QueryRequest.principals``, sorted), so an answer never crosses a permission boundary;
+  the semantic scope too. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
   punctuation dropped.
 - Semantic: one hash per ``(tenant, index_version)`` whose fields are request ids and whose
   values hold the query embedding (tagged with its model id, ``<model id>|<base64>``) and the
@@ -86,6 +88,8 @@ def exact_key(request: QueryRequest, index_version: int, config: str = "") -> st
     }
     if request.max_tokens is not None:  # a shorter budget is another answer
         params["max_tokens"] = request.max_tokens
+    if request.principals is not None:  # never crosses a permission boundary
+        params["principals"] = sorted(set(request.principals))
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
     return f"{PREFIX}{request.tenant}:{index_version}:{digest}"
 
@@ -281,5 +285,7 @@ def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
     }
     if request.max_tokens is not None:
         params["max_tokens"] = request.max_tokens
+    if request.principals is not None:
+        params["principals"] = sorted(set(request.principals))
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     return f"{SEM_PREFIX}{request.tenant}:{index_version}:{digest}"

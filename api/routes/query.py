@@ -111,7 +111,8 @@ async def check_callback(settings: Settings, url: str | None) -> None:
 
 
 def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryRequest:
-    """The ``rag.queries`` event of ``body``, scoped to the caller's tenant.
+    """The ``rag.queries`` event of ``body``, scoped to the caller's tenant and principals
+    (the documents the key may read, ``docs/permissions.md``).
 
     Raises:
         ApiError: 422 when the query is longer than ``api.max_query_chars``.
@@ -138,6 +139,7 @@ def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryR
         route=body.route,
         stream=body.stream,
         callback_url=body.callback_url,
+        principals=who.principals,
     )
 
 
