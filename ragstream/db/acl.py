@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, or_, true
+from sqlalchemy import ColumnElement, false, or_, true
 
 
 def to_column(principals: Sequence[str] | None) -> str | None:
@@ -40,3 +40,20 @@ def readable_by(column: Any, principals: Sequence[str] | None) -> ColumnElement[
     if principals is None:
         return true()
     return or_(column.is_(None), *(column.contains(f",{p},", autoescape=True) for p in principals))
+
+
+def asker_column(principals: Sequence[str] | None) -> str:
+    """How a query log row records who asked: ``"*"`` for a tenant-wide asker (``None``),
+    else the principals sorted and joined by commas (``""`` for none)."""
+    return "*" if principals is None else ",".join(sorted(set(principals)))
+
+
+def asked_by(column: Any, principals: Sequence[str] | None) -> ColumnElement[bool]:
+    """A WHERE clause: query log rows an asker with ``principals`` may read: those asked with
+    the same principal set (a row logged before permissions, NULL, counts as asked with none);
+    every row for a tenant-wide asker (``None``). An answer holds what its asker could read,
+    so it is shown only to askers who read the same documents."""
+    if principals is None:
+        return true()
+    mine = asker_column(principals)
+    return or_(column == mine, column.is_(None) if mine == "" else false())

@@ -149,6 +149,9 @@ class QueryLog(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[dt.datetime | None] = mapped_column()
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    #: Who asked (:func:`ragstream.db.acl.asker_column`): ``"*"`` a tenant-wide key, else its
+    #: principals; NULL: logged before permissions, or by a producer on the bus.
+    asked_as: Mapped[str | None] = mapped_column(Text)
 
 
 class WebhookDelivery(Base):

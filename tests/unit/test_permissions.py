@@ -186,3 +186,35 @@ def test_a_query_carries_the_keys_principals(tmp_path: Path) -> None:
     with TestClient(app) as client:
         assert client.post("/v1/query", json={"query": "q?"}).status_code == 200
     assert fake.asked[-1].principals == ("group:a",)
+
+
+def test_the_query_log_shows_a_query_only_to_askers_with_the_same_principals(
+    tmp_path: Path,
+) -> None:
+    """An answer holds what its asker could read: another key reads it only if it reads the
+    same documents (same principal set) or every document (a tenant-wide key)."""
+    from ragstream.db.models import QueryLog
+    from workers import query_log
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    upgrade_head(url)
+    sessions = make_session_factory(make_engine(url))
+    eng = _q(("group:eng",))
+    query_log.log_pending(sessions, eng.model_copy(update={"tenant": "acme"}))
+    plain = _q(()).model_copy(update={"tenant": "acme"})
+    query_log.log_pending(sessions, plain)
+    with sessions.begin() as session:  # a row logged before permissions existed
+        session.add(QueryLog(request_id="old", tenant="acme", query="q"))
+
+    def visible(asker: tuple[str, ...] | None) -> set[str]:
+        rows = query_log.page(sessions, "acme", limit=10, asker=asker)
+        return {r["request_id"] for r in rows}
+
+    assert visible(None) == {eng.request_id, plain.request_id, "old"}
+    assert visible(("group:eng",)) == {eng.request_id}
+    assert visible(("group:eng", "user:x")) == set()
+    assert visible(()) == {plain.request_id, "old"}
+    assert query_log.read(sessions, "acme", eng.request_id, ("group:sales",)) is None
+    assert query_log.read(sessions, "acme", eng.request_id, ()) is None
+    assert query_log.read(sessions, "acme", eng.request_id, ("group:eng",)) is not None
+    assert query_log.read(sessions, "acme", eng.request_id) is not None  # operators, the CLI

@@ -1,4 +1,4 @@
-"""document permissions: readers of documents and jobs, principals of API keys
+"""document permissions: readers of documents and jobs, principals of API keys and askers
 
 Revision ID: 0007_document_permissions
 Revises: 0006_api_key_roles
@@ -20,7 +20,12 @@ down_revision: str | None = "0006_api_key_roles"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-COLUMNS = (("documents", "readers"), ("ingest_jobs", "readers"), ("api_keys", "principals"))
+COLUMNS = (
+    ("documents", "readers"),
+    ("ingest_jobs", "readers"),
+    ("api_keys", "principals"),
+    ("query_log", "asked_as"),
+)
 
 
 def upgrade() -> None:
