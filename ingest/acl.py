@@ -10,7 +10,7 @@ any write: the next search sees the new readers, and no answer cached before is 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 from prometheus_client import Counter
@@ -37,25 +37,37 @@ class ReaderIndex(Protocol):
     def set_readers(self, ids: list[str], readers: tuple[str, ...] | None) -> dict[str, str]: ...
 
 
+#: A registry row to write once the change is searchable: ``(tenant, doc_id, fields)``.
+Row = tuple[str, str, dict[str, Any]]
+
+
 def set_readers(
-    index: ReaderIndex, registry: DocumentRegistry, op: IngestOp, touched: set[str]
+    index: ReaderIndex,
+    registry: DocumentRegistry,
+    op: IngestOp,
+    touched: set[str],
+    rows: list[Row],
 ) -> list[IngestOutcome]:
     """Give document ``(op.tenant, op.doc_id)``, and each record of it when it is a records
     file, the readers ``op.principals`` (``None``: everyone of the tenant).
 
     Args:
         index: where its chunks are.
-        registry: where its row is (``readers`` is written after the chunks).
+        registry: where its row is read.
         op: an ``acl`` op.
         touched: the tenant is added when something changed (refresh, version bump).
+        rows: the registry rows to write (``readers``) are appended here; the pipeline writes
+            them after the refresh and the version bump, so once the registry (and
+            ``GET /v1/documents``) shows the new readers, every search and cache respects
+            them.
 
     Returns:
         One outcome per document: ``acl`` (with its version and chunk count), or ``failed``
         with the reason: no indexed document of that id (an unknown document), or chunks the
         index refused to update (the row is then left as it was).
     """
-    rows = registry.get_many([(op.tenant, op.doc_id)])
-    docs = [rows[(op.tenant, op.doc_id)]] if (op.tenant, op.doc_id) in rows else []
+    found = registry.get_many([(op.tenant, op.doc_id)])
+    docs = [found[(op.tenant, op.doc_id)]] if (op.tenant, op.doc_id) in found else []
     docs = [d for d in docs if d.status == "indexed"]
     docs += [c for c in registry.children(op.tenant, op.doc_id) if c.status == "indexed"]
     if not docs:
@@ -73,7 +85,7 @@ def set_readers(
             out.append(IngestOutcome(op.tenant, doc.doc_id, "failed", error=error))
             ACL_CHANGES.labels("failed").inc()
             continue
-        registry.record(op.tenant, doc.doc_id, readers=to_column(op.principals))
+        rows.append((op.tenant, doc.doc_id, {"readers": to_column(op.principals)}))
         touched.add(op.tenant)
         ACL_CHANGES.labels("acl").inc()
         log.info("acl.applied", tenant=op.tenant, doc_id=doc.doc_id, chunks=len(ids))

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
-from ingest.acl import set_readers
+from ingest.acl import Row, set_readers
 from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
@@ -225,7 +225,8 @@ class IngestPipeline:
         docs = self._parse(ops, per_op)
         timings["parse"] = _ms(t0)
         touched: set[str] = set()
-        indexed = self._upsert([d for _, d in docs], timings, touched)
+        acl_rows: list[Row] = []
+        indexed = self._upsert([d for _, d in docs], timings, touched, acl_rows)
         for i, doc in docs:
             assert doc.outcome is not None
             per_op[i].append(doc.outcome)
@@ -238,13 +239,18 @@ class IngestPipeline:
                         self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
                     )
             elif op.op == "acl":
-                per_op[i].extend(set_readers(self.index, self.registry, op, touched))
+                per_op[i].extend(set_readers(self.index, self.registry, op, touched, acl_rows))
         if touched:
             t = time.perf_counter()
             self.index.refresh()
             timings["refresh"] = _ms(t)
+            if self.versions is not None:  # before the registry: see ingest/acl.py
+                for tenant in sorted(touched):
+                    self.versions.bump(tenant)
         # Only now, once a search can find them, are the documents recorded as indexed.
-        self.registry.record_many([(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed])
+        self.registry.record_many(
+            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows
+        )
         self.registry.record_failures(
             [
                 (o.tenant, o.doc_id, o.error or "failed")
@@ -254,9 +260,6 @@ class IngestPipeline:
                 if o.status == "failed"
             ]
         )
-        if touched and self.versions is not None:
-            for tenant in sorted(touched):
-                self.versions.bump(tenant)
         timings["total"] = _ms(t0)
         return per_op
 
@@ -316,9 +319,16 @@ class IngestPipeline:
             per_op[i].extend(rejected)
         return docs
 
-    def _upsert(self, docs: list[_Doc], timings: dict[str, float], touched: set[str]) -> list[_Doc]:
+    def _upsert(
+        self,
+        docs: list[_Doc],
+        timings: dict[str, float],
+        touched: set[str],
+        acl_rows: list[Row],
+    ) -> list[_Doc]:
         """Chunk, embed and index the changed documents; return those now indexed (their
-        registry rows are written by the caller after the refresh)."""
+        registry rows are written by the caller after the refresh). An unchanged document sent
+        with other readers gets them (:func:`ingest.acl.set_readers`, rows into ``acl_rows``)."""
         previous = self.registry.get_many((d.op.tenant, d.doc_id) for d in docs)
         changed: list[_Doc] = []
         for d in docs:
@@ -334,7 +344,7 @@ class IngestPipeline:
                 d.finish("unchanged")
                 if d.readers != kept:  # same text, new readers: no re-embedding
                     grant = IngestOp(d.op.tenant, d.doc_id, "acl", principals=d.readers)
-                    failed = set_readers(self.index, self.registry, grant, touched)[0]
+                    failed = set_readers(self.index, self.registry, grant, touched, acl_rows)[0]
                     if failed.status == "failed":
                         d.outcome = failed
             else:
