@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from sqlalchemy import select
@@ -119,6 +119,35 @@ def lookup(sessions: sessionmaker[Session], key: str) -> Principal | None:
             return None
         role: Role = "operator" if row.role == "operator" else "user"
         return Principal(row.id, row.tenant, row.rate_per_minute, role, reads_as(row.principals))
+
+
+#: The header with which a request asks as fewer principals than its key holds (a service with
+#: a tenant-wide key answering for one of its users): comma-separated principals.
+ACT_AS_HEADER = "X-Ragstream-Act-As"
+
+
+class ActAsError(PermissionError):
+    """A request asked to act as a principal its key does not hold."""
+
+
+def act_as(who: Principal, header: str) -> Principal:
+    """``who`` narrowed to the principals of an :data:`ACT_AS_HEADER` value.
+
+    Narrowing only: a tenant-wide key may act as any principals, a limited key only as a
+    subset of its own; so the header needs no signature (it can never widen what the key
+    reads, and an HMAC made with the key's secret would prove only what the bearer key
+    proves already). An empty value acts as no principal (documents without readers only).
+
+    Raises:
+        PrincipalError: a value is not a principal.
+        ActAsError: the key does not hold one of them.
+    """
+    asked = normalise(p for p in header.split(",") if p.strip())
+    if who.principals is not None:
+        missing = sorted(set(asked) - set(who.principals))
+        if missing:
+            raise ActAsError(f"the API key does not hold {missing[0]!r}")
+    return replace(who, principals=asked)
 
 
 def key_principals(principals: Sequence[str]) -> str | None:

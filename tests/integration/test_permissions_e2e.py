@@ -54,12 +54,18 @@ def _doc(doc_id: str, text: str, readers: list[str] | None) -> dict[str, Any]:
 
 
 def _call(
-    s: Stack, who: str, method: str, path: str, status: int | None = None, **kw: Any
+    s: Stack,
+    who: str,
+    method: str,
+    path: str,
+    status: int | None = None,
+    headers: dict[str, str] | None = None,
+    **kw: Any,
 ) -> httpx.Response:
     r = httpx.request(
         method,
         s.apis[0].url + path,
-        headers={"Authorization": f"Bearer {s.keys[who]}"},
+        headers={"Authorization": f"Bearer {s.keys[who]}", **(headers or {})},
         timeout=60,
         **kw,
     )
@@ -68,9 +74,10 @@ def _call(
     return r
 
 
-def _ask(s: Stack, who: str) -> dict[str, Any]:
+def _ask(s: Stack, who: str, act_as: str | None = None) -> dict[str, Any]:
     body = {"query": QUESTION, "mode": "sync", "timeout_s": 60, "route": "evidence"}
-    r = _call(s, who, "POST", "/v1/query", json=body)
+    headers = {} if act_as is None else {"X-Ragstream-Act-As": act_as}
+    r = _call(s, who, "POST", "/v1/query", json=body, headers=headers)
     assert r.status_code in (200, 422), r.text  # 422: a refusal is an answer too
     return dict(r.json() if r.status_code == 200 else r.json().get("result", r.json()))
 
@@ -119,8 +126,19 @@ def test_a_user_never_sees_a_document_outside_their_principals(stack: Stack) -> 
     listed = _call(s, "eng", "GET", "/v1/documents", 200).json()["items"]
     assert {d["doc_id"] for d in listed} == {"rocket", "canteen"}
     assert _call(s, "admin", "GET", "/v1/documents/rocket", 200).json()["readers"] == ["group:eng"]
-    # Only a tenant-wide key changes readers.
+    # A request may act as fewer principals than its key holds, never more.
+    assert not _sees_rocket(_ask(s, "admin", act_as="group:sales"))
+    assert _sees_rocket(_ask(s, "admin", act_as="group:eng"))
+    assert not _sees_rocket(_ask(s, "eng", act_as="user:ada"))
+    act = {"X-Ragstream-Act-As": "group:sales"}
+    _call(s, "eng", "GET", "/v1/documents", 403, headers=act)
+    _call(s, "admin", "GET", "/v1/documents", 422, headers={"X-Ragstream-Act-As": "alice"})
+    # Only a tenant-wide key changes readers (acting as principals, it is not one).
     _call(s, "eng", "PUT", "/v1/documents/rocket/readers", 403, json={"readers": ["user:ada"]})
+    _call(
+        s, "admin", "PUT", "/v1/documents/rocket/readers", 403,
+        headers={"X-Ragstream-Act-As": "group:eng"}, json={"readers": ["user:ada"]},
+    )  # fmt: skip
 
 
 def test_right_after_a_revoke_nothing_of_the_document_is_served(stack: Stack) -> None:

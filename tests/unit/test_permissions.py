@@ -218,3 +218,17 @@ def test_the_query_log_shows_a_query_only_to_askers_with_the_same_principals(
     assert query_log.read(sessions, "acme", eng.request_id, ()) is None
     assert query_log.read(sessions, "acme", eng.request_id, ("group:eng",)) is not None
     assert query_log.read(sessions, "acme", eng.request_id) is not None  # operators, the CLI
+
+
+def test_a_request_may_act_as_fewer_principals_never_more() -> None:
+    from api.auth import ActAsError, act_as
+
+    wide = Principal(1, "acme", principals=None)
+    assert act_as(wide, "user:ada, group:eng").principals == ("group:eng", "user:ada")
+    assert act_as(wide, "").principals == ()  # documents without readers only
+    limited = Principal(2, "acme", principals=("group:eng", "user:ada"))
+    assert act_as(limited, "user:ada").principals == ("user:ada",)
+    with pytest.raises(ActAsError, match="group:sales"):
+        act_as(limited, "user:ada,group:sales")
+    with pytest.raises(PrincipalError, match="unknown principal"):
+        act_as(wide, "alice")
