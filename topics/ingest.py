@@ -42,8 +42,9 @@ class IngestRequest(Event):
         has_text, has_path = self.text is not None, self.source_path is not None
         if self.op == "upsert" and has_text == has_path:
             raise ValueError("an upsert needs exactly one of text and source_path")
-        if self.op in ("delete", "acl") and (has_text or has_path):  # nor source_path
-            raise ValueError(f"a{'' if self.op == 'delete' else 'n'} {self.op} carries no text")
+        if self.op in ("delete", "acl") and (has_text or has_path):
+            article = "a" if self.op == "delete" else "an"
+            raise ValueError(f"{article} {self.op} carries neither text nor source_path")
         if self.op == "delete" and self.principals is not None:
             raise ValueError("a delete carries no principals")
         return self

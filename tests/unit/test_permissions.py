@@ -57,7 +57,7 @@ def test_principals_are_sorted_and_unique_and_readers_are_never_empty() -> None:
 
 
 def test_the_acl_op_carries_no_payload_and_a_delete_no_readers() -> None:
-    with pytest.raises(ValidationError, match="carries no text"):
+    with pytest.raises(ValidationError, match="an acl carries neither text"):
         IngestRequest(tenant="t", doc_id="d", op="acl", text="x", principals=("user:a",))
     with pytest.raises(ValidationError, match="no principals"):
         IngestRequest(tenant="t", doc_id="d", op="delete", principals=("user:a",))
