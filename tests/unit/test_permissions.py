@@ -232,3 +232,39 @@ def test_a_request_may_act_as_fewer_principals_never_more() -> None:
         act_as(limited, "user:ada,group:sales")
     with pytest.raises(PrincipalError, match="unknown principal"):
         act_as(wide, "alice")
+
+
+def test_a_bulk_job_gives_its_readers_to_every_document(tmp_path: Path) -> None:
+    from ingest import jobs
+    from ingest.ops import op_from_item
+    from ingest.sources import SourceFile
+    from ragstream.db.models import IngestJobItem
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    upgrade_head(url)
+    sessions = make_session_factory(make_engine(url))
+    doc = tmp_path / "a.txt"
+    doc.write_text("alpha")
+    files = [SourceFile(path=str(doc), doc_id="a")]
+    job = jobs.create_job(sessions, "t", files, readers=("group:eng", "user:ada"))
+    plain = jobs.create_job(sessions, "t", files)
+    assert jobs.job_readers(sessions, job) == ("group:eng", "user:ada")
+    assert jobs.job_readers(sessions, plain) is None
+    with sessions() as session:
+        item = session.scalars(select(IngestJobItem).where(IngestJobItem.job_id == job)).one()
+    settings = IngestSettings(allowed_roots=[tmp_path], upload_root=tmp_path)
+    op = op_from_item("t", item, settings, jobs.job_readers(sessions, job))
+    assert op.principals == ("group:eng", "user:ada") and op.data == b"alpha"
+
+
+def test_the_upload_forms_take_comma_separated_readers() -> None:
+    from api.uploads import DocumentForm, JobForm
+
+    form = DocumentForm(readers="user:ada, group:eng")
+    assert form.readers_tuple() == ("group:eng", "user:ada")
+    assert DocumentForm().readers_tuple() is None
+    assert JobForm(readers="group:ops").readers_tuple() == ("group:ops",)
+    with pytest.raises(ValidationError, match="unknown principal 'ada'"):
+        DocumentForm(readers="ada")
+    with pytest.raises(ValidationError, match="at least one"):
+        JobForm(readers=" , ")
