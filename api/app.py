@@ -200,10 +200,11 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _mount_routes(app: FastAPI) -> None:
-    from api.routes import chunks, documents, openai_compat, ops, query, webhooks
+    from api.routes import chunks, documents, openai_compat, ops, permissions, query, webhooks
 
     app.include_router(query.router)
     app.include_router(openai_compat.router)
+    app.include_router(permissions.router)
     app.include_router(documents.router)
     app.include_router(webhooks.router)
     app.include_router(chunks.router)

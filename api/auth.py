@@ -2,20 +2,25 @@
 
 A key looks like ``rsk_<32 url-safe base64 chars>`` (192 random bits from :mod:`secrets`).
 Requests present it as ``Authorization: Bearer <key>`` (what OpenAI clients send) or
-``X-API-Key: <key>``. The tenant of the key scopes the request and every event it causes.
+``X-API-Key: <key>``. The tenant of the key scopes the request and every event it causes, and
+the key's principals (``user:<id>``/``group:<id>``, or ``*``: every document of the tenant)
+decide which of the tenant's documents it reads (``docs/permissions.md``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import ApiKey, utcnow
+from topics.acl import ALL, PrincipalError, normalise
 
 KEY_PREFIX = "rsk_"
 Role = Literal["user", "operator"]
@@ -27,12 +32,15 @@ ROLES: tuple[Role, ...] = ("user", "operator")
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: the key's row id, its tenant, its rate limit (per minute, or None
-    for the deployment default) and its role (:data:`ROLES`)."""
+    for the deployment default), its role (:data:`ROLES`) and the principals it reads as
+    (``None``: every document of the tenant, a ``*`` key; ``()``: only documents without
+    readers)."""
 
     key_id: int
     tenant: str
     rate_per_minute: int | None = None
     role: Role = "user"
+    principals: tuple[str, ...] | None = ()
 
     @property
     def is_operator(self) -> bool:
@@ -52,15 +60,20 @@ def create_key(
     name: str = "",
     rate_per_minute: int | None = None,
     role: Role = "user",
+    principals: Sequence[str] = (),
 ) -> tuple[str, int]:
-    """Create a key for ``tenant`` with ``role``; return ``(key, id)``. The key is shown once,
-    never stored.
+    """Create a key for ``tenant`` with ``role`` reading as ``principals`` (``user:<id>``,
+    ``group:<id>``, or ``*`` alone: every document of the tenant; none: only documents
+    without readers); return ``(key, id)``. The key is shown once, never stored.
 
     Raises:
-        ValueError: ``role`` is not one of :data:`ROLES`.
+        ValueError: ``role`` is not one of :data:`ROLES`; a principal is neither ``*`` nor
+            ``user:<id>``/``group:<id>`` (:class:`topics.acl.PrincipalError`), or ``*`` is
+            given with others.
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    stored = key_principals(principals)
     key = KEY_PREFIX + secrets.token_urlsafe(24)
     with sessions.begin() as session:
         row = ApiKey(
@@ -70,6 +83,7 @@ def create_key(
             name=name,
             rate_per_minute=rate_per_minute,
             role=role,
+            principals=stored,
         )
         session.add(row)
         session.flush()
@@ -104,4 +118,54 @@ def lookup(sessions: sessionmaker[Session], key: str) -> Principal | None:
         if row is None or row.revoked_at is not None:
             return None
         role: Role = "operator" if row.role == "operator" else "user"
-        return Principal(row.id, row.tenant, row.rate_per_minute, role)
+        return Principal(row.id, row.tenant, row.rate_per_minute, role, reads_as(row.principals))
+
+
+#: The header with which a request asks as fewer principals than its key holds (a service with
+#: a tenant-wide key answering for one of its users): comma-separated principals.
+ACT_AS_HEADER = "X-Ragstream-Act-As"
+
+
+class ActAsError(PermissionError):
+    """A request asked to act as a principal its key does not hold."""
+
+
+def act_as(who: Principal, header: str) -> Principal:
+    """``who`` narrowed to the principals of an :data:`ACT_AS_HEADER` value.
+
+    Narrowing only: a tenant-wide key may act as any principals, a limited key only as a
+    subset of its own; so the header needs no signature (it can never widen what the key
+    reads, and an HMAC made with the key's secret would prove only what the bearer key
+    proves already). An empty value acts as no principal (documents without readers only).
+
+    Raises:
+        PrincipalError: a value is not a principal.
+        ActAsError: the key does not hold one of them.
+    """
+    asked = normalise(p for p in header.split(",") if p.strip())
+    if who.principals is not None:
+        missing = sorted(set(asked) - set(who.principals))
+        if missing:
+            raise ActAsError(f"the API key does not hold {missing[0]!r}")
+    return replace(who, principals=asked)
+
+
+def key_principals(principals: Sequence[str]) -> str | None:
+    """The stored form of a key's principals (:mod:`ragstream.db.acl`; ``",*,"`` for ``*``).
+
+    Raises:
+        PrincipalError: as :func:`topics.acl.normalise`, or ``*`` with other principals.
+    """
+    given = {p.strip() for p in principals}
+    if ALL in given:
+        if len(given) > 1:
+            raise PrincipalError(f"{ALL!r} reads every document: give it alone")
+        return to_column([ALL])
+    return to_column(normalise(given)) if given else None
+
+
+def reads_as(stored: str | None) -> tuple[str, ...] | None:
+    """The principals a key reads as, from its stored form: ``None`` for a ``*`` key (no
+    filter), ``()`` for a key without principals."""
+    values = from_column(stored) or ()
+    return None if ALL in values else values

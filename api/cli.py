@@ -32,28 +32,42 @@ def _sessions(settings: Settings) -> sessionmaker[Session]:
 
 @keys_app.command("create")
 def keys_create(
+    *,
     tenant: str = typer.Option("default", help="Tenant the key acts for."),
     name: str = typer.Option("", help="A label shown in listings."),
     rate: int | None = typer.Option(None, help="Requests per minute (default: api setting)."),
     role: str = typer.Option(
         "user", help="user (the tenant's data) or operator (also the operations pages)."
     ),
+    principal: list[str] = typer.Option(
+        [],
+        "--principal",
+        "-p",
+        help="A principal the key reads as: user:<id> or group:<id> (repeat it), or * for "
+        "every document of the tenant; none: only documents without readers.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the key."),
 ) -> None:
     """Create an API key and print it (once: only its SHA-256 is stored)."""
-    from api.auth import ROLES, create_key
+    from api.auth import ROLES, create_key, key_principals
     from ragstream.settings import get_settings
+    from topics.acl import PrincipalError
 
     if not TENANT.fullmatch(tenant):
         fail(f"tenant {tenant!r} must match {TENANT.pattern}", USAGE)
     if role not in ROLES:
         fail(f"role {role!r} must be one of {', '.join(ROLES)}", USAGE)
+    try:
+        key_principals(principal)
+    except PrincipalError as exc:
+        fail(str(exc), USAGE)
     key, key_id = create_key(
         _sessions(get_settings()),
         tenant,
         name=name,
         rate_per_minute=rate,
         role=role,
+        principals=principal,
     )
     if quiet:
         print(key)
@@ -69,10 +83,12 @@ def keys_list(tenant: str | None = typer.Option(None, help="Only this tenant's k
     from api.auth import list_keys
     from ragstream.settings import get_settings
 
-    table = Table("id", "prefix", "tenant", "role", "name", "rate/min", "created", "revoked")
+    table = Table(
+        "id", "prefix", "tenant", "role", "principals", "name", "rate/min", "created", "revoked"
+    )
     for k in list_keys(_sessions(get_settings()), tenant):
         table.add_row(
-            str(k.id), k.prefix + "…", k.tenant, k.role, k.name,
+            str(k.id), k.prefix + "…", k.tenant, k.role, (k.principals or "").strip(","), k.name,
             str(k.rate_per_minute or "default"),
             k.created_at.isoformat(timespec="seconds"),
             k.revoked_at.isoformat(timespec="seconds") if k.revoked_at else "",

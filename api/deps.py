@@ -18,9 +18,10 @@ import structlog
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from api.auth import Principal, lookup
+from api.auth import ACT_AS_HEADER, ActAsError, Principal, act_as, lookup
 from api.errors import ApiError
 from ragstream.settings import Settings
+from topics.acl import PrincipalError
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -110,10 +111,13 @@ async def principal(
     _bearer: HTTPAuthorizationCredentials | None = Security(BEARER),
     _header: str | None = Security(API_KEY_HEADER),
 ) -> Principal:
-    """The authenticated caller, after its rate limit.
+    """The authenticated caller, after its rate limit, narrowed to the principals of an
+    ``X-Ragstream-Act-As`` header when the request has one (:func:`api.auth.act_as`).
 
     Raises:
-        ApiError: 401 ``UNAUTHENTICATED`` (missing, unknown or revoked key); 429 (rate).
+        ApiError: 401 ``UNAUTHENTICATED`` (missing, unknown or revoked key); 429 (rate);
+            422 ``INVALID_REQUEST`` (an act-as value that is no principal); 403 ``FORBIDDEN``
+            (acting as a principal the key does not hold).
     """
     svc = services(request)
     key = _presented_key(request)
@@ -141,7 +145,15 @@ async def principal(
             headers={"WWW-Authenticate": "Bearer"},
         )
     await asyncio.to_thread(partial(check_rate, svc.redis, found, svc.settings.api.rate_per_minute))
-    return found
+    acting = request.headers.get(ACT_AS_HEADER)
+    if acting is None:
+        return found
+    try:
+        return act_as(found, acting)
+    except PrincipalError as exc:
+        raise ApiError(422, "INVALID_REQUEST", f"{ACT_AS_HEADER}: {exc}") from exc
+    except ActAsError as exc:
+        raise ApiError(403, "FORBIDDEN", f"{ACT_AS_HEADER}: {exc}") from exc
 
 
 async def operator(request: Request, who: Principal = Depends(principal)) -> Principal:

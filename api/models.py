@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from topics.acl import Readers
 from topics.answers import Answer, AnswerStatus
 from topics.queries import Filter
 
@@ -149,13 +150,23 @@ class DocumentBody(Body):
     metadata: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, max_length=64
     )
+    #: Who may read it (``user:<id>``/``group:<id>``); absent: keep its readers (a new
+    #: document: everyone of the tenant). See docs/permissions.md.
+    readers: Readers | None = None
+
+
+class ReadersBody(Body):
+    """``PUT /v1/documents/{doc_id}/readers``: who may read the document from now on;
+    ``null``: everyone of the tenant."""
+
+    readers: Readers | None
 
 
 class DocumentAccepted(BaseModel):
-    """The upsert or delete event was durably produced; indexing follows asynchronously."""
+    """The upsert, delete or readers event was durably produced; it applies asynchronously."""
 
     doc_id: str
-    op: Literal["upsert", "delete"]
+    op: Literal["upsert", "delete", "acl"]
     event_id: str
     status: Literal["accepted"] = "accepted"
     links: dict[str, str] = Field(default_factory=dict)
@@ -172,13 +183,17 @@ class DocumentOut(BaseModel):
     source: str | None = None
     error: str | None = None
     updated_at: dt.datetime | None = None
+    #: Who may read it; ``None``: everyone of the tenant.
+    readers: list[str] | None = None
 
 
 class JobBody(Body):
-    """``POST /v1/ingest/jobs``: paths on the server, under the allowed roots."""
+    """``POST /v1/ingest/jobs``: paths on the server, under the allowed roots; ``readers``:
+    who may read every document of the job (absent: keep / everyone of the tenant)."""
 
     paths: list[str] = Field(min_length=1, max_length=100)
     callback_url: str | None = Field(default=None, max_length=2048)
+    readers: Readers | None = None
 
 
 class JobFailure(BaseModel):

@@ -24,6 +24,7 @@ from api.models import Body
 from ingest.ops import IngestOp, UploadedFile, prepare_op
 from ingest.parsers import ParseError, detect_upload
 from ragstream.settings import Settings
+from topics.acl import normalise_readers
 
 M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
@@ -65,15 +66,56 @@ class DocumentForm(Body):
             raise ValueError("values must be strings, numbers, booleans or null")
         return value
 
+    readers: str | None = Field(
+        default=None, max_length=16_384,
+        description="Who may read it: principals separated by commas, e.g. "
+        "'group:eng,user:ada'; absent: keep its readers (new: everyone of the tenant).",
+    )  # fmt: skip
+
+    @field_validator("readers")
+    @classmethod
+    def _readers_are_principals(cls, value: str | None) -> str | None:
+        _split_readers(value)  # PrincipalError is a ValueError: a 422 naming the field
+        return value
+
     def metadata_dict(self) -> dict[str, str | int | float | bool | None]:
         """``metadata`` decoded (validated to be an object of scalars)."""
         return dict(json.loads(self.metadata)) if self.metadata else {}
+
+    def readers_tuple(self) -> tuple[str, ...] | None:
+        """``readers`` as principals (validated), or ``None``."""
+        return _split_readers(self.readers)
 
 
 class JobForm(Body):
     """``POST /v1/ingest/jobs`` as ``multipart/form-data``: the fields beside ``archive``."""
 
     callback_url: str | None = Field(default=None, max_length=2048)
+    readers: str | None = Field(
+        default=None, max_length=16_384,
+        description="Who may read every document of the job: principals separated by commas.",
+    )  # fmt: skip
+
+    @field_validator("readers")
+    @classmethod
+    def _readers_are_principals(cls, value: str | None) -> str | None:
+        _split_readers(value)  # PrincipalError is a ValueError: a 422 naming the field
+        return value
+
+    def readers_tuple(self) -> tuple[str, ...] | None:
+        """``readers`` as principals (validated), or ``None``."""
+        return _split_readers(self.readers)
+
+
+def _split_readers(value: str | None) -> tuple[str, ...] | None:
+    """Comma-separated principals as a document's readers (``None`` stays ``None``).
+
+    Raises:
+        PrincipalError: as :func:`topics.acl.normalise_readers`.
+    """
+    if value is None:
+        return None
+    return normalise_readers(p for p in value.split(",") if p.strip())
 
 
 def media_type(request: Request) -> str:

@@ -88,6 +88,11 @@ class EmbeddingModelUnavailableError(EmbeddingModelMismatchError):
         )
 
 
+#: The document's readers on each chunk (``docs/permissions.md``): missing or empty means
+#: everyone of the tenant; the searches filter on it with a ``terms`` clause.
+ACL_FIELDS: dict[str, Any] = {"principals": {"type": "keyword"}}
+
+
 def mapping(
     dims: int, settings: ElasticsearchSettings, model_id: str | None = None
 ) -> dict[str, Any]:
@@ -97,9 +102,10 @@ def mapping(
     ``title_stemmed`` (client-stemmed, :data:`STEMMED_FIELDS`), ``embedding``
     (``dense_vector``, ``dims`` floats, cosine, HNSW), ids (``tenant``, ``doc_id``,
     ``chunk_id``), ``chunk_no``, ``version``, ``content_hash``, ``source``, ``content_type``,
-    ``metadata`` (flattened, so ``metadata.<key>`` term filters work without mapping every key)
-    and ``indexed_at``. The mapping's ``_meta`` records the embedding model
-    (``{"embedding": {"model_id": ..., "dims": ...}}``) that :func:`check_index_model` reads.
+    ``metadata`` (flattened, so ``metadata.<key>`` term filters work without mapping every key),
+    ``principals`` (the document's readers, :data:`ACL_FIELDS`) and ``indexed_at``. The
+    mapping's ``_meta`` records the embedding model (``{"embedding": {"model_id": ...,
+    "dims": ...}}``) that :func:`check_index_model` reads.
     """
     return {
         "settings": {
@@ -127,6 +133,7 @@ def mapping(
                 "content_type": {"type": "keyword"},
                 "lang": {"type": "keyword"},
                 "metadata": {"type": "flattened"},
+                **ACL_FIELDS,
                 "indexed_at": {"type": "date"},
                 "embedding": {
                     "type": "dense_vector",
@@ -206,15 +213,17 @@ class ChunkIndex:
         self.es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
 
     def add_missing_fields(self, name: str) -> list[str]:
-        """Add the :data:`STEMMED_FIELDS` an older index lacks (a mapping addition, allowed on a
-        live index; chunks written before stay without them until ``index rebuild``).
+        """Add the :data:`STEMMED_FIELDS` and :data:`ACL_FIELDS` an older index lacks (a mapping
+        addition, allowed on a live index; chunks written before stay without the stemmed
+        fields until ``index rebuild``, and without readers: readable by the whole tenant).
 
         Returns:
             The fields added.
         """
         current = self.es.indices.get_mapping(index=name).body
         properties = next(iter(current.values()))["mappings"].get("properties", {})
-        missing = {k: v for k, v in STEMMED_FIELDS.items() if k not in properties}
+        wanted = {**STEMMED_FIELDS, **ACL_FIELDS}
+        missing = {k: v for k, v in wanted.items() if k not in properties}
         if missing:
             self.es.indices.put_mapping(index=name, properties=missing)
             log.info("index_fields_added", index=name, fields=sorted(missing))
@@ -257,6 +266,24 @@ class ChunkIndex:
         target = index or self.alias
         actions = [{"_op_type": "delete", "_index": target, "_id": i} for i in ids]
         return self._bulk(actions)
+
+    def set_readers(self, ids: list[str], readers: tuple[str, ...] | None) -> dict[str, str]:
+        """Set ``principals`` of the chunks ``ids`` to ``readers`` (``None``: remove them, so
+        everyone of the tenant reads them) with bulk partial updates through the alias; a
+        chunk gone meanwhile counts as done. Visible to search after :meth:`refresh`.
+
+        Returns:
+            ``{_id: reason}`` of chunks that could not be updated (empty when all were).
+
+        Raises:
+            TransientError: Elasticsearch unreachable.
+        """
+        value = list(readers) if readers is not None else None
+        actions = [
+            {"_op_type": "update", "_index": self.alias, "_id": i, "doc": {"principals": value}}
+            for i in ids
+        ]
+        return self._bulk(actions).failed
 
     def chunk_ids_of(self, tenant: str, doc_id: str) -> list[str]:
         """Every chunk ``_id`` of ``(tenant, doc_id)`` currently in the index."""
@@ -306,7 +333,7 @@ class ChunkIndex:
                     _id = str(info.get("_id"))
                     raw_status = info.get("status", 0)
                     status = raw_status if isinstance(raw_status, int) else 0
-                    if ok or (op == "delete" and status == 404):
+                    if ok or (op in ("delete", "update") and status == 404):
                         report.succeeded.append(_id)
                     elif status == 0 or transient_http_status(status):
                         retry.append(by_id[_id])

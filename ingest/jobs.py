@@ -16,6 +16,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ingest.sources import SourceFile
+from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import FINAL_JOB_STATUSES, IngestJob, IngestJobItem, as_utc, utcnow
 from ragstream.db.pages import newest_first
 from ragstream.job_status import JOB_STATUSES
@@ -59,9 +60,12 @@ def create_job(
     job_id: str | None = None,
     *,
     rejected: Sequence[tuple[str, str]] = (),
+    readers: Sequence[str] | None = None,
 ) -> str:
     """Insert a pending job with one item per file; return the job id (``job_id``, else a new
-    UUID4 string).
+    UUID4 string). ``readers``: the principals who may read every document of the job
+    (normalised, :func:`topics.acl.normalise_readers`); ``None``: everyone of the tenant (a
+    document indexed before keeps its readers).
 
     ``rejected`` holds ``(printable path, reason)`` of files the job was given but cannot
     read (an archive member whose name is not UTF-8): each is an item ``failed`` from the
@@ -75,6 +79,7 @@ def create_job(
                 total_documents=len(files) + len(rejected),
                 failed_documents=len(rejected),
                 callback_url=callback_url,
+                readers=to_column(readers),
             )
         )
         session.add_all(
@@ -88,6 +93,13 @@ def create_job(
             for path, reason in rejected
         )
     return job_id
+
+
+def job_readers(sessions: sessionmaker[Session], job_id: str) -> tuple[str, ...] | None:
+    """The readers every document of job ``job_id`` gets (``None``: keep / everyone)."""
+    with sessions() as session:
+        job = session.get(IngestJob, job_id)
+        return None if job is None else from_column(job.readers)
 
 
 def pending_item_ids(sessions: sessionmaker[Session], job_id: str) -> list[int]:

@@ -26,21 +26,25 @@ from ingest.types import MetaValue, ParsedDocument, ParseOptions
 from ingest.uploads import stored_parse
 from ragstream.db.models import IngestJobItem
 from ragstream.settings import IngestSettings
+from topics.acl import normalise_readers
 from topics.ingest import IngestRequest
 
 
 @dataclass(frozen=True, slots=True)
 class IngestOp:
-    """One upsert (raw ``data`` bytes of a file or inline text) or delete of a document.
+    """One upsert (raw ``data`` bytes of a file or inline text), delete or permission change
+    (``acl``) of a document.
 
     ``parsed``: the documents of ``data`` when they were parsed already (by the API's check,
     or read back from the parse stored beside an upload); ``None``: the pipeline parses ``data``
-    (:func:`parse_op`).
+    (:func:`parse_op`). ``principals``: the document's readers (:mod:`topics.acl`); on an
+    upsert ``None`` keeps the readers it has (a new document: everyone of the tenant); on an
+    ``acl``, ``None`` makes it readable by everyone of the tenant.
     """
 
     tenant: str
     doc_id: str
-    op: Literal["upsert", "delete"] = "upsert"
+    op: Literal["upsert", "delete", "acl"] = "upsert"
     data: bytes = b""
     filename: str | None = None
     content_type: str | None = None
@@ -48,6 +52,7 @@ class IngestOp:
     title: str | None = None
     metadata: dict[str, MetaValue] = field(default_factory=dict)
     parsed: tuple[ParsedDocument, ...] | None = None
+    principals: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +110,7 @@ def prepare_op(
     title: str | None = None,
     label: str | None = None,
     metadata: Mapping[str, MetaValue] | None = None,
+    principals: tuple[str, ...] | None = None,
     parse_now: bool = False,
 ) -> IngestOp:
     """The upsert of ``source`` as document ``(tenant, doc_id)``.
@@ -115,6 +121,8 @@ def prepare_op(
         settings: the ingest settings: allowed roots, size limit, parse options.
         title, metadata: the caller's (the parser's title and metadata fill what is missing).
         label: the document's ``source`` field; defaults to a path source's path.
+        principals: its readers (normalised, :func:`topics.acl.normalise_readers`); ``None``:
+            keep the readers it has (a new document: everyone of the tenant).
         parse_now: parse here (the API's check) instead of in the pipeline.
 
     Returns:
@@ -148,6 +156,7 @@ def prepare_op(
         title=title,
         metadata=dict(metadata or {}),
         parsed=parsed,
+        principals=principals,
     )
     if parse_now and op.parsed is None:
         op = replace(op, parsed=parse_op(op, ParseOptions.from_settings(settings)))
@@ -162,6 +171,9 @@ def op_from_request(event: IngestRequest, settings: IngestSettings) -> IngestOp:
     """
     if event.op == "delete":
         return IngestOp(event.tenant, event.doc_id, "delete")
+    principals = normalise_readers(event.principals)
+    if event.op == "acl":
+        return IngestOp(event.tenant, event.doc_id, "acl", principals=principals)
     source: Source
     if event.text is not None:
         source = InlineText(event.text, event.content_type)
@@ -176,11 +188,18 @@ def op_from_request(event: IngestRequest, settings: IngestSettings) -> IngestOp:
         title=event.title,
         label=event.source,
         metadata=event.metadata,
+        principals=principals,
     )
 
 
-def op_from_item(tenant: str, item: IngestJobItem, settings: IngestSettings) -> IngestOp:
-    """The op of one item of a bulk job (the Celery task); ``doc_id`` defaults to its path.
+def op_from_item(
+    tenant: str,
+    item: IngestJobItem,
+    settings: IngestSettings,
+    readers: tuple[str, ...] | None = None,
+) -> IngestOp:
+    """The op of one item of a bulk job (the Celery task); ``doc_id`` defaults to its path;
+    ``readers``: the job's (every document of a job gets them; ``None``: keep / everyone).
 
     Raises:
         SourceRejectedError: the item's path is outside the allowed roots or unreadable.
@@ -192,4 +211,5 @@ def op_from_item(tenant: str, item: IngestJobItem, settings: IngestSettings) -> 
         settings,
         title=item.title,
         metadata=item.metadata_ or {},
+        principals=readers,
     )

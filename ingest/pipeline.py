@@ -27,25 +27,27 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
 
+from ingest.acl import Row, set_readers
 from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
+from ingest.outcome import IngestOutcome, Status
 from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
+from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import Document, utcnow
 from ragstream.errors import RagstreamError, TransientError
 
 log = structlog.get_logger(__name__)
 
-Status = Literal["indexed", "unchanged", "deleted", "failed"]
 
 #: Content types whose files hold many documents (records ``<doc_id>#<record id>``).
 RECORD_TYPES = frozenset({"json", "jsonl"})
@@ -64,19 +66,6 @@ class Embeds(Protocol):
 
 
 @dataclass(slots=True)
-class IngestOutcome:
-    """What happened to one document. ``timings_ms`` are the batch's stage times."""
-
-    tenant: str
-    doc_id: str
-    status: Status
-    version: int = 0
-    chunk_count: int = 0
-    error: str | None = None
-    timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
 class _Doc:
     op: IngestOp
     doc_id: str
@@ -87,6 +76,8 @@ class _Doc:
     chunk_ids: list[str] = field(default_factory=list)
     version: int = 0
     outcome: IngestOutcome | None = None
+    #: Who may read it once written: the op's readers, else the ones it has (``None``: all).
+    readers: tuple[str, ...] | None = None
 
     def finish(self, status: Status, error: str | None = None) -> None:
         """Set this document's outcome."""
@@ -234,7 +225,8 @@ class IngestPipeline:
         docs = self._parse(ops, per_op)
         timings["parse"] = _ms(t0)
         touched: set[str] = set()
-        indexed = self._upsert([d for _, d in docs], timings, touched)
+        acl_rows: list[Row] = []
+        indexed = self._upsert([d for _, d in docs], timings, touched, acl_rows)
         for i, doc in docs:
             assert doc.outcome is not None
             per_op[i].append(doc.outcome)
@@ -246,12 +238,19 @@ class IngestPipeline:
                     per_op[i].append(
                         self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
                     )
+            elif op.op == "acl":
+                per_op[i].extend(set_readers(self.index, self.registry, op, touched, acl_rows))
         if touched:
             t = time.perf_counter()
             self.index.refresh()
             timings["refresh"] = _ms(t)
+            if self.versions is not None:  # before the registry: see ingest/acl.py
+                for tenant in sorted(touched):
+                    self.versions.bump(tenant)
         # Only now, once a search can find them, are the documents recorded as indexed.
-        self.registry.record_many([(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed])
+        self.registry.record_many(
+            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows
+        )
         self.registry.record_failures(
             [
                 (o.tenant, o.doc_id, o.error or "failed")
@@ -261,9 +260,6 @@ class IngestPipeline:
                 if o.status == "failed"
             ]
         )
-        if touched and self.versions is not None:
-            for tenant in sorted(touched):
-                self.versions.bump(tenant)
         timings["total"] = _ms(t0)
         return per_op
 
@@ -297,7 +293,7 @@ class IngestPipeline:
         """Parse every upsert not parsed yet; a parse failure becomes that op's outcome."""
         docs: list[tuple[int, _Doc]] = []
         for i, op in enumerate(ops):
-            if op.op == "delete":
+            if op.op != "upsert":
                 continue
             try:
                 parsed_docs = parse_op(op, self.parse_options)
@@ -323,20 +319,34 @@ class IngestPipeline:
             per_op[i].extend(rejected)
         return docs
 
-    def _upsert(self, docs: list[_Doc], timings: dict[str, float], touched: set[str]) -> list[_Doc]:
+    def _upsert(
+        self,
+        docs: list[_Doc],
+        timings: dict[str, float],
+        touched: set[str],
+        acl_rows: list[Row],
+    ) -> list[_Doc]:
         """Chunk, embed and index the changed documents; return those now indexed (their
-        registry rows are written by the caller after the refresh)."""
+        registry rows are written by the caller after the refresh). An unchanged document sent
+        with other readers gets them (:func:`ingest.acl.set_readers`, rows into ``acl_rows``)."""
         previous = self.registry.get_many((d.op.tenant, d.doc_id) for d in docs)
         changed: list[_Doc] = []
         for d in docs:
             d.previous = previous.get((d.op.tenant, d.doc_id))
             prev = d.previous
+            kept = from_column(prev.readers) if prev is not None else None
+            d.readers = d.op.principals if d.op.principals is not None else kept
             if (
                 prev is not None
                 and prev.status == "indexed"
                 and prev.content_hash == d.content_hash
             ):
                 d.finish("unchanged")
+                if d.readers != kept:  # same text, new readers: no re-embedding
+                    grant = IngestOp(d.op.tenant, d.doc_id, "acl", principals=d.readers)
+                    failed = set_readers(self.index, self.registry, grant, touched, acl_rows)[0]
+                    if failed.status == "failed":
+                        d.outcome = failed
             else:
                 changed.append(d)
         if not changed:
@@ -463,6 +473,7 @@ def _row_fields(d: _Doc) -> dict[str, Any]:
         "chunk_count": len(d.chunks),
         "error": None,
         "metadata_": {**d.op.metadata, **d.parsed.metadata},
+        "readers": to_column(d.readers),
     }
 
 
@@ -483,6 +494,7 @@ def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -
         "content_type": d.parsed.content_type,
         "lang": str(d.parsed.metadata.get("lang") or ""),
         "metadata": {k: str(v) for k, v in meta.items()},
+        **({} if d.readers is None else {"principals": list(d.readers)}),
         "indexed_at": now,
         "embedding": [float(x) for x in vector],
     }

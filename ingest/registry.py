@@ -6,12 +6,13 @@ belong to the indexed version (deleted by id when the next version is acknowledg
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragstream.db.acl import readable_by
 from ragstream.db.models import Document, utcnow
 
 
@@ -41,11 +42,15 @@ class DocumentRegistry:
         before_id: int | None = None,
         status: str | None = None,
         source: str | None = None,
+        principals: Sequence[str] | None = None,
     ) -> list[Document]:
         """Up to ``limit`` of ``tenant``'s rows, newest first (by row id, below ``before_id``
         when given: keyset pagination), optionally only those of ``status`` and ``source``
-        (exact match). Detached, read-only use."""
-        stmt = select(Document).where(Document.tenant == tenant)
+        (exact match), and only those an asker with ``principals`` may read (``None``: all;
+        :func:`ragstream.db.acl.readable_by`). Detached, read-only use."""
+        stmt = select(Document).where(
+            Document.tenant == tenant, readable_by(Document.readers, principals)
+        )
         if before_id is not None:
             stmt = stmt.where(Document.id < before_id)
         if status is not None:

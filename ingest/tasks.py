@@ -145,9 +145,10 @@ def _ingest_items(
     """Read and ingest ``items``; ``{item id: (status, chunks, error)}``."""
     results: dict[int, tuple[str, int, str | None]] = {}
     ops: list[tuple[int, IngestOp]] = []
+    readers = jobs.job_readers(ctx.sessions, items[0].job_id) if items else None
     for item in items:
         try:
-            ops.append((item.id, op_from_item(tenant, item, ctx.settings.ingest)))
+            ops.append((item.id, op_from_item(tenant, item, ctx.settings.ingest, readers)))
         except SourceRejectedError as exc:
             results[item.id] = ("failed", 0, str(exc))
     if ops:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
+from topics.acl import Principals
 from topics.base import Contract, Event, UtcDatetime, new_id
 
 #: Fields a filter may name: top-level chunk fields or ``metadata.<key>``.
@@ -82,6 +83,10 @@ class QueryRequest(Event):
     callback_url: str | None = Field(default=None, max_length=2048)
     exact_cache_checked: bool = False
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_ANSWER_TOKENS)
+    #: Who is asking (:mod:`topics.acl`): only documents without readers or with one of these
+    #: among their readers are searched. ``None``: no permission filter (a tenant-wide key, or
+    #: a producer trusted on the bus).
+    principals: Principals | None = None
 
     @classmethod
     def record_defaults(

@@ -87,6 +87,15 @@ class TokenUsage(Contract):
     completion_tokens: int = 0
 
 
+class AnswerCacheKeys(Contract):
+    """Where the delivery pool caches an answer (``workers.caches``): the exact key and the
+    semantic hash, computed by the stage that answered (it knows the request's parameters, the
+    index version it answered against and its answer configuration)."""
+
+    exact: str = Field(min_length=1, max_length=512)
+    semantic: str = Field(min_length=1, max_length=512)
+
+
 class QueryResponse(Event):
     """An answer (``status="answered"``) or a typed error (``status="failed"``).
 
@@ -111,6 +120,9 @@ class QueryResponse(Event):
     error: ErrorInfo | None = None
     #: Copied from the request: where the delivery pool posts the signed webhook, if anywhere.
     callback_url: str | None = Field(default=None, max_length=2048)
+    #: Where the delivery pool (the answer cache's one writer) caches this answer; ``None``:
+    #: not cached (an error, a cache hit, a stage without a cache).
+    cache_keys: AnswerCacheKeys | None = None
 
     @field_validator("status", mode="before")
     @classmethod

@@ -1,7 +1,9 @@
 """Answer caches in Redis: exact and semantic, scoped to a tenant and its index version.
 
 - Exact: ``ragstream:answer:<tenant>:<index_version>:<sha256(normalised query + params)>`` ->
-  the response JSON. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
+  the response JSON. The parameters include the asker's principal set
+  (``QueryRequest.principals``, sorted), so an answer never crosses a permission boundary;
+  the semantic scope too. Normalisation: Unicode NFKC, case-folded, whitespace collapsed, trailing
   punctuation dropped.
 - Semantic: per ``(tenant, index_version, parameters)`` and embedding model, the cached query
   embeddings side by side in one string (``ragstream:semvec:...``: float32, appended in
@@ -18,6 +20,11 @@
 A cache built with ``enabled=False`` (``cache.enabled``) reads and writes nothing: every lookup
 is a miss that touches no Redis key and is not counted, and nothing is stored (the shadow pools of
 ``ragstream replay``).
+
+One writer: the delivery pool (:mod:`workers.pools.delivery`) stores every answer that became
+final, at the keys the stage that answered put on the response (``QueryResponse.cache_keys``,
+computed by :class:`CacheKeys`); the API and the retrieval pool only read. See
+``docs/answers.md`` (one writer of the answer cache) for why.
 
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
@@ -43,7 +50,7 @@ from ragstream.settings import Settings
 from topics.answers import CACHE_STAGE
 from topics.base import StageTiming
 from topics.queries import QueryRequest
-from topics.responses import QueryResponse
+from topics.responses import AnswerCacheKeys, QueryResponse
 from workers.runtime.handler import derive_event_id
 
 log = structlog.get_logger(__name__)
@@ -95,8 +102,30 @@ def exact_key(request: QueryRequest, index_version: int, config: str = "") -> st
     }
     if request.max_tokens is not None:  # a shorter budget is another answer
         params["max_tokens"] = request.max_tokens
+    if request.principals is not None:  # never crosses a permission boundary
+        params["principals"] = sorted(set(request.principals))
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
     return f"{PREFIX}{request.tenant}:{index_version}:{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKeys:
+    """Where the answer of a request is cached: what the stage that answers puts on its
+    response (``QueryResponse.cache_keys``) for the delivery pool to store it at.
+
+    Args:
+        config: the answer configuration (:func:`answer_config`) of the answering pool.
+    """
+
+    config: str = ""
+
+    def of(self, request: QueryRequest, index_version: int) -> AnswerCacheKeys:
+        """The exact key and the semantic hash of ``request`` answered against
+        ``index_version``."""
+        return AnswerCacheKeys(
+            exact=exact_key(request, index_version, self.config),
+            semantic=_sem_key(request, index_version, self.config),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +164,7 @@ class CacheHit:
                 "request_id": request.request_id,
                 "trace": (*request.trace, timing),
                 "callback_url": request.callback_url,
+                "cache_keys": None,  # a hit is served, never stored again
             }
         )
 
@@ -164,6 +194,7 @@ class AnswerCache:
     ) -> None:
         self.config = config
         self.enabled = enabled
+        self.keys = CacheKeys(config)
         self._r = client
         self.ttl_s = ttl_s
         self.threshold = threshold
@@ -238,32 +269,44 @@ class AnswerCache:
             log.warning("answer_cache.redis_error", error=str(exc))
 
     def put(self, request: QueryRequest, response: QueryResponse, index_version: int) -> None:
-        """Cache an answered ``response`` exactly, and semantically if its vector is known.
+        """Cache ``response`` as the answer of ``request`` against ``index_version`` (the keys
+        :meth:`CacheKeys.of` gives, then :meth:`store`)."""
+        keys = self.keys.of(request, index_version)
+        self.store(response.model_copy(update={"cache_keys": keys}))
+
+    def store(self, response: QueryResponse) -> bool:
+        """Cache an answered ``response`` at its ``cache_keys``: exactly, and semantically when
+        the retrieval pool remembered its query vector (:meth:`remember_query_vector`).
 
         Two round trips when the vector is known (the exact entry with ``GETDEL`` of the
         pending vector; then the semantic entry in one transaction, so vectors and ids stay in
         step), one otherwise. When a key holds more than ``max_entries`` vectors it starts
         over (a crude bound).
+
+        Returns:
+            True when something was written; False for a disabled cache, a failed response,
+            one without keys (a cache hit, an error) or a Redis error (logged; a cache write
+            never fails a batch).
         """
-        if not self.enabled or response.status != "answered":
-            return
+        keys = response.cache_keys
+        if not self.enabled or response.status != "answered" or keys is None:
+            return False
         body = response.model_dump_json()
         try:
             pipe = self._r.pipeline(transaction=False)
-            pipe.set(exact_key(request, index_version, self.config), body, ex=self.ttl_s)
-            pipe.getdel(PENDING_PREFIX + request.request_id)
+            pipe.set(keys.exact, body, ex=self.ttl_s)
+            pipe.getdel(PENDING_PREFIX + response.request_id)
             pending = pipe.execute()[1]
             if not pending:
-                return
+                return True
             tag, _, raw = bytes(pending).partition(VECTOR_TAG)
-            key = _sem_key(request, index_version, self.config)
-            vectors = SEM_VECTORS_PREFIX + _model_key(key, tag.decode())
-            ids = SEM_IDS_PREFIX + _model_key(key, tag.decode())
-            answers = SEM_ANSWERS_PREFIX + key
+            vectors = SEM_VECTORS_PREFIX + _model_key(keys.semantic, tag.decode())
+            ids = SEM_IDS_PREFIX + _model_key(keys.semantic, tag.decode())
+            answers = SEM_ANSWERS_PREFIX + keys.semantic
             tx = self._r.pipeline(transaction=True)
             tx.append(vectors, raw)
-            tx.rpush(ids, request.request_id)
-            tx.hset(answers, request.request_id, body)
+            tx.rpush(ids, response.request_id)
+            tx.hset(answers, response.request_id, body)
             for name in (vectors, ids, answers):
                 tx.expire(name, self.ttl_s)
             length = tx.execute()[0]
@@ -271,6 +314,8 @@ class AnswerCache:
                 self._r.delete(vectors, ids)  # crude bound: start over
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
+            return False
+        return True
 
 
 def _model_key(key: str, model_id: str) -> str:
@@ -288,5 +333,7 @@ def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
     }
     if request.max_tokens is not None:
         params["max_tokens"] = request.max_tokens
+    if request.principals is not None:
+        params["principals"] = sorted(set(request.principals))
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     return f"{request.tenant}:{index_version}:{digest}"

@@ -24,6 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragstream.db.acl import asked_by, asker_column
 from ragstream.db.models import QueryLog, as_utc, utcnow
 from ragstream.db.pages import newest_first
 from topics.answers import Answer
@@ -39,7 +40,7 @@ def log_pending(sessions: sessionmaker[Session], request: QueryRequest) -> None:
         with sessions.begin() as session:
             session.add(
                 QueryLog(request_id=request.request_id, tenant=request.tenant,
-                         query=request.query)
+                         query=request.query, asked_as=asker_column(request.principals))
             )  # fmt: skip
     except IntegrityError:
         return
@@ -109,15 +110,26 @@ def settle(
         _finalise(row, _answer_of(row, unavailable))
 
 
-def read(sessions: sessionmaker[Session], tenant: str | None, request_id: str) -> Answer | None:
+def read(
+    sessions: sessionmaker[Session],
+    tenant: str | None,
+    request_id: str,
+    asker: Sequence[str] | None = None,
+) -> Answer | None:
     """The logged answer view of ``request_id`` if it belongs to ``tenant`` (``None``: any
-    tenant, for operators reading the store, ``ragstream query get``); ``None`` otherwise.
+    tenant, for operators reading the store, ``ragstream query get``) and was asked with the
+    principals ``asker`` (``None``: any; :func:`ragstream.db.acl.asked_by`); ``None``
+    otherwise.
 
     A row written before revision 0005 (no ``result``) is read from its columns: it has no
     evidence, truncated flag or token usage.
     """
     with sessions() as session:
-        row = session.get(QueryLog, request_id)
+        row = session.scalars(
+            select(QueryLog).where(
+                QueryLog.request_id == request_id, asked_by(QueryLog.asked_as, asker)
+            )
+        ).first()
         if row is None or (tenant is not None and row.tenant != tenant):
             return None
         if row.status not in FINAL:
@@ -204,8 +216,10 @@ def page(
     *,
     limit: int,
     before: tuple[dt.datetime, str] | None = None,
+    asker: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` of ``tenant``'s logged queries, newest first by ``(created_at,
+    """Up to ``limit`` of ``tenant``'s logged queries asked with the principals ``asker``
+    (``None``: all; :func:`ragstream.db.acl.asked_by`), newest first by ``(created_at,
     request_id)``, those after the sort key ``before`` of the previous page's last one (keyset
     pagination); each as ``{request_id, query, status, tier, error_code, created_at,
     completed_at, sort_key}``."""
@@ -217,7 +231,7 @@ def page(
         QueryLog.error_code,
         QueryLog.created_at,
         QueryLog.completed_at,
-    ).where(QueryLog.tenant == tenant)
+    ).where(QueryLog.tenant == tenant, asked_by(QueryLog.asked_as, asker))
     stmt = newest_first(stmt, QueryLog.created_at, QueryLog.request_id, limit=limit, before=before)
     with sessions() as session:
         rows = session.execute(stmt).all()

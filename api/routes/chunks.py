@@ -14,6 +14,7 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from ragstream.settings import Settings
+from workers.retrieval.query import acl_clause
 
 router = APIRouter(tags=["documents"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -34,8 +35,20 @@ class ChunkOut(BaseModel):
     text: str
 
 
-def _search(settings: Settings, es: Any, tenant: str, chunk_id: str) -> dict[str, Any] | None:
-    query = {"bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"chunk_id": chunk_id}}]}}
+def _search(
+    settings: Settings,
+    es: Any,
+    tenant: str,
+    chunk_id: str,
+    principals: tuple[str, ...] | None = None,
+) -> dict[str, Any] | None:
+    """The chunk's fields, or ``None`` when the caller's tenant has no such chunk it may read
+    (the permission filter of the searches, :func:`workers.retrieval.query.acl_clause`)."""
+    filters: list[dict[str, Any]] = [{"term": {"tenant": tenant}}, {"term": {"chunk_id": chunk_id}}]
+    acl = acl_clause(principals)
+    if acl is not None:
+        filters.append(acl)
+    query = {"bool": {"filter": filters}}
     found = es.search(
         index=settings.elasticsearch.index_alias, query=query, size=1, source=FIELDS
     ).body
@@ -47,7 +60,8 @@ def _search(settings: Settings, es: Any, tenant: str, chunk_id: str) -> dict[str
 async def get_chunk(
     chunk_id: str, request: Request, who: Principal = Depends(principal)
 ) -> ChunkOut:
-    """A passage of the caller's index by its chunk id (as citations and evidence name it)."""
+    """A passage of the caller's index by its chunk id (as citations and evidence name it);
+    404 for a chunk of a document the key may not read."""
     from elasticsearch import ApiError as EsApiError
     from elasticsearch import Elasticsearch
     from elasticsearch import TransportError as EsTransportError
@@ -59,7 +73,9 @@ async def get_chunk(
     if es is None:
         es = svc.extras["es"] = Elasticsearch(svc.settings.elasticsearch.hosts, request_timeout=10)
     try:
-        source = await asyncio.to_thread(_search, svc.settings, es, who.tenant, chunk_id)
+        source = await asyncio.to_thread(
+            _search, svc.settings, es, who.tenant, chunk_id, who.principals
+        )
     except EsApiError as exc:
         if exc.meta.status == 404:  # no index yet
             source = None

@@ -64,8 +64,10 @@ from api.uploads import (
 from ingest import jobs
 from ingest.registry import DocumentRegistry
 from ingest.sources import SourceFile
+from ragstream.db.acl import from_column
 from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob, as_utc
 from ragstream.settings import Settings
+from topics.acl import may_read, normalise_readers
 from topics.ingest import IngestRequest
 from topics.registry import INGEST
 from topics.serde import encode
@@ -111,6 +113,7 @@ async def upsert_document(
             title=body.title,
             source=body.source,
             metadata=body.metadata,
+            principals=normalise_readers(body.readers),
         )
     await _produce_ingest(request, event)
     return DocumentAccepted(
@@ -141,6 +144,7 @@ async def _uploaded_document(request: Request, who: Principal) -> IngestRequest:
         title=form.title,
         source=form.source or name,
         metadata=form.metadata_dict(),
+        principals=form.readers_tuple(),
     )
 
 
@@ -174,13 +178,14 @@ async def list_documents(
     limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
 ) -> DocumentPage:
-    """The caller's documents, newest first, one page at a time."""
+    """The caller's documents it may read (docs/permissions.md), newest first, one page at a
+    time."""
     before = decode_cursor(cursor, (int,))
     registry = DocumentRegistry(services(request).sessions)
     rows = await asyncio.to_thread(
         partial(
             registry.page, who.tenant, limit=limit + 1, status=status, source=source,
-            before_id=None if before is None else before[0],
+            before_id=None if before is None else before[0], principals=who.principals,
         )
     )  # fmt: skip
     items = [_document_out(row) for row in rows[:limit]]
@@ -203,7 +208,7 @@ async def get_document(
     """
     _check_doc_id(doc_id)
     sessions = services(request).sessions
-    found = await asyncio.to_thread(_document, sessions, who.tenant, doc_id)
+    found = await asyncio.to_thread(_document, sessions, who.tenant, doc_id, who.principals)
     if found is None:
         raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
     return found
@@ -227,17 +232,20 @@ async def create_ingest_job(request: Request, who: Principal = Depends(principal
     job_id = str(uuid.uuid4())
     if media_type(request) == MULTIPART:
         form, _, data = await read_form(request, JobForm, "archive")
-        callback_url = form.callback_url
+        callback_url, readers = form.callback_url, form.readers_tuple()
         await check_callback(settings, callback_url)
         files, rejected = await _archive_files(settings, who.tenant, job_id, data)
     else:
         body = await json_body(request, JobBody, upload_field="archive")
-        callback_url = body.callback_url
+        callback_url, readers = body.callback_url, normalise_readers(body.readers)
         await check_callback(settings, callback_url)
         files, rejected = await _path_files(settings, who.tenant, body.paths), []
     job_id = await asyncio.to_thread(
-        jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id, rejected=rejected
-    )
+        partial(
+            jobs.create_job, svc.sessions, who.tenant, files, callback_url, job_id,
+            rejected=rejected, readers=readers,
+        )
+    )  # fmt: skip
     return await _submit(request, who, job_id)
 
 
@@ -384,13 +392,22 @@ def _doc_links(doc_id: str) -> dict[str, str]:
     return {"self": f"/v1/documents/{doc_id}"}
 
 
-def _document(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> DocumentOut | None:
+def _document(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    doc_id: str,
+    principals: tuple[str, ...] | None,
+) -> DocumentOut | None:
+    """The document, or ``None`` when there is none the caller may read (a document outside
+    its principals is answered as missing: its existence is not told)."""
     with sessions() as session:
         row = session.scalars(
             select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
         ).first()
     if row is None:
-        return _records_file(sessions, tenant, doc_id)
+        return _records_file(sessions, tenant, doc_id, principals)
+    if not may_read(principals, from_column(row.readers)):
+        return None
     return _document_out(row)
 
 
@@ -399,14 +416,28 @@ def _document_out(row: Document) -> DocumentOut:
         doc_id=row.doc_id, status=row.status, version=row.version, chunk_count=row.chunk_count,
         title=row.title, source=row.source, error=row.error,
         updated_at=as_utc(row.updated_at) if row.updated_at else None,
+        readers=None if row.readers is None else list(from_column(row.readers) or ()),
     )  # fmt: skip
 
 
-def _records_file(sessions: sessionmaker[Session], tenant: str, doc_id: str) -> DocumentOut | None:
-    """The summary of records file ``doc_id``'s live records, or ``None`` when it has none."""
+def _records_file(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    doc_id: str,
+    principals: tuple[str, ...] | None,
+) -> DocumentOut | None:
+    """The summary of records file ``doc_id``'s live records the caller may read, or ``None``
+    when it has none."""
     from ingest.registry import DocumentRegistry
 
-    records = sorted(DocumentRegistry(sessions).children(tenant, doc_id), key=lambda r: r.doc_id)
+    records = sorted(
+        (
+            r
+            for r in DocumentRegistry(sessions).children(tenant, doc_id)
+            if may_read(principals, from_column(r.readers))
+        ),
+        key=lambda r: r.doc_id,
+    )
     if not records:
         return None
     served = [r for r in records if r.status == "indexed"]

@@ -111,7 +111,8 @@ async def check_callback(settings: Settings, url: str | None) -> None:
 
 
 def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryRequest:
-    """The ``rag.queries`` event of ``body``, scoped to the caller's tenant.
+    """The ``rag.queries`` event of ``body``, scoped to the caller's tenant and principals
+    (the documents the key may read, ``docs/permissions.md``).
 
     Raises:
         ApiError: 422 when the query is longer than ``api.max_query_chars``.
@@ -138,6 +139,7 @@ def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryR
         route=body.route,
         stream=body.stream,
         callback_url=body.callback_url,
+        principals=who.principals,
     )
 
 
@@ -169,10 +171,14 @@ def result_response(result: QueryResult) -> JSONResponse:
 
 
 def logged_result(
-    sessions: sessionmaker[Session], tenant: str, request_id: str
+    sessions: sessionmaker[Session],
+    tenant: str,
+    request_id: str,
+    asker: tuple[str, ...] | None = None,
 ) -> QueryResult | None:
-    """The query-log state of ``request_id`` if it belongs to ``tenant``."""
-    logged = query_log.read(sessions, tenant, request_id)
+    """The query-log state of ``request_id`` if it belongs to ``tenant`` and was asked with
+    the principals ``asker`` (``None``: any; docs/permissions.md)."""
+    logged = query_log.read(sessions, tenant, request_id, asker)
     return None if logged is None else QueryResult.render(logged)
 
 
@@ -225,7 +231,9 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
     if response is not None:
         answer = Answer.of(response, query=event.query)
         return result_response(QueryResult.render(answer, latency_ms=ms, links=links))
-    late = await asyncio.to_thread(query_log.read, svc.sessions, who.tenant, event.request_id)
+    late = await asyncio.to_thread(
+        query_log.read, svc.sessions, who.tenant, event.request_id, who.principals
+    )
     return result_response(QueryResult.render(late or _pending(event), latency_ms=ms, links=links))
 
 
@@ -334,7 +342,14 @@ async def list_queries(
     svc = query_service(request)
     before = decode_cursor(cursor, (dt.datetime, str))
     rows = await asyncio.to_thread(
-        partial(query_log.page, svc.sessions, who.tenant, limit=limit + 1, before=before)
+        partial(
+            query_log.page,
+            svc.sessions,
+            who.tenant,
+            limit=limit + 1,
+            before=before,
+            asker=who.principals,
+        )
     )
     items = [
         QuerySummary(
@@ -361,7 +376,9 @@ async def get_query(
     svc = query_service(request)
     if len(request_id) > 128:
         raise ApiError(404, "NOT_FOUND", "no such query")
-    result = await asyncio.to_thread(logged_result, svc.sessions, who.tenant, request_id)
+    result = await asyncio.to_thread(
+        logged_result, svc.sessions, who.tenant, request_id, who.principals
+    )
     if result is None:
         raise ApiError(404, "NOT_FOUND", f"no query {request_id!r} for this tenant")
     return result.model_copy(update={"links": poll_link(svc.settings, request_id)})

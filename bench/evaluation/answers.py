@@ -276,7 +276,7 @@ class Answerer:
                 generation = settings.generation.model_copy(update={tier: cfg})
                 settings = settings.model_copy(update={"generation": generation})
             generator = build_generator(settings, tier, None)
-            generator.cache = None  # an evaluation must never answer users from its cache
+            generator.cache_keys = None  # an evaluation never leaves answers for a cache
             if self.instruction is not None:
                 generator.builder.instruction = self.instruction
             self._generators[key] = generator

@@ -62,7 +62,7 @@ class SequentialPipeline:
 
     def __init__(self, settings: Settings, full: bool) -> None:
         from workers.pools.components import (
-            build_answer_cache,
+            build_cache_keys,
             build_generator,
             build_retrieval_components,
         )
@@ -82,7 +82,7 @@ class SequentialPipeline:
             settings.rerank,
             pool=settings.pools.rerank,
             evidence=self.evidence,
-            cache=build_answer_cache(settings) if self.evidence is not None else None,
+            cache_keys=build_cache_keys(settings) if self.evidence is not None else None,
         )
         self.generators = (
             {tier: build_generator(settings, tier, None) for tier in ("small", "large")}

@@ -62,6 +62,9 @@ class Document(Base):
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    #: Who may read it (:mod:`ragstream.db.acl`: ``",group:eng,user:ada,"``); NULL: everyone
+    #: of the tenant.
+    readers: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
@@ -93,6 +96,8 @@ class IngestJob(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column()
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column()
     resumes: Mapped[int] = mapped_column(Integer, default=0)
+    #: The readers every document of the job gets (:mod:`ragstream.db.acl`); NULL: everyone.
+    readers: Mapped[str | None] = mapped_column(Text)
 
     items: Mapped[list[IngestJobItem]] = relationship(
         back_populates="job", cascade="all, delete-orphan"
@@ -146,6 +151,9 @@ class QueryLog(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     completed_at: Mapped[dt.datetime | None] = mapped_column()
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    #: Who asked (:func:`ragstream.db.acl.asker_column`): ``"*"`` a tenant-wide key, else its
+    #: principals; NULL: logged before permissions, or by a producer on the bus.
+    asked_as: Mapped[str | None] = mapped_column(Text)
 
 
 class WebhookDelivery(Base):
@@ -211,6 +219,9 @@ class ApiKey(Base):
     name: Mapped[str] = mapped_column(String(128), default="")
     rate_per_minute: Mapped[int | None] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(16), default="user", server_default="user")
+    #: The principals the key asks as (:mod:`ragstream.db.acl`); ``",*,"``: every document of
+    #: the tenant; NULL: none (only documents without readers).
+    principals: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column()
 

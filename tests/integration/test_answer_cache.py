@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import redis
 
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.responses import Citation, QueryResponse
 from workers.caches import AnswerCache, normalise_query
+from workers.pools.delivery import record_responses
 
 
 def _q(text: str, tenant: str) -> QueryRequest:
@@ -165,4 +168,44 @@ def test_the_semantic_cache_starts_over_past_max_entries(
     hit = cache.get_semantic(_q("p", tenant), basis[0], 1, "m")
     assert hit is not None and hit.response.answer == "a4"
     assert cache.get_semantic(_q("p", tenant), basis[1], 1, "m") is None  # q1 is gone
+    client.close()
+
+
+def test_the_delivery_pool_is_the_one_writer_and_stores_a_final_answer_once(
+    settings: Settings, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """The answering stages only put keys on the response; the delivery pool stores it as it
+    records it, once: a replayed response with another text changes nothing, and a response
+    without keys (a cache hit, an error) is never stored."""
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    upgrade_head(url)
+    sessions = make_session_factory(make_engine(url))
+    client = redis.Redis.from_url(settings.redis.url)
+    cache = AnswerCache(client, threshold=0.95)
+    tenant = unique_name("tw")
+    q = _q("What is the default port?", tenant)
+    first = QueryResponse(
+        tenant=tenant,
+        request_id=q.request_id,
+        status="answered",
+        answer="5432",
+        cache_keys=cache.keys.of(q, 3),
+    )
+    cache.remember_query_vector(q, _unit([1.0, 0.0, 0.0]))
+    assert cache.get_exact(q, 3) is None
+    record_responses(sessions, [first], cache)
+    hit = cache.get_exact(q, 3)
+    assert hit is not None and hit.response.answer == "5432"
+    semantic = cache.get_semantic(_q("Which port by default?", tenant), _unit([1.0, 0, 0]), 3)
+    assert semantic is not None and semantic.response.answer == "5432"
+
+    replay = first.model_copy(update={"answer": "a second text"})
+    record_responses(sessions, [replay], cache)
+    again = cache.get_exact(q, 3)
+    assert again is not None and again.response.answer == "5432"  # the first answer stays
+
+    q2 = _q("Which user runs the server?", tenant)
+    served = again.readdress(q2, "api")  # a hit re-addressed: no keys
+    record_responses(sessions, [served], cache)
+    assert cache.get_exact(q2, 3) is None
     client.close()

@@ -278,6 +278,11 @@ def test_exact_cache_hit_is_answered_by_the_api_and_still_logged(stack: Stack) -
     with _client(stack, stack.keys["acme"]) as c:
         first = c.query(question)
         assert first.status == "answered" and not first.cached
+        # The delivery pool (the cache's one writer) caches an answer as it logs it.
+        wait_for(
+            lambda: c.get(first.request_id).status == "answered",
+            what="first answer logged (and cached) by the delivery pool",
+        )
         second = c.query(question)
         assert second.status == "answered" and second.cached
         assert second.answer == first.answer

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slo
 from workers.generation.openai_compat import OpenAICompatibleBackend
 from workers.generation.prompt import PromptBuilder
 from workers.pools.components import build_router
+from workers.pools.delivery import delivery_handler
 from workers.pools.generation import generation_handler
 from workers.pools.rerank import rerank_handler
 from workers.pools.retrieval import retrieval_handler
@@ -139,6 +141,13 @@ def qp(
             pool=pool,
             group=name + "-rerank",
         ),
+        delivery_handler(  # the answer cache's one writer
+            kit.sessions,
+            pool=pool,
+            scheduler=SimpleNamespace(schedule=list),  # type: ignore[arg-type]
+            group=name + "-delivery",
+            cache=cache,
+        ),
     ]
     for tier in ("small", "large"):
         backend = OpenAICompatibleBackend(
@@ -149,7 +158,7 @@ def qp(
         )
         backoff = RetryPolicy(max_attempts=100, base_ms=200, cap_ms=1000, jitter=False)
         generator = Generator(
-            backend, builder, tokens=None, cache=cache, tier=tier, backoff=backoff
+            backend, builder, tokens=None, cache_keys=cache.keys, tier=tier, backoff=backoff
         )
         path.generators.append(generator)
         handlers.append(generation_handler(generator, pool=pool, group=f"{name}-gen-{tier}"))
@@ -272,6 +281,8 @@ def test_deleted_document_never_appears_in_candidates_or_cached_answers(qp: Quer
     q1 = _query("What is the largest living wild equid?")
     first = qp.ask([q1])[q1.request_id]
     assert any(c.doc_id == "zebra" for c in first.citations)
+    assert first.cache_keys is not None
+    _until_cached(qp, first.cache_keys.exact)  # the delivery pool stores it after the reply
     q2 = _query("What is the largest living wild equid?")
     second = qp.ask([q2])[q2.request_id]
     assert any(t.stage == "cache" for t in second.trace)  # an exact cache hit
@@ -280,6 +291,13 @@ def test_deleted_document_never_appears_in_candidates_or_cached_answers(qp: Quer
     third = qp.ask([q3])[q3.request_id]
     assert not any(t.stage == "cache" for t in third.trace)  # the index version moved on
     assert all(c.doc_id != "zebra" for c in third.citations)
+
+
+def _until_cached(qp: QueryPath, key: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not qp.kit.redis.exists(key):
+        assert time.monotonic() < deadline, f"{key} never cached"
+        time.sleep(0.05)
 
 
 def test_llm_down_gives_a_typed_error_after_retries_then_recovers(qp: QueryPath) -> None:

@@ -80,13 +80,14 @@ def _start_pools(settings: Settings, kit: Kit, name: str) -> list[tuple[PoolRunn
             pool=pool,
             group=name + "-rerank",
             evidence=build_evidence_stage(settings.evidence, kit.embedder),
-            cache=cache,
+            cache_keys=cache.keys,
         ),
         delivery_handler(
             kit.sessions,
             pool=pool,
             scheduler=SimpleNamespace(schedule=list),  # type: ignore[arg-type]
             group=name + "-delivery",
+            cache=cache,
         ),
     ]
     started = []

@@ -86,7 +86,7 @@ def _generator(backend: SlowBackend, flags: Flags) -> Generator:
         backend,  # type: ignore[arg-type]
         PromptBuilder(Words(), 472, 64, "chat"),
         tokens=None,
-        cache=None,
+        cache_keys=None,
         tier="small",
         backoff=RetryPolicy(max_attempts=1),
         cancelled=flags,

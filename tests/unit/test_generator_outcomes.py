@@ -65,7 +65,7 @@ def _generator(backend: Backend, budget: int = 400) -> Generator:
         backend,  # type: ignore[arg-type]
         builder,
         tokens=None,
-        cache=None,
+        cache_keys=None,
         tier="small",
         backoff=RetryPolicy(max_attempts=1),
         stop=["\n\n"],

@@ -66,7 +66,7 @@ def _generator(backend: Backend, tier: str = "small") -> Generator:
         backend,  # type: ignore[arg-type]
         PromptBuilder(Words(), 600, 64, "chat"),
         tokens=None,
-        cache=None,
+        cache_keys=None,
         tier=tier,
         backoff=RetryPolicy(max_attempts=1),
     )

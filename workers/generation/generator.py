@@ -5,9 +5,9 @@ Per batch: every prompt is budgeted in the serving model's tokens (:mod:`workers
 prompt`), then ALL requests are submitted concurrently so a continuous-batching server
 (llama.cpp here, ``vllm serve`` in production) batches them. Tokens go to the
 :class:`TokenSink` as they arrive (``seq`` in order, then a ``final`` marker; the pool publishes
-them as outputs of its handler while the batch runs); the final answer
-carries citations, token usage and the trace, and is put into the answer cache. An unreachable
-backend is retried with back-off until the request's deadline, then answered with
+them as outputs of its handler while the batch runs); the final answer carries citations,
+token usage, the trace and the keys the delivery pool caches it at. An unreachable backend is
+retried with back-off until the request's deadline, then answered with
 ``BACKEND_UNAVAILABLE``; every other failure is a typed error.
 
 With evidence (the rerank pool's evidence stage), the prompt holds the evidence spans, not whole
@@ -43,7 +43,7 @@ from topics.registry import RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from topics.responses import Citation, ErrorCode, EvidenceSpan, QueryResponse, TokenUsage
 from topics.tokens import AnswerToken
-from workers.caches import AnswerCache
+from workers.caches import CacheKeys
 from workers.citations import citations, citations_of
 from workers.errors import (
     BackendUnavailableError,
@@ -126,7 +126,8 @@ class Generator:
         backend: the model server's client.
         builder: budgets each prompt in the serving model's tokens.
         tokens: where answer tokens go as they arrive; ``None``: not streamed.
-        cache: the answer cache each answer is put into; ``None``: no cache.
+        cache_keys: the answer-cache keys each answer carries for the delivery pool (the
+            cache's one writer) to store it at; ``None``: answers are not cached.
         tier: the generation tier (``small`` or ``large``).
         backoff: the retry policy for an unreachable backend; its deadline option is each
             request's deadline (the pools give ``max_attempts=None``: only the deadline ends
@@ -142,7 +143,7 @@ class Generator:
         builder: PromptBuilder,
         *,
         tokens: TokenSink | None,
-        cache: AnswerCache | None,
+        cache_keys: CacheKeys | None,
         tier: str,
         backoff: RetryPolicy,
         stop: Sequence[str] = (),
@@ -155,7 +156,7 @@ class Generator:
         self.backend = backend
         self.builder = builder
         self.tokens = tokens
-        self.cache = cache
+        self.cache_keys = cache_keys
         self.tier = tier
         self.backoff = backoff
         self._loop = asyncio.new_event_loop()
@@ -405,9 +406,10 @@ class Generator:
             tier=self.tier,
             trace=e.trace,
             callback_url=e.request.callback_url,
+            cache_keys=(
+                None if self.cache_keys is None else self.cache_keys.of(e.request, e.index_version)
+            ),
         ).traced(f"generation-{self.tier}", started, took, **detail)
-        if self.cache is not None:
-            self.cache.put(e.request, response, e.index_version)
         return response
 
     def _publishable(

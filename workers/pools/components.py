@@ -14,7 +14,7 @@ from ingest.factory import build_embedder
 from ingest.model_follow import ModelFollower
 from ingest.versions import IndexVersions
 from ragstream.settings import Settings
-from workers.caches import AnswerCache, answer_config
+from workers.caches import AnswerCache, CacheKeys, answer_config
 from workers.generation.generator import Generator, TokenSink
 from workers.retrieval.hybrid import HybridRetriever
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
@@ -42,6 +42,12 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
         config=answer_config(settings),
         enabled=settings.cache.enabled,
     )
+
+
+def build_cache_keys(settings: Settings) -> CacheKeys:
+    """The answer-cache keys of the settings' answer configuration (what the answering stages
+    put on their responses for the delivery pool to cache them at)."""
+    return CacheKeys(answer_config(settings))
 
 
 def build_retrieval_components(
@@ -84,7 +90,7 @@ def build_retrieval_components(
 
 def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> Generator:
     """The ``tier`` generator: its backend, a prompt builder budgeted in the serving model's
-    tokens (``/tokenize`` of the llama.cpp server), the answer cache and the token sink."""
+    tokens (``/tokenize`` of the llama.cpp server), the answer-cache keys and the token sink."""
     from workers.cancel import Cancellations
     from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
     from workers.generation.openai_compat import OpenAICompatibleBackend
@@ -118,7 +124,7 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
         backend,
         builder,
         tokens=tokens,
-        cache=build_answer_cache(settings),
+        cache_keys=build_cache_keys(settings),
         tier=tier,
         backoff=backoff,
         stop=stop,

@@ -1,4 +1,5 @@
-"""The delivery pool: ``rag.responses`` in; the SQL query log and the webhooks out.
+"""The delivery pool: ``rag.responses`` in; the SQL query log, the answer cache and the webhooks
+out.
 
 Exactly-once out: the first final response of a ``request_id`` is recorded; a replayed or
 duplicate response (at-least-once upstream) finds the row final and changes nothing. In the
@@ -9,8 +10,12 @@ schedules nothing. After the commit a Celery task is sent per new delivery; if t
 down they stay ``pending`` and the Celery workers' sweeper schedules them later (see
 :mod:`workers.webhooks.outbox`). The SSRF guard runs at delivery time, on every attempt.
 
-The answer caches are filled by the generation pool, which knows the index version the answer
-was computed against; this pool leaves them alone.
+This pool is the answer cache's one writer: in the same transaction, each response that became final
+and carries ``cache_keys`` (put there by the stage that answered, which knew the request's
+parameters and the index version it answered against) is stored at those keys
+(:meth:`workers.caches.AnswerCache.store`). A replay became final before, so it writes nothing;
+a cache hit carries no keys; shadow traffic never reaches this pool. Why here and not in the
+answering pools: ``docs/answers.md`` (one writer of the answer cache).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ragstream.settings import PoolSettings, Settings
 from topics.registry import RESPONSES
 from topics.responses import QueryResponse
 from workers import query_log
+from workers.caches import AnswerCache
 from workers.metrics import count_answers, init_answer_labels
 from workers.registry import register_pool
 from workers.runtime.build import pool_handler
@@ -40,9 +46,14 @@ class Scheduler(Protocol):
 
 
 def record_responses(
-    sessions: sessionmaker[Session], responses: Sequence[QueryResponse]
+    sessions: sessionmaker[Session],
+    responses: Sequence[QueryResponse],
+    cache: AnswerCache | None = None,
 ) -> tuple[list[QueryResponse], list[Scheduled]]:
-    """Record the batch in one transaction: query log rows and their webhook deliveries.
+    """Record the batch in one transaction: query log rows and their webhook deliveries; the
+    responses that became final go into ``cache`` before the commit, so a query log row that
+    says ``answered`` means its answer is cached (a commit that fails leaves the batch to be
+    retried, which stores the same keys again).
 
     Returns ``(responses that became final, deliveries created)``; both are empty for a batch
     of replays. Nothing is scheduled here (see :func:`delivery_handler`). The responses that
@@ -51,6 +62,9 @@ def record_responses(
     with sessions.begin() as session:
         written = query_log.record_final(session, responses)
         created = add_query_deliveries(session, written)
+        if cache is not None:
+            for response in written:
+                cache.store(response)
     count_answers(written)
     return written, created
 
@@ -61,13 +75,15 @@ def delivery_handler(
     pool: PoolSettings,
     scheduler: Scheduler,
     group: str | None = None,
+    cache: AnswerCache | None = None,
 ) -> Handler[QueryResponse]:
-    """The delivery pool's handler: one SQL transaction per batch, then one Celery task per
-    new webhook delivery; no output events."""
+    """The delivery pool's handler: one SQL transaction per batch, then the answer cache (the
+    responses that became final; ``cache=None``: none is cached) and one Celery task per new
+    webhook delivery; no output events."""
     init_answer_labels()
 
     def fn(events: list[QueryResponse]) -> Sequence[Outcome]:
-        _, created = record_responses(sessions, events)
+        _, created = record_responses(sessions, events, cache)
         if created:
             scheduler.schedule(created)
         return []
@@ -80,6 +96,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
     import redis
 
     from ragstream.db.engine import make_engine, make_session_factory
+    from workers.pools.components import build_answer_cache
     from workers.runtime.build import build_runner, pool_group, until_signalled
     from workers.webhooks.outbox import CeleryScheduler
 
@@ -91,6 +108,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
         pool=settings.pools.delivery,
         scheduler=scheduler,
         group=pool_group(settings, "delivery"),
+        cache=build_answer_cache(settings),
     )
     runner = build_runner(handler, settings, settings.pools.delivery)
     return until_signalled(runner, cleanup=client.close)

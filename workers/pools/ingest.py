@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ingest.ops import IngestOp, op_from_request
-from ingest.pipeline import IngestOutcome, IngestPipeline
+from ingest.outcome import IngestOutcome
+from ingest.pipeline import IngestPipeline
 from ingest.sources import SourceRejectedError
 from ragstream.settings import IngestSettings, PoolSettings, Settings
 from topics.ingest import IngestRequest, IngestResult

@@ -25,7 +25,7 @@ from ragstream.settings import PoolSettings, RerankSettings, Settings
 from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED, TOKENS
 from topics.reranked import RerankedPassages
 from topics.retrieved import Candidate, RetrievedCandidates
-from workers.caches import AnswerCache
+from workers.caches import CacheKeys
 from workers.errors import dead_letter_hook, expired_hook
 from workers.evidence.stage import (
     EvidenceStage,
@@ -57,11 +57,12 @@ def rerank_handler(
     pool: PoolSettings,
     group: str | None = None,
     evidence: EvidenceStage | None = None,
-    cache: AnswerCache | None = None,
+    cache_keys: CacheKeys | None = None,
 ) -> Handler[RetrievedCandidates]:
     """The rerank pool's handler (``evidence=None``: no evidence stage, every question goes to
-    the LLM tier the retrieval pool's router suggested, with whole passages; ``cache``: where
-    evidence-tier answers go, as the generation pools put theirs)."""
+    the LLM tier the retrieval pool's router suggested, with whole passages; ``cache_keys``:
+    the keys an evidence-tier answer carries for the delivery pool to cache it at, as the
+    generation pools' answers do; ``None``: not cached)."""
 
     def fn(events: list[RetrievedCandidates]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
@@ -108,7 +109,7 @@ def rerank_handler(
         ]
         if evidence is None:
             return [Emit(RERANKED_BY_TIER[r.tier], r) for r in reranked]
-        return _with_evidence(evidence, reranked, cache)
+        return _with_evidence(evidence, reranked, cache_keys)
 
     return pool_handler(
         "rerank",
@@ -135,7 +136,7 @@ def _llm_tier(tier: str) -> Literal["small", "large"]:
 
 
 def _with_evidence(
-    stage: EvidenceStage, reranked: list[RerankedPassages], cache: AnswerCache | None
+    stage: EvidenceStage, reranked: list[RerankedPassages], cache_keys: CacheKeys | None
 ) -> list[Outcome]:
     """Run the evidence stage over the batch; answer evidence-tier questions, pass the rest on."""
     started = dt.datetime.now(dt.UTC)
@@ -165,8 +166,9 @@ def _with_evidence(
         )
         if d.tier == "evidence":
             response = evidence_response(traced)
-            if cache is not None:
-                cache.put(r.request, response, r.index_version)
+            if cache_keys is not None:
+                keys = cache_keys.of(r.request, r.index_version)
+                response = response.model_copy(update={"cache_keys": keys})
             out.append(Emit(RESPONSES, response))
             continue
         tier = traced.model_copy(update={"tier": d.tier})
@@ -193,7 +195,7 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     if settings.evidence.enabled:
         from ingest.factory import build_embedder
         from workers.evidence.stage import build_evidence_stage
-        from workers.pools.components import build_answer_cache
+        from workers.pools.components import build_cache_keys
 
         dense = settings.evidence.dense_top > 0
         embedder = build_embedder(settings, num_threads=1) if dense else None
@@ -204,7 +206,7 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
         pool=settings.pools.rerank,
         group=pool_group(settings, "rerank"),
         evidence=stage,
-        cache=build_answer_cache(settings) if stage is not None else None,
+        cache_keys=build_cache_keys(settings) if stage is not None else None,
     )
     runner = build_runner(handler, settings, settings.pools.rerank)
     return until_signalled(runner)

@@ -145,7 +145,7 @@ class HybridRetriever:
         boosts = Bm25Boosts.from_settings(s)
         body: list[dict[str, Any]] = []
         for query, vector in zip(queries, vectors, strict=True):
-            filters = es_filters(query.tenant, query.filters)
+            filters = es_filters(query.tenant, query.filters, query.principals)
             size = max(s.bm25_size, query.top_n)
             k = max(s.knn_k, query.top_n)
             knn = knn_clause(vector.tolist(), filters, k, s.knn_num_candidates)

@@ -3,8 +3,8 @@
 User input reaches Elasticsearch only as ``match`` query text (analysed, never parsed as query
 syntax) and as ``terms``/``range`` values (compared literally). No ``query_string`` or
 ``simple_query_string`` is ever produced. The tenant filter is always the first filter clause,
-and the same filters go to the BM25 query and inside the kNN clause (so kNN pre-filters rather
-than post-filtering its top k).
+the permission filter (the asker's principals) the second, and the same filters go to the BM25
+query and inside the kNN clause (so kNN pre-filters rather than post-filtering its top k).
 """
 
 from __future__ import annotations
@@ -32,11 +32,31 @@ TITLE_BOOST = 0.5
 STEMMED_BOOST = 1.0
 
 
-def es_filters(tenant: str, filters: Sequence[Filter]) -> list[dict[str, Any]]:
-    """Filter clauses for one query: the tenant term first, then one clause per filter.
+def acl_clause(principals: Sequence[str] | None) -> dict[str, Any] | None:
+    """The permission filter of an asker with ``principals`` (``docs/permissions.md``): a
+    chunk matches when its document has no readers (no ``principals`` field, or an empty one)
+    or one of its readers is among ``principals``. ``None``: no filter (a tenant-wide key).
+
+    Returns:
+        A ``bool`` clause for a filter context, or ``None``.
+    """
+    if principals is None:
+        return None
+    should: list[dict[str, Any]] = [{"bool": {"must_not": [{"exists": {"field": "principals"}}]}}]
+    if principals:
+        should.insert(0, {"terms": {"principals": sorted(set(principals))}})
+    return {"bool": {"should": should, "minimum_should_match": 1}}
+
+
+def es_filters(
+    tenant: str, filters: Sequence[Filter], principals: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Filter clauses for one query: the tenant term first, the permission filter
+    (:func:`acl_clause`) second, then one clause per filter.
 
     Args:
         tenant: the requesting tenant; always applied.
+        principals: the asker's principals; ``None``: no permission filter.
         filters: ``TermFilter`` → ``terms`` (values compared exactly, on keyword or
             ``metadata.<key>`` of the flattened field); ``RangeFilter`` → ``range`` with the
             given ``gte``/``lte``. All filterable fields are keywords, so ranges compare
@@ -53,6 +73,9 @@ def es_filters(tenant: str, filters: Sequence[Filter]) -> list[dict[str, Any]]:
     if not tenant:
         raise PermanentError("a search needs a tenant")
     clauses: list[dict[str, Any]] = [{"term": {"tenant": {"value": tenant}}}]
+    acl = acl_clause(principals)
+    if acl is not None:
+        clauses.append(acl)
     for f in filters:
         if not _FIELD.fullmatch(f.field):
             raise PermanentError(f"filter field not allowed: {f.field!r}")
