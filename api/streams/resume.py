@@ -13,7 +13,8 @@ serve the rest:
    log, up to the end offsets seen after step 2;
 4. :func:`replies` yields the tokens in order, each ``seq`` once (:class:`TokenOrder`: history
    and live overlap, and a replayed generation repeats tokens), then the final answer: the
-   recorded one when the query log has it, else the response from the log or the live one.
+   first response in the log (the one the query log recorded), else the recorded answer (an
+   answer the API settled itself), else the live response.
 
 The renderers (:mod:`api.streams.native`, the OpenAI routes) number the events and send only
 those past the client's position.
@@ -149,8 +150,8 @@ async def replies(
     until: float,
 ) -> AsyncGenerator[Item]:
     """The tokens of ``history`` then of ``queue`` (each ``seq`` once, in order), then the
-    final answer: ``logged`` when final, else the logged or live response. Unsubscribes
-    ``queue`` when done."""
+    final answer: the response in ``history``, else ``logged`` when final, else the live
+    response. Unsubscribes ``queue`` when done."""
     order = TokenOrder()
     rid = logged.request_id
     try:
@@ -158,11 +159,11 @@ async def replies(
             if order.fresh(token):
                 REPLAYED.inc()
                 yield token
-        if logged.status != "pending":
-            yield logged
+        if history.response is not None:  # rendered as the first stream rendered it
+            yield Answer.of(history.response, query=logged.query)
             return
-        if history.response is not None:
-            yield Answer.of(history.response, query=logged.query, created_at=logged.created_at)
+        if logged.status != "pending":  # recorded, but its response is not in the log
+            yield logged
             return
         assert queue is not None
         async for reply in replies_until(queue, until):
@@ -170,7 +171,7 @@ async def replies(
                 if order.fresh(reply):
                     yield reply
                 continue
-            yield Answer.of(reply, query=logged.query, created_at=logged.created_at)
+            yield Answer.of(reply, query=logged.query)
             return
     finally:
         if queue is not None:
