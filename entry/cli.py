@@ -42,6 +42,7 @@ def _mount_subcommands() -> None:
     from bench.cli import bench_app
     from bench.evaluation.cli import eval_command
     from entry.demo import demo_app
+    from entry.mcp import mcp_command
     from entry.query import query_app
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
@@ -55,6 +56,7 @@ def _mount_subcommands() -> None:
     app.add_typer(index_app, name="index")
     app.command("ingest")(ingest_command)
     app.command("eval")(eval_command)
+    app.command("mcp")(mcp_command)
     app.add_typer(keys_app, name="keys")
     app.add_typer(query_app, name="query")
     app.add_typer(demo_app, name="demo")

@@ -104,6 +104,14 @@ class ApiSettings(BaseModel):
     resume_read_timeout_s: float = Field(default=10.0, gt=0)
 
 
+class McpSettings(BaseModel):
+    """The MCP server (``ragstream mcp`` over stdio; ``/mcp`` of the API takes the key of each
+    request instead)."""
+
+    #: The API key ``ragstream mcp`` acts with (its tenant's knowledge base); ``--key`` wins.
+    api_key: str = ""
+
+
 class TracingSettings(BaseModel):
     """OpenTelemetry tracing (:mod:`ragstream.tracing`); off unless ``otlp_endpoint`` is set.
 
@@ -600,6 +608,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
     database: DatabaseSettings = DatabaseSettings()
     api: ApiSettings = ApiSettings()
+    mcp: McpSettings = McpSettings()
     celery: CelerySettings = CelerySettings()
     tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()
