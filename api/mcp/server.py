@@ -116,17 +116,20 @@ def _add_tools(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
 
 
 def _add_resources(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
-    """``ragstream://documents`` (the list) and ``ragstream://documents/{doc_id}``."""
+    """``ragstream://documents{?status}`` (the list) and ``ragstream://documents/{doc_id}``
+    (a static resource cannot know its caller: the SDK gives those no context)."""
 
     @server.resource(
-        "ragstream://documents",
+        "ragstream://documents{?status}",
         name="documents",
-        description="The tenant's documents (newest first): id, title, source, status.",
+        description="The tenant's documents (newest first; `status`: only those, e.g. "
+        "indexed): id, title, source, status.",
         mime_type="application/json",
     )
-    async def documents(ctx: Context) -> str:
+    async def documents(ctx: Context, status: str = "") -> str:
         async def work() -> str:
-            return json.dumps(await kb.documents(await caller(ctx)))
+            listed = await kb.documents(await caller(ctx))
+            return json.dumps([d for d in listed if not status or d["status"] == status])
 
         return await _call("documents", work)  # type: ignore[no-any-return]
 
