@@ -29,7 +29,9 @@ POOLS = ("ingest", "retrieval", "rerank", "delivery")
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    s = make_stack(tmp_path_factory.mktemp("mcp"), "mcp")
+    # No rate limit: the limiter counts per key id in the shared Redis, and every private
+    # store numbers its keys from 1.
+    s = make_stack(tmp_path_factory.mktemp("mcp"), "mcp", RAGSTREAM_API__RATE_PER_MINUTE="0")
     s.start_pools(POOLS)
     try:
         s.wait_ready()

@@ -52,6 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pacer: Pacer) -> Iterator[St
         RAGSTREAM_GENERATION__SMALL__BASE_URL=pacer.url,
         RAGSTREAM_API__RESUME_GRACE_S=str(GRACE_S),
         RAGSTREAM_API__WAIT_TIMEOUT_S="240",  # a loaded machine must not end a stream early
+        RAGSTREAM_API__RATE_PER_MINUTE="0",  # per key id in the shared Redis: ids repeat
     )
     s.start_pools(POOLS)
     try:
