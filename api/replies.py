@@ -4,8 +4,9 @@ Every API process (and every Kafka client) runs one :class:`ReplyRouter`: a thre
 consumer is *assigned* every partition of ``rag.responses`` and ``rag.tokens`` (no consumer
 group, so processes never steal each other's partitions) and positioned at the end when it
 starts. A waiter registers its ``request_id`` *before* the query event is produced, so its
-answer cannot be missed; the router hands each record to the waiter registered for its
-``request_id`` and drops the rest (another process asked for them). Unregistering, on answer
+answer cannot be missed; the router hands each record to every waiter registered for its
+``request_id`` (a request's first stream and the streams that resume it, :mod:`api.streams`)
+and drops the rest (another process asked for them). Unregistering, on answer
 or on timeout, removes the only reference: a waiter that times out leaks nothing, and an answer
 arriving after that is dropped here and still recorded by the delivery pool (poll
 ``GET /v1/queries/{id}``).
