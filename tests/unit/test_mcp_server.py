@@ -138,3 +138,14 @@ def test_the_http_endpoint_refuses_a_request_without_a_valid_key(tmp_path: Path)
     assert "API key is required" in missing.json()["error"]["message"]
     assert bad.status_code == 401 and bad.json()["error"]["message"] == "unknown or revoked API key"
     assert bad.headers["www-authenticate"] == "Bearer"
+
+
+def test_ragstream_mcp_without_a_key_exits_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from entry.cli import app
+
+    monkeypatch.delenv("RAGSTREAM_MCP__API_KEY", raising=False)
+    result = CliRunner().invoke(app, ["mcp"])
+    assert result.exit_code == 2
+    assert "an API key is required (--key or RAGSTREAM_MCP__API_KEY)" in result.output
