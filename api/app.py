@@ -11,6 +11,7 @@ Routes:
   reachable; 503 with the failing probes otherwise), ``GET /metrics`` (Prometheus);
 - ``GET /``, ``/console/...``: the browser console (:mod:`api.console`);
 - ``GET /v1/ops/...``: the console's operations data, operator keys only (:mod:`api.routes.ops`);
+- ``POST|GET|DELETE /mcp``: the MCP server over streamable HTTP (:mod:`api.mcp`);
 - ``GET /docs``: Swagger UI served from the app (assets of the ``swagger-ui-bundle-v2``
   package under ``/docs/assets``, no CDN), ``GET /openapi.json``: the spec.
 
@@ -38,6 +39,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.console import mount_console
 from api.deps import Services
 from api.errors import error_json, install_error_handlers
+from api.mcp.http import mount_mcp
+from api.mcp.http import running as running_mcp
 from api.querying import QueryService
 from ragstream import __version__, tracing
 from ragstream.health import probe_all
@@ -131,7 +134,8 @@ def create_app(settings: Settings) -> FastAPI:
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=64, thread_name_prefix="api")
         )
-        yield
+        async with running_mcp(app.state.mcp, settings.api.host):
+            yield
         app.state.services.extras["queries"].close()
         extras = app.state.services.extras
         for name in ("ops", "es"):  # built on first use; built again if the app restarts
@@ -150,6 +154,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.services = build_services(settings)
     install_error_handlers(app)
     _mount_routes(app)
+    app.state.mcp = mount_mcp(app, app.state.services)
     _mount_docs(app)
     mount_console(app)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)

@@ -27,10 +27,12 @@ import redis
 import structlog
 from kafka import KafkaProducer
 from kafka import errors as kafka_errors
+from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.errors import ApiError
 from api.replies import Reply, ReplyRouter, Waiter
+from api.streams.attach import Attachments
 from ingest.versions import IndexVersions
 from ragstream import tracing
 from ragstream.settings import Settings
@@ -50,6 +52,12 @@ log = structlog.get_logger(__name__)
 #: The pools whose lag gates admission of new queries.
 QUERY_POOLS = ("retrieval", "rerank", "generation-small", "generation-large")
 PRESSURE_TTL_S = 0.5
+STREAM_DETACHED = Counter(
+    "ragstream_api_stream_detached_total",
+    "Streams whose client left before the answer, by what followed: another stream of the "
+    "request was attached within api.resume_grace_s (resumed) or not (cancelled).",
+    ["outcome"],
+)
 START_RETRY_S = 5.0
 
 
@@ -78,6 +86,8 @@ class QueryService:
         )
         self.versions = IndexVersions(client)
         self.cancellations = Cancellations(client)
+        self.attachments = Attachments(client, settings.api.query_deadline_s)
+        self._subscriptions: dict[asyncio.Queue[Reply], Waiter] = {}
         self._redis = client
         self._producer: KafkaProducer | None = None
         self.replies: ReplyRouter | None = None
@@ -211,28 +221,67 @@ class QueryService:
         def deliver(reply: Reply) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, reply)
 
-        self.replies.register(Waiter(request_id, deliver, tokens=tokens))
+        waiter = Waiter(request_id, deliver, tokens=tokens)
+        self._subscriptions[queue] = waiter
+        self.replies.register(waiter)
         return queue
 
+    async def attach(self, request_id: str) -> None:
+        """Count a stream of ``request_id`` as open (:mod:`api.streams.attach`), so that a
+        disconnected stream of the same request does not cancel it; a Redis error is logged.
+        Nothing is counted when ``api.resume_grace_s`` is 0 (a disconnect cancels at once)."""
+        if self.settings.api.resume_grace_s <= 0:
+            return
+        try:
+            await asyncio.to_thread(self.attachments.attach, request_id)
+        except redis.RedisError as exc:
+            log.warning("api.attach_failed", request_id=request_id, error=str(exc))
+
+    def detach(self, request_id: str, *, left: bool = False) -> None:
+        """A stream of ``request_id`` ended (its :meth:`attach` is undone). ``left``: its client
+        disconnected before the answer, so the request is cancelled (:meth:`cancel`) unless
+        another stream of it is attached ``api.resume_grace_s`` later. Fire-and-forget in a
+        thread of its own, so it can be called from a stream that is being cancelled."""
+        grace_s = self.settings.api.resume_grace_s
+
+        def run() -> None:
+            if grace_s > 0:
+                try:
+                    self.attachments.detach(request_id)
+                except redis.RedisError as exc:
+                    log.warning("api.detach_failed", request_id=request_id, error=str(exc))
+            if not left:
+                return
+            if grace_s > 0:
+                time.sleep(grace_s)
+                if self.attachments.attached(request_id) > 0:
+                    STREAM_DETACHED.labels("resumed").inc()
+                    log.info("api.stream_resumed_in_grace", request_id=request_id)
+                    return
+            STREAM_DETACHED.labels("cancelled").inc()
+            self._flag_cancelled(request_id)
+
+        threading.Thread(target=run, name="detach", daemon=True).start()
+
     def cancel(self, request_id: str) -> None:
-        """Ask the pools to stop working on ``request_id`` (its client disconnected): a
-        Redis flag for ``api.query_deadline_s`` (:mod:`workers.cancel`) that the generation
-        pools check before and while generating. Fire-and-forget in a thread of its own, so it can
-        be called from a stream that is being cancelled; a failure is logged."""
+        """Ask the pools to stop working on ``request_id`` (its client disconnected), unless
+        it resumes within ``api.resume_grace_s`` (:meth:`detach` with ``left``): a Redis flag for
+        ``api.query_deadline_s`` (:mod:`workers.cancel`) that the generation pools check before
+        and while generating. Returns at once; a failure is logged."""
+        self.detach(request_id, left=True)
 
-        def flag() -> None:
-            try:
-                self.cancellations.cancel(request_id, self.settings.api.query_deadline_s)
-                log.info("api.query_cancelled", request_id=request_id)
-            except redis.RedisError as exc:
-                log.warning("api.cancel_failed", request_id=request_id, error=str(exc))
+    def _flag_cancelled(self, request_id: str) -> None:
+        try:
+            self.cancellations.cancel(request_id, self.settings.api.query_deadline_s)
+            log.info("api.query_cancelled", request_id=request_id)
+        except redis.RedisError as exc:
+            log.warning("api.cancel_failed", request_id=request_id, error=str(exc))
 
-        threading.Thread(target=flag, name="cancel", daemon=True).start()
-
-    def unsubscribe(self, request_id: str) -> None:
-        """Drop the waiter of ``request_id`` (idempotent)."""
-        if self.replies is not None:
-            self.replies.unregister(request_id)
+    def unsubscribe(self, request_id: str, queue: asyncio.Queue[Reply] | None = None) -> None:
+        """Drop the waiter of ``queue`` (``None``: every waiter of ``request_id``; idempotent)."""
+        waiter = self._subscriptions.pop(queue, None) if queue is not None else None
+        if self.replies is not None and (queue is None or waiter is not None):
+            self.replies.unregister(request_id, waiter)
 
     async def ask(
         self, request: QueryRequest, *, wait_s: float | None, tokens: bool = False
@@ -262,13 +311,13 @@ class QueryService:
         try:
             await self.produce(request)
         except ApiError as exc:
-            self.unsubscribe(request.request_id)
+            self.unsubscribe(request.request_id, queue)
             await asyncio.to_thread(
                 query_log.settle, self.sessions, None, (request.request_id, exc.message)
             )
             raise
         except BaseException:
-            self.unsubscribe(request.request_id)
+            self.unsubscribe(request.request_id, queue)
             raise
         return None, queue
 

@@ -4,8 +4,9 @@ Every API process (and every Kafka client) runs one :class:`ReplyRouter`: a thre
 consumer is *assigned* every partition of ``rag.responses`` and ``rag.tokens`` (no consumer
 group, so processes never steal each other's partitions) and positioned at the end when it
 starts. A waiter registers its ``request_id`` *before* the query event is produced, so its
-answer cannot be missed; the router hands each record to the waiter registered for its
-``request_id`` and drops the rest (another process asked for them). Unregistering, on answer
+answer cannot be missed; the router hands each record to every waiter registered for its
+``request_id`` (a request's first stream and the streams that resume it, :mod:`api.streams`)
+and drops the rest (another process asked for them). Unregistering, on answer
 or on timeout, removes the only reference: a waiter that times out leaks nothing, and an answer
 arriving after that is dropped here and still recorded by the delivery pool (poll
 ``GET /v1/queries/{id}``).
@@ -65,7 +66,7 @@ class ReplyRouter:
         self._responses = self._registry.name(RESPONSES)
         self._tokens = self._registry.name(TOKENS)
         self._poll_ms = poll_ms
-        self._waiters: dict[str, Waiter] = {}
+        self._waiters: dict[str, list[Waiter]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -113,20 +114,28 @@ class ReplyRouter:
         log.info("replies.started", partitions=len(parts))
 
     def register(self, waiter: Waiter) -> None:
-        """Start routing ``waiter.request_id``'s replies to ``waiter.deliver``."""
+        """Start routing ``waiter.request_id``'s replies to ``waiter.deliver`` (a request may
+        have several waiters: its first stream and the streams that resume it)."""
         with self._lock:
-            self._waiters[waiter.request_id] = waiter
+            self._waiters.setdefault(waiter.request_id, []).append(waiter)
 
-    def unregister(self, request_id: str) -> None:
-        """Stop routing ``request_id`` (idempotent)."""
+    def unregister(self, request_id: str, waiter: Waiter | None = None) -> None:
+        """Stop routing ``request_id`` to ``waiter`` (``None``: to any; idempotent)."""
         with self._lock:
-            self._waiters.pop(request_id, None)
+            if waiter is None:
+                self._waiters.pop(request_id, None)
+                return
+            left = [w for w in self._waiters.get(request_id, []) if w is not waiter]
+            if left:
+                self._waiters[request_id] = left
+            else:
+                self._waiters.pop(request_id, None)
 
     @property
     def waiting(self) -> int:
         """Registered waiters right now (a leak shows here)."""
         with self._lock:
-            return len(self._waiters)
+            return sum(len(w) for w in self._waiters.values())
 
     def close(self) -> None:
         """Stop the thread and close the consumer."""
@@ -158,11 +167,10 @@ class ReplyRouter:
     def _route(self, topic: str, record: Any) -> None:
         key = record.key.decode(errors="replace") if record.key else None
         with self._lock:
-            waiter = self._waiters.get(key) if key else None
-        if waiter is None:
-            return
+            found = list(self._waiters.get(key, ())) if key else []
         is_token = topic == self._tokens
-        if is_token and not waiter.tokens:
+        waiters = [w for w in found if w.tokens or not is_token]
+        if not waiters:
             return
         try:
             reply: Reply = (
@@ -175,7 +183,8 @@ class ReplyRouter:
             log.warning("replies.undecodable", topic=topic, error=str(exc))
             return
         if is_token:
-            self._deliver(waiter, reply, key)
+            for waiter in waiters:
+                self._deliver(waiter, reply, key)
             return
         # The answer's last hop, in the trace of its query (parented by the record's header).
         with tracing.span_from_headers(
@@ -190,7 +199,8 @@ class ReplyRouter:
                 "ragstream.pool": "api-replies",
             },
         ):
-            self._deliver(waiter, reply, key)
+            for waiter in waiters:
+                self._deliver(waiter, reply, key)
 
     @staticmethod
     def _deliver(waiter: Waiter, reply: Reply, key: str | None) -> None:

@@ -45,6 +45,7 @@ def _mount_subcommands() -> None:
     from bench.evaluation.cli import eval_command
     from bench.replay.cli import replay_command
     from entry.demo import demo_app
+    from entry.mcp import mcp_command
     from entry.query import query_app
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
@@ -59,6 +60,7 @@ def _mount_subcommands() -> None:
     app.command("ingest")(ingest_command)
     app.command("eval")(eval_command)
     app.command("replay")(replay_command)
+    app.command("mcp")(mcp_command)
     app.add_typer(keys_app, name="keys")
     app.add_typer(query_app, name="query")
     app.add_typer(demo_app, name="demo")

@@ -90,11 +90,13 @@ def _reaching(base_url: httpx.URL) -> Iterator[None]:
 @dataclass(frozen=True, slots=True)
 class StreamEvent:
     """One Server-Sent Event of a streamed query: ``kind`` is ``accepted``, ``queued``,
-    ``evidence``, ``token``, ``answer``, ``error`` or ``timeout``; ``data`` its JSON
-    (keep-alive comments are skipped)."""
+    ``evidence``, ``token``, ``replace``, ``answer``, ``error`` or ``timeout``; ``data`` its
+    JSON; ``id`` its event id (``<request_id>:<position>``: resume after it with
+    :meth:`HttpClient.events`; keep-alive comments are skipped)."""
 
     kind: str
     data: dict[str, Any]
+    id: str = ""
 
     @property
     def result(self) -> QueryResult | None:
@@ -290,6 +292,27 @@ class HttpClient:
             _reaching(self._http.base_url),
             self._http.stream(call.method, call.path, json=call.body) as response,
         ):
+            if response.status_code >= 300:
+                response.read()
+                _json_or_raise(response)
+            yield from parse_sse(response.iter_lines())
+
+    def events(self, request_id: str, last_event_id: str | None = None) -> Iterator[StreamEvent]:
+        """Resume a streamed query: its events after ``last_event_id`` (``None``: all), from
+        the log and then live (``GET /v1/queries/{id}/events``); nothing when the stream had
+        ended there.
+
+        Raises:
+            ApiRequestError: 404, 410 ``STREAM_EXPIRED`` (past ``rag.tokens``' retention), ...
+        """
+        path = f"/v1/queries/{quote(request_id, safe='')}/events"
+        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+        with (
+            _reaching(self._http.base_url),
+            self._http.stream("GET", path, headers=headers) as response,
+        ):
+            if response.status_code == 204:
+                return
             if response.status_code >= 300:
                 response.read()
                 _json_or_raise(response)
@@ -522,7 +545,7 @@ class SseParser:
     comments (keep-alive ``: ping``) and other fields are skipped."""
 
     def __init__(self) -> None:
-        self._kind, self._data = "message", list[str]()
+        self._kind, self._data, self._id = "message", list[str](), ""
 
     def feed(self, line: str) -> StreamEvent | None:
         """Take one line; the event it completes, if any."""
@@ -532,13 +555,15 @@ class SseParser:
             self._kind = line[6:].strip()
         elif line.startswith("data:"):
             self._data.append(line[5:].strip())
+        elif line.startswith("id:"):
+            self._id = line[3:].strip()
         return None
 
     def end(self) -> StreamEvent | None:
         """The pending event (at a blank line or the end of the stream), if any."""
-        kind, data = self._kind, self._data
-        self._kind, self._data = "message", []
-        return StreamEvent(kind, json.loads("\n".join(data))) if data else None
+        kind, data, id_ = self._kind, self._data, self._id
+        self._kind, self._data, self._id = "message", [], ""
+        return StreamEvent(kind, json.loads("\n".join(data)), id_) if data else None
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[StreamEvent]:

@@ -124,6 +124,19 @@ class ApiSettings(BaseModel):
     public_url: str = ""
     #: Seconds between keep-alive comments of an SSE stream (proxies drop silent streams).
     sse_keepalive_s: float = Field(default=15.0, gt=0)
+    #: Seconds a streaming client that disconnected before its answer has to reconnect
+    #: (``Last-Event-ID``) before its generation is cancelled; 0: cancel at once.
+    resume_grace_s: float = Field(default=10.0, ge=0)
+    #: Longest read of a resumed stream's past events from Kafka, in seconds (then 503).
+    resume_read_timeout_s: float = Field(default=10.0, gt=0)
+
+
+class McpSettings(BaseModel):
+    """The MCP server (``ragstream mcp`` over stdio; ``/mcp`` of the API takes the key of each
+    request instead)."""
+
+    #: The API key ``ragstream mcp`` acts with (its tenant's knowledge base); ``--key`` wins.
+    api_key: str = ""
 
 
 class TracingSettings(BaseModel):
@@ -753,6 +766,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
     database: DatabaseSettings = DatabaseSettings()
     api: ApiSettings = ApiSettings()
+    mcp: McpSettings = McpSettings()
     celery: CelerySettings = CelerySettings()
     tracing: TracingSettings = TracingSettings()
     pools: PoolsSettings = PoolsSettings()

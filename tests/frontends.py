@@ -73,10 +73,15 @@ def parse_models(data: Any) -> list[str]:
 
 def parse_stream(lines: list[str]) -> tuple[str, dict[str, Any]]:
     """The answer text and the chunk with ``usage`` of an OpenAI chat stream: ``data:`` lines
-    of ``chat.completion.chunk`` objects (comments allowed), ending in ``data: [DONE]``."""
+    of ``chat.completion.chunk`` objects (comments allowed), each after its SSE ``id:`` line
+    (the resumable-stream id, which SSE parsers such as Open WebUI's read and OpenAI's clients
+    skip), ending in ``data: [DONE]``."""
     datas = [line[len("data:") :].strip() for line in lines if line.startswith("data:")]
-    others = [line for line in lines if line and not line.startswith(("data:", ":"))]
-    assert not others, others  # nothing but data lines and keep-alive comments
+    ids = [line for line in lines if line.startswith("id: ")]
+    others = [line for line in lines if line and not line.startswith(("data:", ":", "id: "))]
+    assert not others, others  # nothing but id and data lines and keep-alive comments
+    events = [line for line in lines if line.startswith(("id: ", "data:"))]
+    assert events[::2] == ids and len(ids) == len(datas), events  # one id before each data line
     assert datas and datas[-1] == "[DONE]", datas[-3:]
     text, final = "", {}
     for raw in datas[:-1]:

@@ -47,8 +47,11 @@ empty or looping completion replaced by the evidence answer, or a ``length`` com
 its last whole sentence) the deltas cannot be taken back, so the last chunk says
 ``replaced: true`` and a client shows ``answer`` instead of the concatenated deltas. With
 ``replaced: false`` the concatenated deltas equal ``answer``.
-A streaming client that disconnects before the answer cancels the request's generation (as
-``POST /v1/query`` does, see :mod:`api.routes.query`).
+Every chunk carries an SSE ``id:`` (:mod:`api.streams.ids`); the same request sent again with
+``Last-Event-ID`` resumes the stream after that chunk, on any API process, as ``POST /v1/query``
+does (:mod:`api.streams.resume`). A streaming client that disconnects before the answer cancels
+the request's generation unless it resumes within ``api.resume_grace_s`` (see
+:mod:`api.routes.query`).
 
 How long the route waits: the client's own timeout when it sends one (``X-Request-Timeout``,
 or ``X-Stainless-Read-Timeout``, which the official ``openai`` clients send with their read
@@ -58,7 +61,6 @@ otherwise ``api.wait_timeout_s``; capped by ``api.max_wait_s``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import time
@@ -67,7 +69,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.auth import Principal
@@ -78,16 +80,22 @@ from api.querying import QueryService, replies_until
 from api.routes.query import (
     FAILED_STATUS,
     SSE_CONTENT,
+    attached,
     build_request,
     event_stream,
+    live_items,
     query_service,
+    resume_position,
     wait_seconds,
 )
+from api.streams.ids import ACCEPTED, DONE, FINAL, REPLACE, Position
+from api.streams.native import Positioned, numbered
+from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
 from topics.answers import Answer
 from topics.queries import MAX_ANSWER_TOKENS, QueryRequest
 from topics.responses import QueryResponse
-from topics.tokens import AnswerToken, TokenOrder
+from topics.tokens import AnswerToken
 from workers.conversation import standalone_question
 
 router = APIRouter(tags=["openai"])
@@ -480,6 +488,9 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
         ApiError: the failed query's status, or 504 when no answer came within the wait.
     """
     started = time.monotonic()
+    last_event_id = request.headers.get("last-event-id", "").strip()
+    if ask.stream and last_event_id:
+        return await resumed_chunks(svc, request, who, ask, last_event_id)
     param = "messages" if ask.kind == "chat" else "prompt"
     try:
         query = QueryBody(query=ask.question, route=route_of(ask.model), stream=ask.stream)
@@ -502,7 +513,7 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
                 if isinstance(reply, QueryResponse):
                     response = reply
         finally:
-            svc.unsubscribe(event.request_id)
+            svc.unsubscribe(event.request_id, queue)
     if response is None:
         raise _timeout(event.request_id)
     result = Answer.of(response, query=ask.question)
@@ -553,17 +564,51 @@ def final_fields(answer: Answer, shown: str) -> dict[str, Any]:
     }
 
 
-def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[bytes]:
+def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[Positioned]:
     """The chunks after the streamed tokens: the rest of the answer and the last chunk, or the
-    ``error`` object of a failure (``final`` ``None``: the wait ran out)."""
+    ``error`` object of a failure (``final`` ``None``: the wait ran out: no position)."""
     if final is None or final.status != "answered":
         err = _timeout(rid) if final is None else _failure(final)
         payload = {"error": openai_error_object(err.status, err.code, err.message)}
-        return [f"data: {json.dumps(payload)}\n\n".encode()]
+        return [(FINAL if final is not None else None, f"data: {json.dumps(payload)}\n\n".encode())]
     text = final.answer or ""
     rest = text[len(shown) :] if text.startswith(shown) else ""
-    out = [_chunk(rid, ask, rest, None)] if rest else []
-    return [*out, _chunk(rid, ask, None, finish_reason(final), final_fields(final, shown))]
+    out: list[Positioned] = [(REPLACE, _chunk(rid, ask, rest, None))] if rest else []
+    last = _chunk(rid, ask, None, finish_reason(final), final_fields(final, shown))
+    return [*out, (FINAL, last)]
+
+
+async def positioned_chunks(
+    rid: str, ask: Ask, items: AsyncIterator[AnswerToken | Answer]
+) -> AsyncIterator[Positioned]:
+    """The streamed completion of ``items`` (the tokens, each ``seq`` once, then the answer),
+    each chunk with its position (:mod:`api.streams.ids`): a role chunk (chat), content
+    chunks, the last chunk (with the fields of :func:`final_fields`), ``[DONE]``.
+
+    When the final answer arrives and extends what was streamed, the rest is sent, so the
+    concatenated deltas equal the recorded answer; when it does not (the answer check replaced
+    or cut the text), the last chunk says ``replaced``. A failure or timeout mid-stream is sent
+    as an ``error`` object (the OpenAI convention).
+    """
+    if ask.kind == "chat":
+        yield ACCEPTED, _chunk(rid, ask, None, None)
+    shown = ""  # every token text so far, concatenated
+    final = None
+    async for item in items:
+        if isinstance(item, Answer):
+            final = item
+            break
+        if item.kind == "token" and item.text:
+            shown += item.text
+            yield Position.token(item.seq), _chunk(rid, ask, item.text, None)
+    for out in _ending(rid, ask, final, shown):
+        yield out
+    yield (DONE if final is not None else None), b"data: [DONE]\n\n"
+
+
+async def answer_only(response: QueryResponse, query: str) -> AsyncIterator[Answer]:
+    """A cache hit as a stream: its answer alone (sent as one delta)."""
+    yield Answer.of(response, query=query)
 
 
 async def chunks(  # noqa: PLR0917 - one call site
@@ -574,38 +619,45 @@ async def chunks(  # noqa: PLR0917 - one call site
     queue: Any,
     until: float,
 ) -> AsyncIterator[bytes]:
-    """The streamed completion: a role chunk (chat), content chunks, the last chunk (with the
-    fields of :func:`final_fields`), ``[DONE]``.
-
-    Tokens are streamed as they come; when the final answer arrives and extends what was
-    streamed, the rest is sent, so the concatenated deltas equal the recorded answer; when it
-    does not (the answer check replaced or cut the text), the last chunk says ``replaced``.
-    A failure or timeout mid-stream is sent as an ``error`` object (the OpenAI convention).
-    """
+    """The SSE body of a streamed completion (:func:`positioned_chunks`), each chunk with its
+    ``id:``; counted as an open stream of the request while it runs (:func:`attached`)."""
     rid = event.request_id
-    if ask.kind == "chat":
-        yield _chunk(rid, ask, None, None)
-    shown = ""
-    order = TokenOrder()
     try:
-        response = hit
-        if response is None:
-            async for reply in replies_until(queue, until):
-                if isinstance(reply, AnswerToken):
-                    if not order.fresh(reply):
-                        continue  # a replayed generation re-sends tokens: show each once
-                    if reply.text:
-                        shown += reply.text
-                        yield _chunk(rid, ask, reply.text, None)
-                else:
-                    response = reply
-        final = None if response is None else Answer.of(response, query=event.query)
-        for chunk in _ending(rid, ask, final, shown):
+        if hit is not None:
+            events = positioned_chunks(rid, ask, answer_only(hit, event.query))
+            async for chunk in numbered(rid, events, None):
+                yield chunk
+            return
+        events = positioned_chunks(rid, ask, live_items(queue, until, event.query))
+        async for chunk in attached(svc, rid, numbered(rid, events, None)):
             yield chunk
-        yield b"data: [DONE]\n\n"
-    except (asyncio.CancelledError, GeneratorExit):
-        if hit is None:  # the client left before its answer: stop the pools' work on it
-            svc.cancel(rid)
-        raise
     finally:
-        svc.unsubscribe(rid)
+        svc.unsubscribe(rid, queue)
+
+
+async def resumed_chunks(
+    svc: QueryService, request: Request, who: Principal, ask: Ask, last_event_id: str
+) -> Response:
+    """The rest of a streamed completion after ``last_event_id``, from the log and then live
+    (:mod:`api.streams.resume`); 204 when it is the stream's last event.
+
+    Raises:
+        ApiError: 422 (not an id of this API), 404, 410 ``STREAM_EXPIRED``, 503.
+    """
+    rid, after = resume_position(None, last_event_id)
+    if after >= DONE:
+        RESUMES.labels("complete").inc()
+        return Response(status_code=204, headers={"X-Request-Id": rid})
+    until = time.monotonic() + client_wait_s(svc.settings, request)
+    resumed = await open_resumed(svc, who.tenant, rid, until=until)
+    pending = resumed.answer.status == "pending"
+
+    async def body() -> AsyncIterator[bytes]:
+        chunks = numbered(rid, positioned_chunks(rid, ask, resumed.items), after)
+        try:
+            async for chunk in attached(svc, rid, chunks) if pending else chunks:
+                yield chunk
+        finally:
+            await resumed.items.aclose()  # unsubscribes its waiter
+
+    return event_stream(svc.settings, body(), rid)

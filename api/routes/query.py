@@ -19,10 +19,17 @@ Server-Sent Events of a streamed query (``"stream": true``), in order:
   preview, the answer is the recorded result), or ``event: error`` with the result of a failed
   query, or ``event: timeout`` ``{"request_id", "links"}`` when the wait ran out (poll then).
 
+Every event carries an ``id:`` (``<request_id>:<position>``, :mod:`api.streams.ids`). A client
+whose connection broke sends the same request again with ``Last-Event-ID`` (or
+``GET /v1/queries/{id}/events``), on any API process, and gets every event after that one
+exactly once, then the live rest (:mod:`api.streams.resume`): from ``rag.tokens`` and the query
+log, within ``rag.tokens``' retention (410 ``STREAM_EXPIRED`` after it).
+
 Every ``api.sse_keepalive_s`` (15 s) a comment line (``: ping ...``) keeps proxies from dropping
 the stream while the query is queued or generating. The stream is an ``EventSourceResponse``
 (sse-starlette): when the client disconnects, the body generator is cancelled, the request's
-waiter is unregistered at once, and the request is flagged as cancelled (:mod:`workers.cancel`):
+waiter is unregistered at once, and, unless a stream resumes it within ``api.resume_grace_s``
+(10 s; :mod:`api.streams.attach`), the request is flagged as cancelled (:mod:`workers.cancel`):
 a generation pool does not start its LLM call, or stops it within half a second, and records a
 ``CANCELLED`` error in the query log. Stages before generation (retrieval, rerank, evidence)
 are short and run to their end.
@@ -32,14 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import time
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session, sessionmaker
 from sse_starlette import EventSourceResponse
 
@@ -56,6 +62,9 @@ from api.pages import (
     encode_cursor,
 )
 from api.querying import QueryService, replies_until
+from api.streams.ids import FINAL, MAX_ID_CHARS, Position, parse_event_id
+from api.streams.native import numbered, positioned
+from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
 from topics.answers import Answer
 from topics.queries import QueryRequest
@@ -197,11 +206,24 @@ def logged_result(
         **ERRORS,
     },
 )
-async def post_query(body: QueryBody, request: Request, who: Principal = Depends(principal)) -> Any:
+async def post_query(
+    body: QueryBody,
+    request: Request,
+    who: Principal = Depends(principal),
+    last_event_id: str | None = Header(
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="With `stream: true`: resume that stream after this event id instead of "
+        "asking again (the body is not used).",
+    ),
+) -> Any:
     """Ask a question of the caller's knowledge base (sync, async, or SSE with ``stream``)."""
     started = time.monotonic()
     svc = query_service(request)
     settings = svc.settings
+    if body.stream and last_event_id:
+        rid, after = resume_position(None, last_event_id)
+        return await resumed_response(svc, who.tenant, rid, after)
     event = build_request(settings, who, body)
     await check_callback(settings, body.callback_url)
     wait_s = (
@@ -226,7 +248,7 @@ async def post_query(body: QueryBody, request: Request, who: Principal = Depends
             if isinstance(reply, QueryResponse):
                 response = reply
     finally:
-        svc.unsubscribe(event.request_id)
+        svc.unsubscribe(event.request_id, queue)
     ms = (time.monotonic() - started) * 1000
     if response is not None:
         answer = Answer.of(response, query=event.query)
@@ -254,33 +276,42 @@ def event_stream(
     )
 
 
-def sse(event: str, data: Any) -> bytes:
-    """One Server-Sent Event."""
-    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+async def live_items(
+    queue: asyncio.Queue[Any], until: float, query: str
+) -> AsyncIterator[AnswerToken | Answer]:
+    """The replies on ``queue`` until ``until``: each token ``seq`` once (a replayed generation
+    re-sends tokens), then the answer of the response."""
+    order = TokenOrder()
+    async for reply in replies_until(queue, until):
+        if isinstance(reply, AnswerToken):
+            if order.fresh(reply):
+                yield reply
+            continue
+        yield Answer.of(reply, query=query)
+        return
 
 
-def token_event(token: AnswerToken) -> tuple[bytes, str]:
-    """``(event, text)`` of a token: the ``evidence`` event (no text), a ``token`` event with
-    its text, or ``b""`` for a token without text (the final marker)."""
-    if token.kind == "evidence":
-        spans = [e.model_dump(mode="json") for e in token.evidence]
-        return sse("evidence", {"seq": token.seq, "evidence": spans}), ""
-    if token.text:
-        return sse("token", {"seq": token.seq, "text": token.text}), token.text
-    return b"", ""
+async def hit_items(hit: QueryResponse, query: str) -> AsyncIterator[AnswerToken | Answer]:
+    """A cache hit as a stream: its whole answer as the token ``seq`` 0, then the answer."""
+    yield AnswerToken(tenant=hit.tenant, request_id=hit.request_id, seq=0, text=hit.answer or "")
+    yield Answer.of(hit, query=query)
 
 
-def final_events(
-    answer: Answer, shown: str, latency_ms: float, links: dict[str, str]
-) -> list[bytes]:
-    """The events that end a stream: ``answer`` (preceded by ``replace`` when the recorded
-    answer is not ``shown``, the token texts concatenated), or ``error``."""
-    result = QueryResult.render(answer, latency_ms=latency_ms, links=links)
-    if result.status != "answered":
-        return [sse("error", result.model_dump(mode="json"))]
-    text = answer.answer or ""
-    replace = [sse("replace", {"text": text, "truncated": answer.truncated})]
-    return [*(replace if text != shown else []), sse("answer", result.model_dump(mode="json"))]
+async def attached(
+    svc: QueryService, request_id: str, body: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """``body``, counted as an open stream of ``request_id`` (:mod:`api.streams.attach`): when
+    the client leaves first, the request is cancelled unless a stream resumes it within
+    ``api.resume_grace_s``."""
+    await svc.attach(request_id)
+    try:
+        async for chunk in body:
+            yield chunk
+    except (asyncio.CancelledError, GeneratorExit):
+        svc.cancel(request_id)  # the client left before its answer
+        raise
+    else:
+        svc.detach(request_id)
 
 
 async def sse_stream(  # noqa: PLR0917 - one call site
@@ -292,39 +323,74 @@ async def sse_stream(  # noqa: PLR0917 - one call site
     wait_s: float,
 ) -> AsyncIterator[bytes]:
     """The SSE body of a streamed query (see the module docstring)."""
-    links = poll_link(svc.settings, event.request_id)
-    yield sse("accepted", {"request_id": event.request_id, "links": links})
+    rid = event.request_id
+    links = poll_link(svc.settings, rid)
     try:
         if hit is not None:
-            yield sse("token", {"seq": 0, "text": hit.answer})
-            ms = (time.monotonic() - started) * 1000
-            for chunk in final_events(Answer.of(hit, query=event.query), hit.answer, ms, links):
+            items = hit_items(hit, event.query)
+            events = positioned(rid, items, links=links, started=started, backlog=None)
+            async for chunk in numbered(rid, events, None):
                 yield chunk
             return
-        lag, pool = await svc.backlog()
-        yield sse("queued", {"request_id": event.request_id, "backlog": lag, "pool": pool})
         assert queue is not None
-        order = TokenOrder()
-        shown = ""  # the token texts so far, concatenated
-        async for reply in replies_until(queue, started + wait_s):
-            if isinstance(reply, AnswerToken):
-                if order.fresh(reply):  # a replayed generation re-sends tokens: show each once
-                    chunk, text = token_event(reply)
-                    shown += text
-                    if chunk:
-                        yield chunk
-                continue
-            ms = (time.monotonic() - started) * 1000
-            for chunk in final_events(Answer.of(reply, query=event.query), shown, ms, links):
-                yield chunk
-            return
-        yield sse("timeout", {"request_id": event.request_id, "links": links})
-    except (asyncio.CancelledError, GeneratorExit):
-        if hit is None:  # the client left before its answer: stop the pools' work on it
-            svc.cancel(event.request_id)
-        raise
+        items = live_items(queue, started + wait_s, event.query)
+        events = positioned(rid, items, links=links, started=started, backlog=svc.backlog)
+        async for chunk in attached(svc, rid, numbered(rid, events, None)):
+            yield chunk
     finally:
-        svc.unsubscribe(event.request_id)
+        svc.unsubscribe(rid, queue)
+
+
+def resume_position(request_id: str | None, last_event_id: str) -> tuple[str, Position]:
+    """``(request_id, position)`` of a ``Last-Event-ID``, checked against the request of the
+    path (``request_id``; ``None``: any).
+
+    Raises:
+        ApiError: 422 ``INVALID_REQUEST`` for an id this API did not write, or one of
+            another request than the path's.
+    """
+    try:
+        rid, position = parse_event_id(last_event_id)
+    except ValueError as exc:
+        raise ApiError(422, "INVALID_REQUEST", f"Last-Event-ID: {exc}") from exc
+    if request_id is not None and rid != request_id:
+        raise ApiError(
+            422, "INVALID_REQUEST", f"Last-Event-ID names query {rid!r}, not {request_id!r}"
+        )
+    return rid, position
+
+
+async def resumed_response(
+    svc: QueryService, tenant: str, request_id: str, after: Position | None
+) -> Response:
+    """The rest of ``request_id``'s stream past ``after`` (``None``: all of it), as SSE, from
+    the log and then live (:mod:`api.streams.resume`); 204 when ``after`` is its last event.
+
+    Raises:
+        ApiError: 404, 410 ``STREAM_EXPIRED``, 503 (see :func:`open_resumed`).
+    """
+    if after is not None and after >= FINAL:
+        RESUMES.labels("complete").inc()
+        return Response(status_code=204, headers={"X-Request-Id": request_id})
+    started = time.monotonic()
+    until = started + wait_seconds(svc.settings, None)
+    resumed = await open_resumed(svc, tenant, request_id, until=until)
+    pending = resumed.answer.status == "pending"
+    links = poll_link(svc.settings, request_id)
+    backlog = svc.backlog if pending else None
+
+    async def body() -> AsyncIterator[bytes]:
+        events = positioned(
+            request_id, resumed.items, links=links, started=started, backlog=backlog
+        )
+        chunks = numbered(request_id, events, after)
+        try:
+            async for chunk in attached(svc, request_id, chunks) if pending else chunks:
+                yield chunk
+        finally:
+            await resumed.items.aclose()  # unsubscribes its waiter
+
+    return event_stream(svc.settings, body(), request_id)
 
 
 @router.get(
@@ -382,3 +448,38 @@ async def get_query(
     if result is None:
         raise ApiError(404, "NOT_FOUND", f"no query {request_id!r} for this tenant")
     return result.model_copy(update={"links": poll_link(svc.settings, request_id)})
+
+
+@router.get(
+    "/v1/queries/{request_id}/events",
+    responses={
+        200: {
+            "description": "The query's Server-Sent Events past `Last-Event-ID` (all of them "
+            "without one), from the log and then live, as `POST /v1/query` streams them.",
+            "content": SSE_CONTENT,
+        },
+        204: {"description": "`Last-Event-ID` is the stream's last event: nothing is left."},
+        410: {"model": ErrorEnvelope, "description": "Older than rag.tokens' retention."},
+        **{s: {"model": ErrorEnvelope} for s in (401, 404, 422, 503)},
+    },
+)
+async def query_events(
+    request_id: str,
+    request: Request,
+    who: Principal = Depends(principal),
+    last_event_id: str | None = Header(
+        default=None, max_length=MAX_ID_CHARS, description="The id of the last event received."
+    ),
+    after: str | None = Query(
+        default=None,
+        max_length=MAX_ID_CHARS,
+        description="The same as `Last-Event-ID`, for clients that cannot set headers.",
+    ),
+) -> Response:
+    """Resume (or replay) a streamed query's events after the last one received."""
+    svc = query_service(request)
+    if len(request_id) > 128:
+        raise ApiError(404, "NOT_FOUND", "no such query")
+    raw = last_event_id or after
+    position = resume_position(request_id, raw)[1] if raw else None
+    return await resumed_response(svc, who.tenant, request_id, position)

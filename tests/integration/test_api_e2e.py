@@ -32,7 +32,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # These tests follow questions through an LLM tier (tokens, usage, the generation stage):
     # the router sends every question with usable evidence there. The evidence tier, the
     # default, has its own test below (route "evidence").
-    s = make_stack(tmp_path_factory.mktemp("api"), "api", RAGSTREAM_EVIDENCE__TIER_MODE="llm")
+    # A stream left before its answer is cancelled at once here (no resume grace): the grace,
+    # and a resume within it, are tested in test_stream_resume.py.
+    s = make_stack(
+        tmp_path_factory.mktemp("api"),
+        "api",
+        RAGSTREAM_EVIDENCE__TIER_MODE="llm",
+        RAGSTREAM_API__RESUME_GRACE_S="0",
+    )
     s.start_pools()
     try:
         s.wait_ready()

@@ -40,6 +40,8 @@ class FakeQueries:
         self.waits: list[float | None] = []
         self.unsubscribed: list[str] = []
         self.cancelled: list[str] = []
+        self.attached: list[str] = []
+        self.detached: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def ask(
@@ -64,8 +66,14 @@ class FakeQueries:
     async def backlog(self) -> tuple[int, str]:
         return 3, "generation-small"
 
-    def unsubscribe(self, request_id: str) -> None:
+    def unsubscribe(self, request_id: str, queue: Any = None) -> None:
         self.unsubscribed.append(request_id)
+
+    async def attach(self, request_id: str) -> None:
+        self.attached.append(request_id)
+
+    def detach(self, request_id: str) -> None:
+        self.detached.append(request_id)
 
     def cancel(self, request_id: str) -> None:
         self.cancelled.append(request_id)

@@ -1,0 +1,257 @@
+"""What the MCP tools do, for one authenticated caller: search, ask, read documents.
+
+One :class:`KnowledgeBase` per process, over the same :class:`~api.deps.Services` as the HTTP
+routes (SQL, Redis, the query service with its Kafka producer and reply router), so an MCP
+client gets what the HTTP API gives, scoped to the tenant of its API key:
+
+- :meth:`search`: hybrid retrieval (BM25 + kNN, reciprocal rank fusion), the retrieval pool's
+  code (:class:`workers.retrieval.hybrid.HybridRetriever`) run in this process with the query
+  embedder, loaded on the first search;
+- :meth:`ask`: a query through the pools (``rag.queries`` ... ``rag.responses``), as
+  ``POST /v1/query`` asks it, answered as the :class:`~topics.answers.Answer` view;
+- :meth:`document` and :meth:`documents`: the registry (SQL) and the document's text, its
+  chunks from the index in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import threading
+import time
+from typing import Any, Literal
+
+from sqlalchemy import select
+
+from api.auth import Principal
+from api.deps import Services
+from api.errors import ApiError
+from api.querying import QueryService, replies_until
+from ingest.registry import DocumentRegistry
+from ragstream.db.models import Document
+from ragstream.errors import TransientError
+from topics.answers import Answer
+from topics.queries import QueryRequest
+from topics.responses import QueryResponse
+from workers import query_log
+
+#: The answer tiers a question may be sent to (``auto``: the router picks).
+Route = Literal["auto", "evidence", "small", "large"]
+#: Most chunks a document's text is assembled from (a longer document is cut, and says so).
+MAX_DOCUMENT_CHUNKS = 500
+#: The documents ``documents`` lists at most.
+MAX_LISTED = 200
+
+
+class KnowledgeBase:
+    """The tools' work over ``services`` (see the module docstring).
+
+    Args:
+        services: the process's services; ``services.extras["queries"]`` is its
+            :class:`~api.querying.QueryService`.
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.settings = services.settings
+        self._search_lock = threading.Lock()
+        self._retrieval: tuple[Any, Any] | None = None
+
+    @property
+    def queries(self) -> QueryService:
+        """The process's query service."""
+        return self.services.extras["queries"]  # type: ignore[no-any-return]
+
+    async def principal(self, key: str | None) -> Principal:
+        """The caller of ``key``.
+
+        Raises:
+            ApiError: 401 ``UNAUTHENTICATED``: no key, or an unknown or revoked one.
+        """
+        if not key:
+            raise ApiError(401, "UNAUTHENTICATED", "an API key is required")
+        found = await asyncio.to_thread(self.services.authenticate, key)
+        if found is None:
+            raise ApiError(401, "UNAUTHENTICATED", "unknown or revoked API key")
+        return found
+
+    def _es(self) -> Any:
+        from elasticsearch import Elasticsearch
+
+        es = self.services.extras.get("es")
+        if es is None:
+            es = self.services.extras["es"] = Elasticsearch(
+                self.settings.elasticsearch.url, request_timeout=10
+            )
+        return es
+
+    # -- search ----------------------------------------------------------------------------
+    def _retriever(self) -> tuple[Any, Any]:
+        """``(embedder, retriever)``, built on first use (the query model loads once)."""
+        with self._search_lock:
+            if self._retrieval is None:
+                from ingest.factory import build_embedder
+                from workers.retrieval.hybrid import HybridRetriever
+
+                embedder = build_embedder(self.settings, num_threads=1, role="query")
+                retriever = HybridRetriever(
+                    self._es(), self.settings.elasticsearch.index_alias, self.settings.retrieval
+                )
+                self._retrieval = (embedder, retriever)
+            return self._retrieval
+
+    def _search(self, who: Principal, query: str, top_k: int) -> list[dict[str, Any]]:
+        embedder, retriever = self._retriever()
+        request = QueryRequest(
+            tenant=who.tenant,
+            query=query,
+            deadline=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30),
+            top_n=top_k,
+            top_k=top_k,
+        )
+        (found,) = retriever.search_batch([request], embedder.embed([query]))
+        return [
+            {
+                "n": n,
+                "doc_id": c.doc_id,
+                "chunk_id": c.chunk_id,
+                "title": c.title,
+                "source": c.source,
+                "score": round(c.score, 6),
+                "text": c.text,
+            }
+            for n, c in enumerate(found[:top_k], start=1)
+        ]
+
+    async def search(self, who: Principal, query: str, top_k: int) -> list[dict[str, Any]]:
+        """The ``top_k`` best passages of ``who``'s index for ``query``, best first, each
+        ``{n, doc_id, chunk_id, title, source, score (RRF), text}``.
+
+        Raises:
+            ApiError: 422 for a blank or too long query; 503 when Elasticsearch is unreachable.
+        """
+        self._check_query(query)
+        try:
+            return await asyncio.to_thread(self._search, who, query, top_k)
+        except TransientError as exc:
+            raise ApiError(503, "UNAVAILABLE", f"search failed: {exc}") from exc
+
+    def _check_query(self, query: str) -> None:
+        if not query.strip():
+            raise ApiError(422, "INVALID_REQUEST", "query: must not be blank")
+        limit = self.settings.api.max_query_chars
+        if len(query) > limit:
+            raise ApiError(422, "INVALID_REQUEST", f"query: at most {limit} characters")
+
+    # -- ask -------------------------------------------------------------------------------
+    async def ask(self, who: Principal, question: str, route: Route = "auto") -> Answer:
+        """The answer of ``question`` from ``who``'s knowledge base, through the pools: the
+        :class:`Answer` view (status, answer, citations, evidence with offsets, tier, ...);
+        ``pending`` when no answer came within ``api.wait_timeout_s``.
+
+        Raises:
+            ApiError: 422 (blank or too long), 429 (pools lagging), 503 (Kafka).
+        """
+        self._check_query(question)
+        settings = self.settings
+        request = QueryRequest(
+            tenant=who.tenant,
+            query=question,
+            deadline=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=settings.api.query_deadline_s),
+            top_n=settings.retrieval.top_n,
+            top_k=settings.rerank.top_k,
+            route=route,
+        )
+        svc = self.queries
+        until = time.monotonic() + settings.api.wait_timeout_s
+        hit, queue = await svc.ask(request, wait_s=settings.api.wait_timeout_s)
+        if hit is not None:
+            return Answer.of(hit, query=question)
+        assert queue is not None
+        response = None
+        try:
+            async for reply in replies_until(queue, until):
+                if isinstance(reply, QueryResponse):
+                    response = reply
+        finally:
+            svc.unsubscribe(request.request_id, queue)
+        if response is not None:
+            return Answer.of(response, query=question)
+        late = await asyncio.to_thread(query_log.read, svc.sessions, who.tenant, request.request_id)
+        return late or Answer.pending(request.request_id, tenant=who.tenant, query=question)
+
+    # -- documents -------------------------------------------------------------------------
+    def _chunks(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
+        from elasticsearch import ApiError as EsApiError
+
+        query = {"bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}]}}
+        try:
+            found = (
+                self._es()
+                .search(
+                    index=self.settings.elasticsearch.index_alias,
+                    query=query,
+                    size=MAX_DOCUMENT_CHUNKS,
+                    sort=[{"chunk_no": "asc"}],
+                    source=["chunk_no", "text", "title", "source"],
+                )
+                .body
+            )
+        except EsApiError as exc:
+            if exc.meta.status == 404:  # no index yet
+                return []
+            raise
+        return [h["_source"] for h in found.get("hits", {}).get("hits", [])]
+
+    def _document(self, tenant: str, doc_id: str) -> dict[str, Any] | None:
+        from elasticsearch import TransportError
+
+        with self.services.sessions() as session:
+            row = session.scalars(
+                select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
+            ).first()
+        if row is None:
+            return None
+        try:
+            chunks = self._chunks(tenant, doc_id)
+        except TransportError as exc:
+            raise ApiError(503, "UNAVAILABLE", f"elasticsearch: {exc}") from exc
+        return {
+            "doc_id": row.doc_id,
+            "title": row.title or "",
+            "source": row.source or "",
+            "status": row.status,
+            "version": row.version,
+            "chunk_count": row.chunk_count,
+            "text": "\n\n".join(str(c.get("text", "")) for c in chunks),
+            "complete": len(chunks) < MAX_DOCUMENT_CHUNKS,
+        }
+
+    async def document(self, who: Principal, doc_id: str) -> dict[str, Any]:
+        """``who``'s document ``doc_id``: its registry row and its text (its indexed chunks
+        in order; ``complete`` false when cut at :data:`MAX_DOCUMENT_CHUNKS`).
+
+        Raises:
+            ApiError: 404 ``NOT_FOUND`` (no such document for the tenant), 503.
+        """
+        if not doc_id or len(doc_id) > 512:
+            raise ApiError(404, "NOT_FOUND", f"no document {doc_id[:60]!r} for this tenant")
+        found = await asyncio.to_thread(self._document, who.tenant, doc_id)
+        if found is None:
+            raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
+        return found
+
+    async def documents(self, who: Principal) -> list[dict[str, Any]]:
+        """``who``'s documents, newest first (at most :data:`MAX_LISTED`): ``{doc_id, title,
+        source, status}``."""
+        registry = DocumentRegistry(self.services.sessions)
+        rows = await asyncio.to_thread(registry.page, who.tenant, limit=MAX_LISTED)
+        return [
+            {
+                "doc_id": r.doc_id,
+                "title": r.title or "",
+                "source": r.source or "",
+                "status": r.status,
+            }
+            for r in rows
+        ]

@@ -1,0 +1,151 @@
+"""The MCP server: tools ``search``, ``ask``, ``get_document`` and the documents as resources,
+on the official MCP Python SDK (``mcp``, :class:`mcp.server.mcpserver.MCPServer`).
+
+Every tool call and resource read authenticates the caller's API key (a revoked key stops
+working within the API's 30 s key cache) and works within its tenant. Where the key comes from
+is the transport's business (``key_of``): the ``Authorization: Bearer`` (or ``X-API-Key``)
+header of the HTTP request (:mod:`api.mcp.http`), or the key ``ragstream mcp`` was started with
+(stdio). Failures are tool errors (``isError`` results) with the API's reason: ``unknown or
+revoked API key``, ``no document 'x' for this tenant``, ...; a resource that does not exist is
+the protocol's resource-not-found error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+from prometheus_client import Counter
+
+from api.auth import Principal
+from api.errors import ApiError
+from api.mcp.knowledge import KnowledgeBase, Route
+from ragstream import __version__
+
+log = structlog.get_logger(__name__)
+
+CALLS = Counter(
+    "ragstream_mcp_calls_total",
+    "MCP tool calls and resource reads, by tool (or resource) and outcome (ok or the error code).",
+    ["tool", "outcome"],
+)
+#: The key of the caller of one request, from the transport (``None``: none presented).
+KeyOf = Callable[[Context], str | None]
+INSTRUCTIONS = (
+    "Search and ask the knowledge base of your ragstream tenant. `search` returns passages "
+    "with their document ids (cite them); `ask` returns an answer with citations and quoted "
+    "evidence; `get_document` or the resource ragstream://documents/{doc_id} returns a "
+    "whole document."
+)
+#: Most passages ``search`` returns.
+MAX_TOP_K = 20
+
+
+async def _call(tool: str, work: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one tool's ``work``; an :class:`ApiError` becomes a :class:`ToolError` with its
+    code and reason (the client sees ``isError`` and the text)."""
+    try:
+        result = await work()
+    except ApiError as exc:
+        CALLS.labels(tool, exc.code).inc()
+        raise ToolError(f"{exc.code}: {exc.message}") from exc
+    CALLS.labels(tool, "ok").inc()
+    return result
+
+
+def build_server(kb: KnowledgeBase, key_of: KeyOf) -> MCPServer:
+    """The MCP server of ``kb``, authenticating each call with ``key_of(ctx)``."""
+    server = MCPServer(
+        name="ragstream", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+
+    async def caller(ctx: Context) -> Principal:
+        return await kb.principal(key_of(ctx))
+
+    _add_tools(server, kb, caller)
+    _add_resources(server, kb, caller)
+    return server
+
+
+Caller = Callable[[Context], Awaitable[Principal]]
+
+
+def _add_tools(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
+    """``search``, ``ask`` and ``get_document``."""
+
+    @server.tool(
+        description="Search the knowledge base: the best passages for `query`, best first, "
+        "each with its document id, chunk id, title, source, fused score and text."
+    )
+    async def search(query: str, ctx: Context, top_k: int = 5) -> dict[str, Any]:
+        async def work() -> dict[str, Any]:
+            who = await caller(ctx)
+            k = max(1, min(top_k, MAX_TOP_K))
+            return {"query": query, "passages": await kb.search(who, query, k)}
+
+        return await _call("search", work)  # type: ignore[no-any-return]
+
+    @server.tool(
+        description="Ask a question of the knowledge base: the answer, its citations "
+        "(document, chunk, title, source by [n]) and the quoted evidence spans it rests on "
+        "(with character offsets in their passages). `route`: auto (default), evidence (quoted "
+        "evidence, no LLM), small or large (an LLM over the evidence). A status `failed` "
+        "carries the error; `pending`: no answer within the wait."
+    )
+    async def ask(question: str, ctx: Context, route: Route = "auto") -> dict[str, Any]:
+        async def work() -> dict[str, Any]:
+            who = await caller(ctx)
+            answer = await kb.ask(who, question, route)
+            return answer.model_dump(mode="json", exclude={"trace"})
+
+        return await _call("ask", work)  # type: ignore[no-any-return]
+
+    @server.tool(
+        description="A document of the knowledge base by its id (as `search` and `ask` cite "
+        "it): title, source, status, version and its text."
+    )
+    async def get_document(doc_id: str, ctx: Context) -> dict[str, Any]:
+        async def work() -> dict[str, Any]:
+            return await kb.document(await caller(ctx), doc_id)
+
+        return await _call("get_document", work)  # type: ignore[no-any-return]
+
+
+def _add_resources(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
+    """``ragstream://documents{?status}`` (the list) and ``ragstream://documents/{doc_id}``
+    (a static resource cannot know its caller: the SDK gives those no context)."""
+
+    @server.resource(
+        "ragstream://documents{?status}",
+        name="documents",
+        description="The tenant's documents (newest first; `status`: only those, e.g. "
+        "indexed): id, title, source, status.",
+        mime_type="application/json",
+    )
+    async def documents(ctx: Context, status: str = "") -> str:
+        async def work() -> str:
+            listed = await kb.documents(await caller(ctx))
+            return json.dumps([d for d in listed if not status or d["status"] == status])
+
+        return await _call("documents", work)  # type: ignore[no-any-return]
+
+    @server.resource(
+        "ragstream://documents/{doc_id}",
+        name="document",
+        description="One document's text (its indexed chunks, in order).",
+        mime_type="text/plain",
+    )
+    async def document(doc_id: str, ctx: Context) -> str:
+        try:
+            found = await kb.document(await caller(ctx), doc_id)
+        except ApiError as exc:
+            CALLS.labels("document", exc.code).inc()
+            if exc.status == 404:
+                raise ResourceNotFoundError(exc.message) from exc
+            raise ToolError(f"{exc.code}: {exc.message}") from exc
+        CALLS.labels("document", "ok").inc()
+        return str(found["text"])

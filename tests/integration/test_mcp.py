@@ -1,0 +1,164 @@
+"""The MCP server end to end, driven by the official MCP SDK's own client over both transports:
+streamable HTTP (``/mcp`` of a real API server) and stdio (``ragstream mcp`` as a subprocess),
+against real pool processes, Kafka, Elasticsearch, Redis and SQL (the evidence tier answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.integration.stack import RAGSTREAM, Stack, get_json, make_stack, wait_for
+
+DOC = (
+    "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum launcher "
+    "starts workers every autovacuum_naptime, which defaults to one minute."
+)
+POOLS = ("ingest", "retrieval", "rerank", "delivery")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # No rate limit: the limiter counts per key id in the shared Redis, and every private
+    # store numbers its keys from 1.
+    s = make_stack(tmp_path_factory.mktemp("mcp"), "mcp", RAGSTREAM_API__RATE_PER_MINUTE="0")
+    s.start_pools(POOLS)
+    try:
+        s.wait_ready()
+        s.api()
+        s.keys["acme"] = s.key(s.name + "-acme")
+        s.keys["globex"] = s.key(s.name + "-globex")
+        url, key = s.apis[0].url, s.keys["acme"]
+        r = httpx.post(
+            f"{url}/v1/documents",
+            json={"doc_id": "vacuum", "text": DOC, "content_type": "text/markdown"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        assert r.status_code == 202, r.text
+        wait_for(
+            lambda: get_json(f"{url}/v1/documents/vacuum", key)[1].get("status") == "indexed",
+            timeout_s=120,
+            what="document indexed",
+        )
+        yield s
+    finally:
+        s.close()
+
+
+@asynccontextmanager
+async def over_http(stack: Stack, key: str) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=120) as http,
+        streamable_http_client(f"{stack.apis[0].url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@asynccontextmanager
+async def over_stdio(stack: Stack, key: str) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=RAGSTREAM, args=["mcp", "--key", key], env=stack.env)
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+TRANSPORTS = {"http": over_http, "stdio": over_stdio}
+
+
+def run(coro: Awaitable[Any]) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=240))
+
+
+def _text(content: Any) -> str:
+    """The text of a text content block or text resource."""
+    return str(content.text)
+
+
+def _json(result: Any) -> Any:
+    assert not result.is_error, result.content
+    return json.loads(_text(result.content[0]))
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_search_ask_and_documents_through_the_sdk_client(stack: Stack, transport: str) -> None:
+    async def go() -> dict[str, Any]:
+        async with TRANSPORTS[transport](stack, stack.keys["acme"]) as session:
+            tools = await session.list_tools()
+            templates = await session.list_resource_templates()
+            found = _json(await session.call_tool("search", {"query": "dead tuples", "top_k": 3}))
+            asked = _json(await session.call_tool("ask", {"question": "What does VACUUM reclaim?"}))
+            doc = _json(await session.call_tool("get_document", {"doc_id": "vacuum"}))
+            text = await session.read_resource("ragstream://documents/vacuum")
+            listed = await session.read_resource("ragstream://documents")
+            unknown = await session.call_tool("get_document", {"doc_id": "nope"})
+            return {
+                "tools": sorted(t.name for t in tools.tools),
+                "templates": [t.uri_template for t in templates.resource_templates],
+                "found": found, "asked": asked, "doc": doc, "text": _text(text.contents[0]),
+                "listed": json.loads(_text(listed.contents[0])),
+                "unknown": (unknown.is_error, _text(unknown.content[0])),
+            }  # fmt: skip
+
+    out = run(go())
+    assert out["tools"] == ["ask", "get_document", "search"]
+    assert {"ragstream://documents/{doc_id}", "ragstream://documents{?status}"} <= set(
+        out["templates"]
+    )
+    passages = out["found"]["passages"]
+    assert passages and passages[0]["doc_id"] == "vacuum" and "dead tuples" in passages[0]["text"]
+    assert {"n", "chunk_id", "title", "source", "score"} <= passages[0].keys()
+    asked = out["asked"]
+    assert asked["status"] == "answered" and "reclaims" in asked["answer"], asked
+    assert asked["citations"][0]["doc_id"] == "vacuum" and asked["evidence"], asked
+    assert out["doc"]["title"] == "VACUUM" and "VACUUM reclaims storage" in out["doc"]["text"]
+    assert "autovacuum_naptime" in out["text"]
+    assert [d["doc_id"] for d in out["listed"]] == ["vacuum"]
+    is_error, message = out["unknown"]  # the SDK says which tool failed, then our reason
+    assert is_error and message.endswith(": NOT_FOUND: no document 'nope' for this tenant")
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_another_tenant_sees_none_of_it(stack: Stack, transport: str) -> None:
+    async def go() -> tuple[Any, Any]:
+        async with TRANSPORTS[transport](stack, stack.keys["globex"]) as session:
+            found = _json(await session.call_tool("search", {"query": "dead tuples"}))
+            doc = await session.call_tool("get_document", {"doc_id": "vacuum"})
+            return found, doc
+
+    found, doc = run(go())
+    assert found["passages"] == []
+    assert doc.is_error and "no document 'vacuum'" in _text(doc.content[0])
+
+
+def test_a_bad_key_is_refused_clearly_over_both_transports(stack: Stack) -> None:
+    url = f"{stack.apis[0].url}/mcp"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    refused = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"}, timeout=30)
+    assert refused.status_code == 401
+    assert refused.json()["error"] == {
+        "code": "UNAUTHENTICATED", "message": "unknown or revoked API key", "details": [],
+    }  # fmt: skip
+    missing = httpx.post(url, json=body, timeout=30)
+    assert missing.status_code == 401 and "API key is required" in missing.text
+
+    async def go() -> Any:
+        async with over_stdio(stack, "rsk_not-a-key") as session:
+            return await session.call_tool("search", {"query": "dead tuples"})
+
+    result = run(go())
+    assert result.is_error
+    assert _text(result.content[0]).endswith(": UNAUTHENTICATED: unknown or revoked API key")

@@ -1,0 +1,151 @@
+"""The MCP server's logic with the SDK's in-process client and a fake knowledge base: the tools
+and resources it lists, the key each call is authenticated with, errors as tool errors with the
+API's code and reason; and the HTTP endpoint's key check on the real app."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from mcp.client.client import Client
+
+from api.auth import Principal
+from api.errors import ApiError
+from api.mcp.http import presented_key
+from api.mcp.server import build_server
+from ragstream.db.engine import upgrade_head
+from tests.unit.apikit import answered, make_app
+from topics.answers import Answer
+
+KEY = "rsk_good"
+
+
+class FakeKnowledge:
+    """The methods the tools call; the key ``rsk_good`` is tenant ``acme``."""
+
+    def __init__(self) -> None:
+        self.keys: list[str | None] = []
+
+    async def principal(self, key: str | None) -> Principal:
+        self.keys.append(key)
+        if key != KEY:
+            raise ApiError(401, "UNAUTHENTICATED", "unknown or revoked API key")
+        return Principal(1, "acme")
+
+    async def search(self, who: Principal, query: str, top_k: int) -> list[dict[str, Any]]:
+        return [{"n": 1, "doc_id": "vacuum", "text": query, "k": top_k, "tenant": who.tenant}]
+
+    async def ask(self, who: Principal, question: str, route: str) -> Answer:
+        return Answer(request_id="r1", tenant=who.tenant, query=question, status="answered",
+                      answer=f"{route}: VACUUM reclaims storage [1].")  # fmt: skip
+
+    async def document(self, who: Principal, doc_id: str) -> dict[str, Any]:
+        if doc_id != "vacuum":
+            raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
+        return {"doc_id": doc_id, "text": "VACUUM reclaims storage."}
+
+    async def documents(self, who: Principal) -> list[dict[str, Any]]:
+        return [{"doc_id": "vacuum", "status": "indexed"}, {"doc_id": "old", "status": "failed"}]
+
+
+def _calls(key: str, *calls: tuple[str, str, dict[str, Any]]) -> tuple[list[Any], FakeKnowledge]:
+    kb = FakeKnowledge()
+    server = build_server(kb, lambda _ctx: key)  # type: ignore[arg-type]
+
+    async def go() -> list[Any]:
+        async with Client(server) as client:
+            out: list[Any] = []
+            for kind, name, args in calls:
+                if kind == "tool":
+                    out.append(await client.call_tool(name, args))
+                elif kind == "read":
+                    out.append(await client.read_resource(name))
+                else:
+                    out.append(await client.list_tools())
+            return out
+
+    return asyncio.run(go()), kb
+
+
+def test_tools_answer_for_the_keys_tenant() -> None:
+    (tools, found, asked, doc, listed), kb = _calls(
+        KEY,
+        ("list", "", {}),
+        ("tool", "search", {"query": "dead tuples", "top_k": 50}),
+        ("tool", "ask", {"question": "What does VACUUM do?", "route": "evidence"}),
+        ("tool", "get_document", {"doc_id": "vacuum"}),
+        ("read", "ragstream://documents?status=indexed", {}),
+    )
+    assert sorted(t.name for t in tools.tools) == ["ask", "get_document", "search"]
+    passages = json.loads(found.content[0].text)["passages"]
+    assert passages == [{"n": 1, "doc_id": "vacuum", "text": "dead tuples", "k": 20,
+                         "tenant": "acme"}]  # fmt: skip
+    answer = json.loads(asked.content[0].text)
+    assert answer["answer"] == "evidence: VACUUM reclaims storage [1]." and "trace" not in answer
+    assert json.loads(doc.content[0].text)["text"] == "VACUUM reclaims storage."
+    assert json.loads(listed.contents[0].text) == [{"doc_id": "vacuum", "status": "indexed"}]
+    assert kb.keys == [KEY] * 4  # every call authenticated
+
+
+def test_errors_are_tool_errors_with_the_apis_code_and_reason() -> None:
+    (unknown,), _ = _calls(KEY, ("tool", "get_document", {"doc_id": "nope"}))
+    assert unknown.is_error
+    assert unknown.content[0].text.endswith("NOT_FOUND: no document 'nope' for this tenant")
+    (refused,), _ = _calls("rsk_bad", ("tool", "search", {"query": "x"}))
+    assert refused.is_error
+    assert refused.content[0].text.endswith("UNAUTHENTICATED: unknown or revoked API key")
+
+
+def _messages(exc: BaseException) -> list[str]:
+    """The messages of ``exc`` and, for a group, of every exception in it."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [m for e in exc.exceptions for m in _messages(e)]
+    return [str(exc)]
+
+
+def test_a_missing_document_resource_is_a_protocol_error() -> None:
+    with pytest.raises(BaseException) as raised:
+        _calls(KEY, ("read", "ragstream://documents/nope", {}))
+    assert any("no document 'nope'" in m for m in _messages(raised.value)), raised.value
+
+
+@pytest.mark.parametrize(
+    ("headers", "key"),
+    [
+        ({"authorization": "Bearer rsk_1"}, "rsk_1"),
+        ({"authorization": "bearer  rsk_2 "}, "rsk_2"),
+        ({"x-api-key": "rsk_3"}, "rsk_3"),
+        ({"authorization": "Basic abc"}, None),
+        ({}, None),
+    ],
+)
+def test_the_key_of_a_request(headers: dict[str, str], key: str | None) -> None:
+    assert presented_key(headers) == key
+
+
+def test_the_http_endpoint_refuses_a_request_without_a_valid_key(tmp_path: Path) -> None:
+    app, _ = make_app(tmp_path, answered)
+    upgrade_head(app.state.services.settings.database_url)  # the key store, empty
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    with TestClient(app) as client:
+        missing = client.post("/mcp", json=body)
+        bad = client.post("/mcp", json=body, headers={"Authorization": "Bearer rsk_nope"})
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "UNAUTHENTICATED"
+    assert "API key is required" in missing.json()["error"]["message"]
+    assert bad.status_code == 401 and bad.json()["error"]["message"] == "unknown or revoked API key"
+    assert bad.headers["www-authenticate"] == "Bearer"
+
+
+def test_ragstream_mcp_without_a_key_exits_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from entry.cli import app
+
+    monkeypatch.delenv("RAGSTREAM_MCP__API_KEY", raising=False)
+    result = CliRunner().invoke(app, ["mcp"])
+    assert result.exit_code == 2
+    assert "an API key is required (--key or RAGSTREAM_MCP__API_KEY)" in result.output
