@@ -19,6 +19,7 @@ import asyncio
 import datetime as dt
 import threading
 import time
+from functools import partial
 from typing import Any, Literal
 
 from sqlalchemy import select
@@ -28,8 +29,10 @@ from api.deps import Services
 from api.errors import ApiError
 from api.querying import QueryService, replies_until
 from ingest.registry import DocumentRegistry
+from ragstream.db.acl import from_column
 from ragstream.db.models import Document
 from ragstream.errors import TransientError
+from topics.acl import may_read
 from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
@@ -108,6 +111,7 @@ class KnowledgeBase:
             deadline=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30),
             top_n=top_k,
             top_k=top_k,
+            principals=who.principals,
         )
         (found,) = retriever.search_batch([request], embedder.embed([query]))
         return [
@@ -161,6 +165,7 @@ class KnowledgeBase:
             top_n=settings.retrieval.top_n,
             top_k=settings.rerank.top_k,
             route=route,
+            principals=who.principals,
         )
         svc = self.queries
         until = time.monotonic() + settings.api.wait_timeout_s
@@ -177,7 +182,9 @@ class KnowledgeBase:
             svc.unsubscribe(request.request_id, queue)
         if response is not None:
             return Answer.of(response, query=question)
-        late = await asyncio.to_thread(query_log.read, svc.sessions, who.tenant, request.request_id)
+        late = await asyncio.to_thread(
+            query_log.read, svc.sessions, who.tenant, request.request_id, who.principals
+        )
         return late or Answer.pending(request.request_id, tenant=who.tenant, query=question)
 
     # -- documents -------------------------------------------------------------------------
@@ -203,14 +210,18 @@ class KnowledgeBase:
             raise
         return [h["_source"] for h in found.get("hits", {}).get("hits", [])]
 
-    def _document(self, tenant: str, doc_id: str) -> dict[str, Any] | None:
+    def _document(
+        self, tenant: str, doc_id: str, principals: tuple[str, ...] | None
+    ) -> dict[str, Any] | None:
         from elasticsearch import TransportError
 
         with self.services.sessions() as session:
             row = session.scalars(
                 select(Document).where(Document.tenant == tenant, Document.doc_id == doc_id)
             ).first()
-        if row is None:
+        # A document outside the caller's principals is answered as missing, as the HTTP API
+        # does (docs/permissions.md): its existence is not told.
+        if row is None or not may_read(principals, from_column(row.readers)):
             return None
         try:
             chunks = self._chunks(tenant, doc_id)
@@ -236,7 +247,7 @@ class KnowledgeBase:
         """
         if not doc_id or len(doc_id) > 512:
             raise ApiError(404, "NOT_FOUND", f"no document {doc_id[:60]!r} for this tenant")
-        found = await asyncio.to_thread(self._document, who.tenant, doc_id)
+        found = await asyncio.to_thread(self._document, who.tenant, doc_id, who.principals)
         if found is None:
             raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
         return found
@@ -245,7 +256,9 @@ class KnowledgeBase:
         """``who``'s documents, newest first (at most :data:`MAX_LISTED`): ``{doc_id, title,
         source, status}``."""
         registry = DocumentRegistry(self.services.sessions)
-        rows = await asyncio.to_thread(registry.page, who.tenant, limit=MAX_LISTED)
+        rows = await asyncio.to_thread(
+            partial(registry.page, who.tenant, limit=MAX_LISTED, principals=who.principals)
+        )
         return [
             {
                 "doc_id": r.doc_id,

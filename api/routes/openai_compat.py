@@ -649,7 +649,7 @@ async def resumed_chunks(
         RESUMES.labels("complete").inc()
         return Response(status_code=204, headers={"X-Request-Id": rid})
     until = time.monotonic() + client_wait_s(svc.settings, request)
-    resumed = await open_resumed(svc, who.tenant, rid, until=until)
+    resumed = await open_resumed(svc, who.tenant, rid, until=until, asker=who.principals)
     pending = resumed.answer.status == "pending"
 
     async def body() -> AsyncIterator[bytes]:

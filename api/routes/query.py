@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -223,7 +223,7 @@ async def post_query(
     settings = svc.settings
     if body.stream and last_event_id:
         rid, after = resume_position(None, last_event_id)
-        return await resumed_response(svc, who.tenant, rid, after)
+        return await resumed_response(svc, who.tenant, rid, after, who.principals)
     event = build_request(settings, who, body)
     await check_callback(settings, body.callback_url)
     wait_s = (
@@ -361,7 +361,11 @@ def resume_position(request_id: str | None, last_event_id: str) -> tuple[str, Po
 
 
 async def resumed_response(
-    svc: QueryService, tenant: str, request_id: str, after: Position | None
+    svc: QueryService,
+    tenant: str,
+    request_id: str,
+    after: Position | None,
+    asker: Sequence[str] | None = None,
 ) -> Response:
     """The rest of ``request_id``'s stream past ``after`` (``None``: all of it), as SSE, from
     the log and then live (:mod:`api.streams.resume`); 204 when ``after`` is its last event.
@@ -374,7 +378,7 @@ async def resumed_response(
         return Response(status_code=204, headers={"X-Request-Id": request_id})
     started = time.monotonic()
     until = started + wait_seconds(svc.settings, None)
-    resumed = await open_resumed(svc, tenant, request_id, until=until)
+    resumed = await open_resumed(svc, tenant, request_id, until=until, asker=asker)
     pending = resumed.answer.status == "pending"
     links = poll_link(svc.settings, request_id)
     backlog = svc.backlog if pending else None
@@ -482,4 +486,4 @@ async def query_events(
         raise ApiError(404, "NOT_FOUND", "no such query")
     raw = last_event_id or after
     position = resume_position(request_id, raw)[1] if raw else None
-    return await resumed_response(svc, who.tenant, request_id, position)
+    return await resumed_response(svc, who.tenant, request_id, position, who.principals)

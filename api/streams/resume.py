@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -81,7 +81,14 @@ def expired(created_at: dt.datetime | None, now: dt.datetime, retention_ms: int)
     return (now - created_at).total_seconds() * 1000 > retention_ms
 
 
-async def open_resumed(svc: QueryService, tenant: str, request_id: str, *, until: float) -> Resumed:
+async def open_resumed(
+    svc: QueryService,
+    tenant: str,
+    request_id: str,
+    *,
+    until: float,
+    asker: Sequence[str] | None = None,
+) -> Resumed:
     """Open ``request_id``'s stream for resuming (see the module docstring).
 
     Args:
@@ -89,12 +96,15 @@ async def open_resumed(svc: QueryService, tenant: str, request_id: str, *, until
         tenant: the caller's tenant; another tenant's request is unknown.
         request_id: the request.
         until: monotonic time the live part waits until.
+        asker: the caller's principals (``None``: a tenant-wide key); a query asked with
+            other principals is unknown to it, as for ``GET /v1/queries/{id}``
+            (docs/permissions.md).
 
     Raises:
         ApiError: 404 ``NOT_FOUND`` (no such request for ``tenant``), 410 ``STREAM_EXPIRED``
             (older than ``rag.tokens``' retention), 503 ``UNAVAILABLE`` (Kafka).
     """
-    logged = await asyncio.to_thread(query_log.read, svc.sessions, tenant, request_id)
+    logged = await asyncio.to_thread(query_log.read, svc.sessions, tenant, request_id, asker)
     if logged is None:
         RESUMES.labels("unknown").inc()
         raise ApiError(404, "NOT_FOUND", f"no query {request_id!r} for this tenant")

@@ -24,6 +24,10 @@ DOC = (
     "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum launcher "
     "starts workers every autovacuum_naptime, which defaults to one minute."
 )
+SECRET = (
+    "# Launch codes\n\nThe rocket launch window opens at dawn; the ignition sequence takes "
+    "ninety seconds."
+)
 POOLS = ("ingest", "retrieval", "rerank", "delivery")
 
 
@@ -38,19 +42,27 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.api()
         s.keys["acme"] = s.key(s.name + "-acme")
         s.keys["globex"] = s.key(s.name + "-globex")
-        url, key = s.apis[0].url, s.keys["acme"]
-        r = httpx.post(
-            f"{url}/v1/documents",
-            json={"doc_id": "vacuum", "text": DOC, "content_type": "text/markdown"},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=30,
-        )
-        assert r.status_code == 202, r.text
-        wait_for(
-            lambda: get_json(f"{url}/v1/documents/vacuum", key)[1].get("status") == "indexed",
-            timeout_s=120,
-            what="document indexed",
-        )
+        s.keys["admin"] = s.key(s.name + "-acme", principals=["*"])
+        s.keys["eng"] = s.key(s.name + "-acme", principals=["group:eng"])
+        url, admin = s.apis[0].url, s.keys["admin"]
+        for doc_id, text, readers in (("vacuum", DOC, None), ("secret", SECRET, ["group:eng"])):
+            body: dict[str, Any] = {"doc_id": doc_id, "text": text, "content_type": "text/markdown"}
+            if readers:
+                body["readers"] = readers
+            r = httpx.post(
+                f"{url}/v1/documents",
+                json=body,
+                headers={"Authorization": f"Bearer {admin}"},
+                timeout=30,
+            )
+            assert r.status_code == 202, r.text
+            wait_for(
+                lambda d=doc_id: (
+                    get_json(f"{url}/v1/documents/{d}", admin)[1].get("status") == "indexed"
+                ),
+                timeout_s=120,
+                what=f"{doc_id} indexed",
+            )
         yield s
     finally:
         s.close()
@@ -162,3 +174,29 @@ def test_a_bad_key_is_refused_clearly_over_both_transports(stack: Stack) -> None
     result = run(go())
     assert result.is_error
     assert _text(result.content[0]).endswith(": UNAUTHENTICATED: unknown or revoked API key")
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_a_key_sees_only_the_documents_its_principals_may_read(
+    stack: Stack, transport: str
+) -> None:
+    """The MCP tools and resources filter by the key's principals as the HTTP API does
+    (docs/permissions.md): a document readable by ``group:eng`` is found, read and listed with
+    an eng key and is missing for a key without that group."""
+
+    async def go(key: str) -> dict[str, Any]:
+        async with TRANSPORTS[transport](stack, key) as session:
+            found = _json(await session.call_tool("search", {"query": "rocket launch window"}))
+            doc = await session.call_tool("get_document", {"doc_id": "secret"})
+            listed = await session.read_resource("ragstream://documents")
+            return {
+                "found": {p["doc_id"] for p in found["passages"]},
+                "doc": (doc.is_error, _text(doc.content[0])),
+                "listed": {d["doc_id"] for d in json.loads(_text(listed.contents[0]))},
+            }
+
+    plain, eng = run(go(stack.keys["acme"])), run(go(stack.keys["eng"]))
+    assert "secret" not in plain["found"] and "secret" not in plain["listed"]
+    assert plain["doc"][0] and "no document 'secret'" in plain["doc"][1]
+    assert "secret" in eng["found"] and {"secret", "vacuum"} <= eng["listed"]
+    assert not eng["doc"][0] and "ignition sequence" in eng["doc"][1]
