@@ -35,6 +35,7 @@ class Received:
     webhook_id: str
     payload: Any
     signature: str = ""
+    user_agent: str = ""
 
 
 class Receiver:
@@ -70,7 +71,12 @@ class Receiver:
                 else:
                     with outer.lock:
                         outer.received.append(
-                            Received(headers["webhook-id"], payload, headers["webhook-signature"])
+                            Received(
+                                headers["webhook-id"],
+                                payload,
+                                headers["webhook-signature"],
+                                headers.get("user-agent", ""),
+                            )
                         )
                         status = outer.statuses.pop(0) if outer.statuses else 200
                     if redirect_to:

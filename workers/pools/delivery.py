@@ -50,7 +50,8 @@ def record_responses(
     """
     with sessions.begin() as session:
         written = query_log.record_final(session, responses)
-        created = add_query_deliveries(session, written)
+        questions = query_log.questions(session, [r.request_id for r in written])
+        created = add_query_deliveries(session, written, questions)
     count_answers(written)
     return written, created
 
