@@ -4,7 +4,28 @@
 Models: the answer tiers. ``evidence`` (the quoted evidence, no LLM), ``small`` and ``large``
 (an LLM over the evidence) force that tier; ``auto`` (listed first) and ``ragstream`` (the
 default when a body names none) let the router pick. ``ragstream-small`` / ``ragstream-large``
-are accepted as aliases. Any other name is a 404 ``model_not_found`` (as OpenAI answers).
+are accepted as aliases, and so is ``gpt-3.5-turbo`` (= ``auto``): the default model name of
+LangChain's ``ChatOpenAI`` and LlamaIndex's ``OpenAI``/``OpenAILike``, so that a framework used
+with its defaults answers (:data:`FRAMEWORK_DEFAULTS`; why: the frameworks send their default
+without asking the user for a model, and their first documented call would otherwise be a 404;
+it is one fixed name, so a typo still gets a 404). Any other name is a 404 ``model_not_found``
+(as OpenAI answers).
+
+Sources in the message: the frameworks drop fields they do not know (LangChain's
+``ChatOpenAI`` keeps only ``id``, ``model_name``, ``finish_reason``, ``logprobs``, usage and
+``system_fingerprint`` in ``response_metadata``; LlamaIndex keeps the body only in ``raw``), so
+``citations`` never reach their messages. A model name with the suffix ``+sources``
+(``auto+sources``, ``ragstream+sources``, ``small+sources``...) or the body field ``"sources":
+true`` appends a sources block to the answer's text (:func:`sources_block`)::
+
+    <answer>
+
+    Sources:
+    [1] <title or doc id> (<source>)
+    [2] ...
+
+It is part of ``content`` (``text``) and, in a stream, the last content delta; the top-level
+``citations`` and the last chunk's ``answer`` stay as without it.
 
 The question: the last ``user`` message (``/v1/completions``: the ``prompt``, as a chat with
 that one user message). Earlier ``user`` messages make a follow-up standalone
@@ -93,8 +114,19 @@ from workers.conversation import standalone_question
 router = APIRouter(tags=["openai"])
 #: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.
 MODELS = ("auto", "evidence", "small", "large")
-#: Other accepted names: ``ragstream`` (the default of a body without ``model``) and aliases.
-ALIASES = {"ragstream": "auto", "ragstream-small": "small", "ragstream-large": "large"}
+#: The default model name of LangChain's ``ChatOpenAI`` (``model_name``) and of LlamaIndex's
+#: ``OpenAI``/``OpenAILike`` (``llama_index.llms.openai.base.DEFAULT_OPENAI_MODEL``): ``auto``.
+FRAMEWORK_DEFAULTS = {"gpt-3.5-turbo": "auto"}
+#: Other accepted names: ``ragstream`` (the default of a body without ``model``), aliases and
+#: the frameworks' default model names.
+ALIASES = {
+    "ragstream": "auto",
+    "ragstream-small": "small",
+    "ragstream-large": "large",
+    **FRAMEWORK_DEFAULTS,
+}
+#: A model name ending in this asks for the sources block in the message (see the docstring).
+SOURCES_SUFFIX = "+sources"
 #: Seconds the route answers before the client's own timeout would fire.
 CLIENT_MARGIN_S = 1.0
 #: Request headers that carry the client's timeout in seconds, first match wins.
@@ -134,7 +166,18 @@ class Unsupported(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
 
-class ChatBody(Unsupported):
+class Extensions(BaseModel):
+    """Request fields of ragstream's own (clients pass them as ``extra_body``)."""
+
+    sources: bool = Field(
+        default=False,
+        description="Append a `Sources:` block (one `[n] title (source)` line per citation) "
+        "to the answer's text, for clients that drop the top-level `citations` (LangChain, "
+        "LlamaIndex). The same as the model suffix `+sources`.",
+    )
+
+
+class ChatBody(Unsupported, Extensions):
     """The subset of the OpenAI request that applies; other fields are accepted and ignored."""
 
     model: str = Field(default="ragstream", max_length=128)
@@ -150,7 +193,7 @@ class ChatBody(Unsupported):
     top_logprobs: int | None = None
 
 
-class CompletionBody(Unsupported):
+class CompletionBody(Unsupported, Extensions):
     """``POST /v1/completions``: the legacy text-completion request (OpenAI shape)."""
 
     model: str = Field(default="ragstream", max_length=128)
@@ -278,14 +321,21 @@ def question_of(body: ChatBody, max_chars: int = 4000) -> str:
     return rewritten if len(rewritten) <= max_chars else question
 
 
+def wants_sources(model: str) -> bool:
+    """True when ``model`` ends in :data:`SOURCES_SUFFIX`."""
+    return model.endswith(SOURCES_SUFFIX)
+
+
 def route_of(model: str) -> Literal["auto", "evidence", "small", "large"]:
-    """The answer tier a ``model`` name forces (``auto``: the router picks).
+    """The answer tier a ``model`` name forces (``auto``: the router picks); a
+    :data:`SOURCES_SUFFIX` is ignored here.
 
     Raises:
         OpenAIError: 404 ``model_not_found`` for a name that is neither a model of
             ``GET /v1/models`` nor an alias.
     """
-    name = ALIASES.get(model, model)
+    base = model.removesuffix(SOURCES_SUFFIX) if wants_sources(model) else model
+    name = ALIASES.get(base, base)
     if name not in MODELS:
         raise OpenAIError(
             404,
@@ -330,18 +380,33 @@ def _sources(r: Answer) -> dict[str, Any]:
     }
 
 
+def sources_block(r: Answer) -> str:
+    """The sources block appended to the answer's text on request: ``"\\n\\nSources:\\n[1]
+    <title or doc id> (<source>)\\n..."``, one line per citation in ``n`` order (the source
+    in parentheses only when the passage has one); ``""`` when the answer cites nothing."""
+    if not r.citations:
+        return ""
+    lines = []
+    for c in sorted(r.citations, key=lambda c: c.n):
+        name = c.title or c.doc_id
+        lines.append(f"[{c.n}] {name} ({c.source})" if c.source else f"[{c.n}] {name}")
+    return "\n\nSources:\n" + "\n".join(lines)
+
+
 def finish_reason(r: Answer) -> Literal["stop", "length"]:
     """``length`` when the LLM's answer was cut at its token limit, else ``stop``."""
     return "length" if r.truncated else "stop"
 
 
-def completion(r: Answer, model: str, kind: Kind = "chat") -> dict[str, Any]:
-    """A ``chat.completion`` (``text_completion``) object for an answer (``answered``)."""
+def completion(r: Answer, model: str, kind: Kind = "chat", sources: bool = False) -> dict[str, Any]:
+    """A ``chat.completion`` (``text_completion``) object for an answer (``answered``);
+    ``sources``: the text ends with :func:`sources_block`."""
+    text = (r.answer or "") + (sources_block(r) if sources else "")
     if kind == "chat":
-        choice: dict[str, Any] = {"message": {"role": "assistant", "content": r.answer}}
+        choice: dict[str, Any] = {"message": {"role": "assistant", "content": text}}
         head = {"id": f"chatcmpl-{r.request_id}", "object": "chat.completion"}
     else:
-        choice = {"text": r.answer or "", "logprobs": None}
+        choice = {"text": text, "logprobs": None}
         head = {"id": f"cmpl-{r.request_id}", "object": "text_completion"}
     return {
         **head,
@@ -416,13 +481,15 @@ async def get_model(model: str) -> ModelOut:
 
 @dataclass(frozen=True)
 class Ask:
-    """One question of an OpenAI route: the text, the model named, the answer budget."""
+    """One question of an OpenAI route: the text, the model named, the answer budget, and
+    whether the text ends with the sources block."""
 
     question: str
     model: str
     stream: bool
     max_tokens: int | None
     kind: Kind
+    sources: bool = False
 
 
 @router.post(
@@ -444,7 +511,8 @@ async def chat_completions(
     check_chat(body)
     svc = query_service(request)
     question = question_of(body, svc.settings.api.max_query_chars)
-    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat")
+    sources = body.sources or wants_sources(body.model)
+    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat", sources)
     return await answer(svc, request, who, ask)
 
 
@@ -468,7 +536,8 @@ async def completions(
     svc = query_service(request)
     if len(prompt) > svc.settings.api.max_query_chars:
         raise too_long("prompt", len(prompt), svc.settings.api.max_query_chars)
-    ask = Ask(prompt, body.model, body.stream, answer_budget(body), "text")
+    sources = body.sources or wants_sources(body.model)
+    ask = Ask(prompt, body.model, body.stream, answer_budget(body), "text", sources)
     return await answer(svc, request, who, ask)
 
 
@@ -508,7 +577,7 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
     result = Answer.of(response, query=ask.question)
     if result.status != "answered":
         raise _failure(result)
-    return JSONResponse(completion(result, ask.model, ask.kind))
+    return JSONResponse(completion(result, ask.model, ask.kind, ask.sources))
 
 
 def _chunk(
@@ -563,6 +632,9 @@ def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[bytes]
     text = final.answer or ""
     rest = text[len(shown) :] if text.startswith(shown) else ""
     out = [_chunk(rid, ask, rest, None)] if rest else []
+    block = sources_block(final) if ask.sources else ""
+    if block:  # after the answer: ``answer`` and ``replaced`` are as without it
+        out.append(_chunk(rid, ask, block, None))
     return [*out, _chunk(rid, ask, None, finish_reason(final), final_fields(final, shown))]
 
 

@@ -4,9 +4,9 @@ Every payload has the Standard Webhooks shape ``{"type", "timestamp", "data"}``:
 
 - ``query.completed``: one per ``request_id``, when the query log records its first final
   response; ``data`` renders its answer view (:class:`topics.answers.Answer`): the request id,
-  tenant, the question as asked (``query``), status (``answered`` or ``failed``), answer (``null`` on a failure), citations,
-  evidence spans with their offsets, truncated flag, typed error, answer tier, token usage,
-  whether it was cached, and a trace summary (per-stage ms);
+  tenant, the question as asked (``query``), status (``answered`` or ``failed``), answer
+  (``null`` on a failure), citations, evidence spans with their offsets, truncated flag, typed
+  error, answer tier, token usage, whether it was cached, and a trace summary (per-stage ms);
 - ``ingest.job.completed``: when a bulk job reaches a final status; ``data`` holds the job id,
   status, document and chunk counts and the first :data:`MAX_JOB_FAILURES` failed documents.
 
@@ -37,8 +37,8 @@ MAX_JOB_FAILURES: Final = 100
 #: The answer view's fields a ``query.completed`` payload carries as they are (its ``trace``
 #: is summarised; the query log's times stay in the log).
 WEBHOOK_FIELDS: Final = (
-    "request_id", "tenant", "query", "status", "answer", "citations", "evidence", "truncated", "error",
-    "tier", "usage", "cached",
+    "request_id", "tenant", "query", "status", "answer", "citations", "evidence", "truncated",
+    "error", "tier", "usage", "cached",
 )  # fmt: skip
 
 
