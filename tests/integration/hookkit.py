@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ class Received:
     payload: Any
     signature: str = ""
     user_agent: str = ""
+    at: float = 0.0  # time.monotonic() of its receipt
 
 
 class Receiver:
@@ -76,6 +78,7 @@ class Receiver:
                                 payload,
                                 headers["webhook-signature"],
                                 headers.get("user-agent", ""),
+                                time.monotonic(),
                             )
                         )
                         status = outer.statuses.pop(0) if outer.statuses else 200
@@ -154,12 +157,13 @@ class HookEnv:
     tmp: Path
     worker: subprocess.Popen[bytes] | None = None
 
-    def start_worker(self) -> None:
-        """Start ``ragstream celery-worker`` on the private queue; wait until it is ready."""
+    def start_worker(self, *args: str) -> None:
+        """Start ``ragstream celery-worker [args]`` on the private queue; wait until it is
+        ready."""
         log = self.tmp / "worker.log"
         with log.open("ab") as out:
             self.worker = subprocess.Popen(
-                [sys.executable, "-m", "entry.cli", "celery-worker"],
+                [sys.executable, "-m", "entry.cli", "celery-worker", *args],
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=out,
