@@ -5,10 +5,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ragstream.db.models import as_utc
 from topics.answers import Answer, AnswerStatus
 from topics.queries import Filter
+
+#: A timestamp of a response: RFC 3339 with its offset, always UTC (SQLite hands back naive
+#: datetimes; they are UTC and are sent with ``+00:00``, never without an offset).
+UtcDateTime = Annotated[dt.datetime, AfterValidator(as_utc)]
 
 Mode = Literal["sync", "async"]
 
@@ -121,8 +126,8 @@ class QueryResult(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     cached: bool = False
     latency_ms: float | None = Field(default=None, description="Time in the API, ms.")
-    created_at: dt.datetime | None = None
-    completed_at: dt.datetime | None = None
+    created_at: UtcDateTime | None = None
+    completed_at: UtcDateTime | None = None
     links: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
@@ -171,7 +176,7 @@ class DocumentOut(BaseModel):
     title: str | None = None
     source: str | None = None
     error: str | None = None
-    updated_at: dt.datetime | None = None
+    updated_at: UtcDateTime | None = None
 
 
 class JobBody(Body):
