@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import redis
@@ -38,6 +39,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.console import mount_console
 from api.deps import Services
 from api.errors import error_json, install_error_handlers
+from api.openapi import build_openapi
 from api.querying import QueryService
 from ragstream import __version__, tracing
 from ragstream.health import probe_all
@@ -148,6 +150,7 @@ def create_app(settings: Settings) -> FastAPI:
         "`Authorization: Bearer <key>` (create one with `ragstream keys create`).",
     )
     app.state.services = build_services(settings)
+    app.openapi = partial(build_openapi, app)  # type: ignore[method-assign]
     install_error_handlers(app)
     _mount_routes(app)
     _mount_docs(app)

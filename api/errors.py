@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ragstream.errors import RagstreamError
 
@@ -253,9 +254,24 @@ def _invalid_response(request: Request, exc: RequestValidationError) -> JSONResp
     return error_json(422, "INVALID_REQUEST", message, details=details)
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (Starlette's 405 names only the
+    first route that matches the path, though a path often has one route per method), in
+    the order of the routes; ``HEAD`` (implied by ``GET``) is left out, as the spec has it."""
+    found: dict[str, None] = {}
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        methods = getattr(route, "methods", None)
+        if match != Match.NONE and methods:
+            found.update(dict.fromkeys(sorted(m for m in methods if m != "HEAD")))
+    return list(found)
+
+
 def _http_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = STATUS_CODES.get(exc.status_code, "ERROR")
     headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
     path = request.url.path
     if exc.status_code == 404 and path.startswith("/v1/") and exc.detail == "Not Found":
         # No route serves the path: say which OpenAI endpoints exist (a client library that

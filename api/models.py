@@ -16,6 +16,8 @@ from topics.queries import Filter
 UtcDateTime = Annotated[dt.datetime, AfterValidator(as_utc)]
 
 Mode = Literal["sync", "async"]
+#: A callback URL the SSRF guard can check: ``http(s)://`` and a host, no spaces or controls.
+CALLBACK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@]+([/?#][^\x00-\x20\x7f]*)?$"
 
 
 class Body(BaseModel):
@@ -43,7 +45,11 @@ class QueryBody(Body):
     stream: bool = False
     timeout_s: float | None = Field(default=None, gt=0, le=600, description="Sync wait, s.")
     callback_url: str | None = Field(
-        default=None, max_length=2048, description="Signed webhook target for the answer."
+        default=None,
+        max_length=2048,
+        pattern=CALLBACK_URL,
+        description="Signed webhook target for the answer: an http(s) URL whose host resolves "
+        "to addresses webhooks may reach (else 422 naming RAGSTREAM_WEBHOOKS__ALLOW_NETWORKS).",
     )
     history: list[Annotated[str, Field(max_length=4000)]] = Field(
         default_factory=list,
@@ -183,7 +189,7 @@ class JobBody(Body):
     """``POST /v1/ingest/jobs``: paths on the server, under the allowed roots."""
 
     paths: list[str] = Field(min_length=1, max_length=100)
-    callback_url: str | None = Field(default=None, max_length=2048)
+    callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL)
 
 
 class JobFailure(BaseModel):

@@ -85,7 +85,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -98,7 +98,7 @@ from api.models import QueryBody
 from api.querying import QueryService, replies_until
 from api.routes.query import (
     FAILED_STATUS,
-    SSE_CONTENT,
+    OPENAI_SSE_CONTENT,
     build_request,
     event_stream,
     query_service,
@@ -141,12 +141,67 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 Kind = Literal["chat", "text"]
 
 
+#: Message text: no NUL (the question goes into a query event, which refuses it).
+Text = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+#: Text with a character that is not white space (what ``str.strip()`` keeps), and no NUL.
+NOT_BLANK = {"type": "string", "pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$"}
+#: The JSON Schema of a message that carries a question: ``messages`` must contain one.
+HAS_QUESTION: dict[str, Any] = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"const": "user"},
+        "content": {
+            "anyOf": [
+                NOT_BLANK,
+                {
+                    "type": "array",
+                    "contains": {
+                        "type": "object",
+                        "required": ["type", "text"],
+                        "properties": {"type": {"const": "text"}, "text": NOT_BLANK},
+                    },
+                },
+            ]
+        },
+    },
+}
+#: The JSON Schema of ``prompt`` (the server refuses other prompts: 422 blank, 400 token ids).
+PROMPT_SCHEMA: dict[str, Any] = {
+    "anyOf": [NOT_BLANK, {"type": "array", "items": NOT_BLANK, "minItems": 1, "maxItems": 1}]
+}
+
+
+#: ``tool_choice`` / ``function_call``: only ``"none"`` (or absent) is honoured.
+NONE_OR_NULL: dict[str, Any] = {"enum": ["none", None]}
+#: ``response_format``: only text.
+TEXT_FORMAT: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["type"],
+            "properties": {"type": {"const": "text"}},
+            "additionalProperties": False,
+        },
+        {"type": "null"},
+    ]
+}
+
+
+def _only_with_none(tools: str, choice: str) -> dict[str, Any]:
+    """``tools`` (non-empty) only with ``choice`` ``"none"``, as JSON Schema (``if``/``then``)."""
+    return {
+        "if": {"required": [tools], "properties": {tools: {"type": "array", "minItems": 1}}},
+        "then": {"required": [choice], "properties": {choice: {"const": "none"}}},
+    }
+
+
 class TextPart(BaseModel):
     """A content part; only text parts carry the question."""
 
     model_config = ConfigDict(extra="ignore")
     type: str = Field(max_length=32)
-    text: str | None = None
+    text: Text | None = None
 
 
 class ChatMessage(BaseModel):
@@ -154,14 +209,14 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = Field(default=None)
+    content: Text | list[TextPart] | None = Field(default=None)
 
 
 class Unsupported(BaseModel):
     """The request fields that change the contract (see the module docstring)."""
 
     model_config = ConfigDict(extra="ignore")
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, json_schema_extra={"maximum": 1})
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
@@ -181,29 +236,49 @@ class ChatBody(Unsupported, Extensions):
     """The subset of the OpenAI request that applies; other fields are accepted and ignored."""
 
     model: str = Field(default="ragstream", max_length=128)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        max_length=100,
+        description="The conversation; at least one `user` message with text (the last one "
+        "is the question).",
+        json_schema_extra={"contains": HAS_QUESTION},
+    )
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)
+    # The schema says what the server refuses with 400 (see check_chat): tools only with
+    # tool_choice "none", a text response_format, no log probabilities.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={"allOf": [_only_with_none("tools", "tool_choice"),
+                                     _only_with_none("functions", "function_call")]},
+    )  # fmt: skip
     tools: list[Any] | None = None
-    tool_choice: Any = None
+    tool_choice: Any = Field(default=None, json_schema_extra=NONE_OR_NULL)
     functions: list[Any] | None = None
-    function_call: Any = None
-    response_format: Any = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    function_call: Any = Field(default=None, json_schema_extra=NONE_OR_NULL)
+    response_format: Any = Field(default=None, json_schema_extra=TEXT_FORMAT)
+    logprobs: bool | None = Field(default=None, json_schema_extra={"enum": [False, None]})
+    top_logprobs: int | None = Field(default=None, json_schema_extra={"enum": [0, None]})
 
 
 class CompletionBody(Unsupported, Extensions):
     """``POST /v1/completions``: the legacy text-completion request (OpenAI shape)."""
 
     model: str = Field(default="ragstream", max_length=128)
-    prompt: str | list[Any] = ""
+    prompt: str | list[Any] = Field(
+        description="The question: one string with text (a list of one such string is "
+        "accepted too; token ids and batches are a 400).",
+        json_schema_extra=PROMPT_SCHEMA,
+    )
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)
-    logprobs: int | None = None
-    echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
+    logprobs: int | None = Field(default=None, json_schema_extra={"enum": [0, None]})
+    echo: bool = Field(default=False, json_schema_extra={"enum": [False]})
+    suffix: str | None = Field(default=None, json_schema_extra={"enum": ["", None]})
+    best_of: int | None = Field(
+        default=None,
+        json_schema_extra={"anyOf": [{"type": "integer", "maximum": 1}, {"type": "null"}]},
+    )
 
 
 def _unsupported(param: str, what: str) -> OpenAIError:
@@ -498,7 +573,7 @@ class Ask:
         200: {
             "description": "A `chat.completion` (JSON); with `stream: true`, Server-Sent Events "
             "of `chat.completion.chunk` objects ending in `data: [DONE]`.",
-            "content": SSE_CONTENT,
+            "content": OPENAI_SSE_CONTENT,
         },
         **ERRORS,
     },
@@ -522,7 +597,7 @@ async def chat_completions(
         200: {
             "description": "A `text_completion` (JSON); with `stream: true`, Server-Sent Events "
             "of `text_completion` objects ending in `data: [DONE]`.",
-            "content": SSE_CONTENT,
+            "content": OPENAI_SSE_CONTENT,
         },
         **ERRORS,
     },
