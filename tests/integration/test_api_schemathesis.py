@@ -7,7 +7,8 @@ against a real API server on real Kafka, Redis and SQL. No pools run, so a valid
 a very short time and is answered 202 ``pending``; the OpenAI routes answer 504 ``TIMEOUT``
 for a valid question nobody answers (documented; the only 5xx allowed, in
 ``schemathesis.toml`` beside this file, with the few statuses the schema cannot predict and
-why). Driven through the CLI: it is Schemathesis's complete runner (the pytest plugin does
+why), and ``schemathesis_hooks.py`` adds a check of ragstream's own (that 504 is the typed
+``TIMEOUT``). Driven through the CLI: it is Schemathesis's complete runner (the pytest plugin does
 not support pytest 9), bounded by ``--max-examples`` (a few minutes on the shared 2-core
 machine). Zero failures, or the test prints Schemathesis's report (reproducing ``curl``
 lines and the seed).
@@ -16,6 +17,7 @@ lines and the seed).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ import pytest
 from tests.integration.stack import Stack, make_stack
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
+HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 ST = str(Path(sys.executable).parent / "st")
 #: Examples per operation and phase: enough for every check to run on every operation.
 MAX_EXAMPLES = 12
@@ -74,7 +77,10 @@ def test_every_check_holds_for_every_operation(fuzz_stack: Stack, tmp_path: Path
         "--report-dir",
         str(tmp_path),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
     report = done.stdout[-30_000:] + done.stderr[-5_000:]
     assert done.returncode == 0, report
     assert "Tested: 3" in report, report  # every operation (31 as of issue 25) was tested
