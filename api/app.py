@@ -26,6 +26,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import redis
@@ -41,6 +42,7 @@ from api.deps import Services
 from api.errors import error_json, install_error_handlers
 from api.mcp.http import mount_mcp
 from api.mcp.http import running as running_mcp
+from api.openapi import build_openapi
 from api.querying import QueryService
 from ragstream import __version__, tracing
 from ragstream.health import probe_all
@@ -152,6 +154,7 @@ def create_app(settings: Settings) -> FastAPI:
         "`Authorization: Bearer <key>` (create one with `ragstream keys create`).",
     )
     app.state.services = build_services(settings)
+    app.openapi = partial(build_openapi, app)  # type: ignore[method-assign]
     install_error_handlers(app)
     _mount_routes(app)
     app.state.mcp = mount_mcp(app, app.state.services)

@@ -23,6 +23,7 @@ field at fault, or ``null``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import structlog
@@ -32,6 +33,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ragstream.errors import RagstreamError
 
@@ -253,9 +255,45 @@ def _invalid_response(request: Request, exc: RequestValidationError) -> JSONResp
     return error_json(422, "INVALID_REQUEST", message, details=details)
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the request path's resource serves (Starlette's 405 names only the first
+    route that matches the path, though a path has one route per method): the methods of the
+    routes with the path template of the first matching route, in the order of the routes;
+    ``HEAD`` (implied by ``GET``) is left out, as the spec has it."""
+    scope = {**request.scope, "method": "GET"}
+    matching = [
+        route
+        for route in _leaf_routes(request.app.router.routes)
+        if getattr(route, "methods", None) and route.matches(scope)[0] != Match.NONE
+    ]
+    if not matching:
+        return []
+    # The path's resource is the template of the first route that matches it (the one the
+    # router tries first: /v1/webhooks/callback-secret, not /v1/webhooks/{endpoint_id}).
+    template = matching[0].path_format
+    found: dict[str, None] = {}
+    for route in matching:
+        if route.path_format == template:
+            found.update(dict.fromkeys(sorted(m for m in route.methods if m != "HEAD")))
+    return list(found)
+
+
+def _leaf_routes(routes: Sequence[Any]) -> Iterator[Any]:
+    """The routes of ``routes`` with those of included routers (FastAPI keeps an included
+    router as one ``_IncludedRouter`` entry over its ``original_router``)."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            yield from _leaf_routes(inner.routes)
+        else:
+            yield route
+
+
 def _http_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = STATUS_CODES.get(exc.status_code, "ERROR")
     headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request))}
     path = request.url.path
     if exc.status_code == 404 and path.startswith("/v1/") and exc.detail == "Not Found":
         # No route serves the path: say which OpenAI endpoints exist (a client library that

@@ -5,13 +5,20 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ragstream.db.models import as_utc
 from topics.acl import Readers
 from topics.answers import Answer, AnswerStatus
 from topics.queries import Filter
 
+#: A timestamp of a response: RFC 3339 with its offset, always UTC (SQLite hands back naive
+#: datetimes; they are UTC and are sent with ``+00:00``, never without an offset).
+UtcDateTime = Annotated[dt.datetime, AfterValidator(as_utc)]
+
 Mode = Literal["sync", "async"]
+#: A callback URL the SSRF guard can check: ``http(s)://`` and a host, no spaces or controls.
+CALLBACK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@]+([/?#][^\x00-\x20\x7f]*)?$"
 
 
 class Body(BaseModel):
@@ -39,7 +46,11 @@ class QueryBody(Body):
     stream: bool = False
     timeout_s: float | None = Field(default=None, gt=0, le=600, description="Sync wait, s.")
     callback_url: str | None = Field(
-        default=None, max_length=2048, description="Signed webhook target for the answer."
+        default=None,
+        max_length=2048,
+        pattern=CALLBACK_URL,
+        description="Signed webhook target for the answer: an http(s) URL whose host resolves "
+        "to addresses webhooks may reach (else 422 naming RAGSTREAM_WEBHOOKS__ALLOW_NETWORKS).",
     )
     history: list[Annotated[str, Field(max_length=4000)]] = Field(
         default_factory=list,
@@ -122,8 +133,8 @@ class QueryResult(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     cached: bool = False
     latency_ms: float | None = Field(default=None, description="Time in the API, ms.")
-    created_at: dt.datetime | None = None
-    completed_at: dt.datetime | None = None
+    created_at: UtcDateTime | None = None
+    completed_at: UtcDateTime | None = None
     links: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
@@ -182,7 +193,7 @@ class DocumentOut(BaseModel):
     title: str | None = None
     source: str | None = None
     error: str | None = None
-    updated_at: dt.datetime | None = None
+    updated_at: UtcDateTime | None = None
     #: Who may read it; ``None``: everyone of the tenant.
     readers: list[str] | None = None
 
@@ -192,7 +203,7 @@ class JobBody(Body):
     who may read every document of the job (absent: keep / everyone of the tenant)."""
 
     paths: list[str] = Field(min_length=1, max_length=100)
-    callback_url: str | None = Field(default=None, max_length=2048)
+    callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL)
     readers: Readers | None = None
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from api.errors import ApiError
-from api.models import DocumentOut
+from api.models import DocumentOut, UtcDateTime
 
 #: Items per page: the default and the most a client may ask for.
 DEFAULT_LIMIT = 50
@@ -83,9 +83,9 @@ class JobSummary(BaseModel):
     failed_documents: int
     chunk_count: int
     error: str | None = None
-    created_at: dt.datetime
-    started_at: dt.datetime | None = None
-    finished_at: dt.datetime | None = None
+    created_at: UtcDateTime
+    started_at: UtcDateTime | None = None
+    finished_at: UtcDateTime | None = None
     links: dict[str, str] = Field(default_factory=dict)
 
 
@@ -104,8 +104,8 @@ class QuerySummary(BaseModel):
     status: str
     tier: str = ""
     error_code: str | None = None
-    created_at: dt.datetime
-    completed_at: dt.datetime | None = None
+    created_at: UtcDateTime
+    completed_at: UtcDateTime | None = None
     links: dict[str, str] = Field(default_factory=dict)
 
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.datastructures import UploadFile
 
 from api.errors import ApiError
-from api.models import Body
+from api.models import CALLBACK_URL, Body
 from ingest.ops import IngestOp, UploadedFile, prepare_op
 from ingest.parsers import ParseError, detect_upload
 from ragstream.settings import Settings
@@ -90,7 +90,7 @@ class DocumentForm(Body):
 class JobForm(Body):
     """``POST /v1/ingest/jobs`` as ``multipart/form-data``: the fields beside ``archive``."""
 
-    callback_url: str | None = Field(default=None, max_length=2048)
+    callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL)
     readers: str | None = Field(
         default=None, max_length=16_384,
         description="Who may read every document of the job: principals separated by commas.",

@@ -169,7 +169,9 @@ def worker_argv(
 ) -> list[str]:
     """``celery worker`` arguments: the queues behind ``queues`` (aliases ``jobs``,
     ``webhooks``, ``all``), and a node name that says what the worker serves (``jobs@%h``,
-    ``webhooks@%h``), so Flower tells the workers apart."""
+    ``webhooks@%h``), so Flower tells the workers apart. A worker of the webhook queue alone
+    runs a thread pool of ``webhooks.concurrency`` (16) threads: a delivery waits on its
+    receiver, and one slow receiver must not hold the only slot."""
     aliases = {
         "jobs": [settings.celery.queue],
         "webhooks": [settings.celery.webhook_queue],
@@ -178,10 +180,17 @@ def worker_argv(
     parts = [p.strip() for p in queues.split(",") if p.strip()]
     names = [q for part in parts for q in aliases.get(part, [part])]
     label = "+".join(parts) or "all"
+    queue_names = list(dict.fromkeys(n for n in names if n))
+    pool: list[str] = []
+    default = settings.celery.concurrency
+    if queue_names == [settings.celery.webhook_queue]:
+        # Deliveries wait on the network: threads, many of them (a slow receiver holds one).
+        pool, default = ["--pool=threads"], settings.webhooks.concurrency
     return [
         "worker",
-        f"--concurrency={concurrency or settings.celery.concurrency}",
-        f"--queues={','.join(dict.fromkeys(n for n in names if n))}",
+        *pool,
+        f"--concurrency={concurrency or default}",
+        f"--queues={','.join(queue_names)}",
         "--loglevel=INFO",
         "--events",
         f"--hostname={name or label + '@%h'}",

@@ -343,6 +343,9 @@ class WebhookSettings(BaseModel):
     scheduled by the sweeper of every Celery worker: every ``sweep_interval_s`` (0 disables
     it), once it is ``sweep_after_s`` old, unless it was queued less than
     ``schedule_marker_ttl_s`` ago (a long queue is not a lost task).
+    A slow or dead receiver cannot hold up other endpoints' deliveries: a webhooks-only worker
+    runs ``concurrency`` threads and at most ``per_receiver_concurrency`` attempts go to one
+    receiver at once (``workers/webhooks/slots.py``).
     """
 
     allow_networks: list[str] = []
@@ -355,6 +358,15 @@ class WebhookSettings(BaseModel):
     sweep_interval_s: float = Field(default=15.0, ge=0)
     sweep_after_s: float = Field(default=60.0, ge=0)
     schedule_marker_ttl_s: int = Field(default=3600, ge=1)
+    #: Threads of a worker that serves the webhook queue alone (``celery-worker --queues
+    #: webhooks``): deliveries wait on receivers, not on the CPU.
+    concurrency: int = Field(default=16, ge=1)
+    #: Attempts in flight to one receiver (scheme, host and port) across every worker; a
+    #: delivery to a receiver at the limit waits ``receiver_busy_retry_s`` (or, when an
+    #: attempt has been in flight over a second, until it must have ended) without an
+    #: attempt, so a slow or dead receiver holds at most this many threads.
+    per_receiver_concurrency: int = Field(default=4, ge=1)
+    receiver_busy_retry_s: float = Field(default=0.5, gt=0)
 
 
 class ReplaySettings(BaseModel):

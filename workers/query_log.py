@@ -86,6 +86,17 @@ def record_final(session: Session, responses: Sequence[QueryResponse]) -> list[Q
     return written
 
 
+def questions(session: Session, request_ids: Sequence[str]) -> dict[str, str]:
+    """``{request_id: question}`` of logged requests in ``session`` (rows that
+    :func:`record_final` just wrote are in the session already: no query is sent for them)."""
+    out: dict[str, str] = {}
+    for request_id in request_ids:
+        row = session.get(QueryLog, request_id)
+        if row is not None:
+            out[request_id] = row.query
+    return out
+
+
 def settle(
     sessions: sessionmaker[Session],
     response: QueryResponse | None,

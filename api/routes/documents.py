@@ -30,7 +30,7 @@ import uuid
 from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -73,6 +73,8 @@ from topics.registry import INGEST
 from topics.serde import encode
 
 router = APIRouter(tags=["documents"])
+#: A document id in a path: 1-512 characters, no control characters (as in the bodies).
+DOC_ID = Path(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 404, 413, 415, 422, 429, 503)
 }
@@ -153,7 +155,7 @@ async def _uploaded_document(request: Request, who: Principal) -> IngestRequest:
     responses=ERRORS,
 )  # fmt: skip
 async def delete_document(
-    doc_id: str, request: Request, who: Principal = Depends(principal)
+    request: Request, doc_id: str = DOC_ID, who: Principal = Depends(principal)
 ) -> DocumentAccepted:
     """Delete one document and its chunks (asynchronously, by the ingest pool)."""
     _check_doc_id(doc_id)
@@ -197,7 +199,7 @@ async def list_documents(
 
 @router.get("/v1/documents/{doc_id:path}", response_model=DocumentOut, responses=ERRORS)
 async def get_document(
-    doc_id: str, request: Request, who: Principal = Depends(principal)
+    request: Request, doc_id: str = DOC_ID, who: Principal = Depends(principal)
 ) -> DocumentOut:
     """A document of the caller's registry.
 

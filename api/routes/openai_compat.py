@@ -4,7 +4,28 @@
 Models: the answer tiers. ``evidence`` (the quoted evidence, no LLM), ``small`` and ``large``
 (an LLM over the evidence) force that tier; ``auto`` (listed first) and ``ragstream`` (the
 default when a body names none) let the router pick. ``ragstream-small`` / ``ragstream-large``
-are accepted as aliases. Any other name is a 404 ``model_not_found`` (as OpenAI answers).
+are accepted as aliases, and so is ``gpt-3.5-turbo`` (= ``auto``): the default model name of
+LangChain's ``ChatOpenAI`` and LlamaIndex's ``OpenAI``/``OpenAILike``, so that a framework used
+with its defaults answers (:data:`FRAMEWORK_DEFAULTS`; why: the frameworks send their default
+without asking the user for a model, and their first documented call would otherwise be a 404;
+it is one fixed name, so a typo still gets a 404). Any other name is a 404 ``model_not_found``
+(as OpenAI answers).
+
+Sources in the message: the frameworks drop fields they do not know (LangChain's
+``ChatOpenAI`` keeps only ``id``, ``model_name``, ``finish_reason``, ``logprobs``, usage and
+``system_fingerprint`` in ``response_metadata``; LlamaIndex keeps the body only in ``raw``), so
+``citations`` never reach their messages. A model name with the suffix ``+sources``
+(``auto+sources``, ``ragstream+sources``, ``small+sources``...) or the body field ``"sources":
+true`` appends a sources block to the answer's text (:func:`sources_block`)::
+
+    <answer>
+
+    Sources:
+    [1] <title or doc id> (<source>)
+    [2] ...
+
+It is part of ``content`` (``text``) and, in a stream, the last content delta; the top-level
+``citations`` and the last chunk's ``answer`` stay as without it.
 
 The question: the last ``user`` message (``/v1/completions``: the ``prompt``, as a chat with
 that one user message). Earlier ``user`` messages make a follow-up standalone
@@ -66,7 +87,7 @@ import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
@@ -79,7 +100,7 @@ from api.models import QueryBody
 from api.querying import QueryService, replies_until
 from api.routes.query import (
     FAILED_STATUS,
-    SSE_CONTENT,
+    OPENAI_SSE_CONTENT,
     attached,
     build_request,
     event_stream,
@@ -101,8 +122,19 @@ from workers.conversation import standalone_question
 router = APIRouter(tags=["openai"])
 #: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.
 MODELS = ("auto", "evidence", "small", "large")
-#: Other accepted names: ``ragstream`` (the default of a body without ``model``) and aliases.
-ALIASES = {"ragstream": "auto", "ragstream-small": "small", "ragstream-large": "large"}
+#: The default model name of LangChain's ``ChatOpenAI`` (``model_name``) and of LlamaIndex's
+#: ``OpenAI``/``OpenAILike`` (``llama_index.llms.openai.base.DEFAULT_OPENAI_MODEL``): ``auto``.
+FRAMEWORK_DEFAULTS = {"gpt-3.5-turbo": "auto"}
+#: Other accepted names: ``ragstream`` (the default of a body without ``model``), aliases and
+#: the frameworks' default model names.
+ALIASES = {
+    "ragstream": "auto",
+    "ragstream-small": "small",
+    "ragstream-large": "large",
+    **FRAMEWORK_DEFAULTS,
+}
+#: A model name ending in this asks for the sources block in the message (see the docstring).
+SOURCES_SUFFIX = "+sources"
 #: Seconds the route answers before the client's own timeout would fire.
 CLIENT_MARGIN_S = 1.0
 #: Request headers that carry the client's timeout in seconds, first match wins.
@@ -117,12 +149,67 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 Kind = Literal["chat", "text"]
 
 
+#: Message text: no NUL (the question goes into a query event, which refuses it).
+Text = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+#: Text with a character that is not white space (what ``str.strip()`` keeps), and no NUL.
+NOT_BLANK = {"type": "string", "pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$"}
+#: The JSON Schema of a message that carries a question: ``messages`` must contain one.
+HAS_QUESTION: dict[str, Any] = {
+    "type": "object",
+    "required": ["role", "content"],
+    "properties": {
+        "role": {"const": "user"},
+        "content": {
+            "anyOf": [
+                NOT_BLANK,
+                {
+                    "type": "array",
+                    "contains": {
+                        "type": "object",
+                        "required": ["type", "text"],
+                        "properties": {"type": {"const": "text"}, "text": NOT_BLANK},
+                    },
+                },
+            ]
+        },
+    },
+}
+#: The JSON Schema of ``prompt`` (the server refuses other prompts: 422 blank, 400 token ids).
+PROMPT_SCHEMA: dict[str, Any] = {
+    "anyOf": [NOT_BLANK, {"type": "array", "items": NOT_BLANK, "minItems": 1, "maxItems": 1}]
+}
+
+
+#: ``tool_choice`` / ``function_call``: only ``"none"`` (or absent) is honoured.
+NONE_OR_NULL: dict[str, Any] = {"enum": ["none", None]}
+#: ``response_format``: only text.
+TEXT_FORMAT: dict[str, Any] = {
+    "anyOf": [
+        {
+            "type": "object",
+            "required": ["type"],
+            "properties": {"type": {"const": "text"}},
+            "additionalProperties": False,
+        },
+        {"type": "null"},
+    ]
+}
+
+
+def _only_with_none(tools: str, choice: str) -> dict[str, Any]:
+    """``tools`` (non-empty) only with ``choice`` ``"none"``, as JSON Schema (``if``/``then``)."""
+    return {
+        "if": {"required": [tools], "properties": {tools: {"type": "array", "minItems": 1}}},
+        "then": {"required": [choice], "properties": {choice: {"const": "none"}}},
+    }
+
+
 class TextPart(BaseModel):
     """A content part; only text parts carry the question."""
 
     model_config = ConfigDict(extra="ignore")
     type: str = Field(max_length=32)
-    text: str | None = None
+    text: Text | None = None
 
 
 class ChatMessage(BaseModel):
@@ -130,45 +217,76 @@ class ChatMessage(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = Field(default=None)
+    content: Text | list[TextPart] | None = Field(default=None)
 
 
 class Unsupported(BaseModel):
     """The request fields that change the contract (see the module docstring)."""
 
     model_config = ConfigDict(extra="ignore")
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, json_schema_extra={"maximum": 1})
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
 
-class ChatBody(Unsupported):
+class Extensions(BaseModel):
+    """Request fields of ragstream's own (clients pass them as ``extra_body``)."""
+
+    sources: bool = Field(
+        default=False,
+        description="Append a `Sources:` block (one `[n] title (source)` line per citation) "
+        "to the answer's text, for clients that drop the top-level `citations` (LangChain, "
+        "LlamaIndex). The same as the model suffix `+sources`.",
+    )
+
+
+class ChatBody(Unsupported, Extensions):
     """The subset of the OpenAI request that applies; other fields are accepted and ignored."""
 
     model: str = Field(default="ragstream", max_length=128)
-    messages: list[ChatMessage] = Field(min_length=1, max_length=100)
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        max_length=100,
+        description="The conversation; at least one `user` message with text (the last one "
+        "is the question).",
+        json_schema_extra={"contains": HAS_QUESTION},
+    )
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)
+    # The schema says what the server refuses with 400 (see check_chat): tools only with
+    # tool_choice "none", a text response_format, no log probabilities.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={"allOf": [_only_with_none("tools", "tool_choice"),
+                                     _only_with_none("functions", "function_call")]},
+    )  # fmt: skip
     tools: list[Any] | None = None
-    tool_choice: Any = None
+    tool_choice: Any = Field(default=None, json_schema_extra=NONE_OR_NULL)
     functions: list[Any] | None = None
-    function_call: Any = None
-    response_format: Any = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    function_call: Any = Field(default=None, json_schema_extra=NONE_OR_NULL)
+    response_format: Any = Field(default=None, json_schema_extra=TEXT_FORMAT)
+    logprobs: bool | None = Field(default=None, json_schema_extra={"enum": [False, None]})
+    top_logprobs: int | None = Field(default=None, json_schema_extra={"enum": [0, None]})
 
 
-class CompletionBody(Unsupported):
+class CompletionBody(Unsupported, Extensions):
     """``POST /v1/completions``: the legacy text-completion request (OpenAI shape)."""
 
     model: str = Field(default="ragstream", max_length=128)
-    prompt: str | list[Any] = ""
+    prompt: str | list[Any] = Field(
+        description="The question: one string with text (a list of one such string is "
+        "accepted too; token ids and batches are a 400).",
+        json_schema_extra=PROMPT_SCHEMA,
+    )
     stream: bool = False
     user: str | None = Field(default=None, max_length=256)
-    logprobs: int | None = None
-    echo: bool = False
-    suffix: str | None = None
-    best_of: int | None = None
+    logprobs: int | None = Field(default=None, json_schema_extra={"enum": [0, None]})
+    echo: bool = Field(default=False, json_schema_extra={"enum": [False]})
+    suffix: str | None = Field(default=None, json_schema_extra={"enum": ["", None]})
+    best_of: int | None = Field(
+        default=None,
+        json_schema_extra={"anyOf": [{"type": "integer", "maximum": 1}, {"type": "null"}]},
+    )
 
 
 def _unsupported(param: str, what: str) -> OpenAIError:
@@ -286,14 +404,21 @@ def question_of(body: ChatBody, max_chars: int = 4000) -> str:
     return rewritten if len(rewritten) <= max_chars else question
 
 
+def wants_sources(model: str) -> bool:
+    """True when ``model`` ends in :data:`SOURCES_SUFFIX`."""
+    return model.endswith(SOURCES_SUFFIX)
+
+
 def route_of(model: str) -> Literal["auto", "evidence", "small", "large"]:
-    """The answer tier a ``model`` name forces (``auto``: the router picks).
+    """The answer tier a ``model`` name forces (``auto``: the router picks); a
+    :data:`SOURCES_SUFFIX` is ignored here.
 
     Raises:
         OpenAIError: 404 ``model_not_found`` for a name that is neither a model of
             ``GET /v1/models`` nor an alias.
     """
-    name = ALIASES.get(model, model)
+    base = model.removesuffix(SOURCES_SUFFIX) if wants_sources(model) else model
+    name = ALIASES.get(base, base)
     if name not in MODELS:
         raise OpenAIError(
             404,
@@ -338,18 +463,33 @@ def _sources(r: Answer) -> dict[str, Any]:
     }
 
 
+def sources_block(r: Answer) -> str:
+    """The sources block appended to the answer's text on request: ``"\\n\\nSources:\\n[1]
+    <title or doc id> (<source>)\\n..."``, one line per citation in ``n`` order (the source
+    in parentheses only when the passage has one); ``""`` when the answer cites nothing."""
+    if not r.citations:
+        return ""
+    lines = []
+    for c in sorted(r.citations, key=lambda c: c.n):
+        name = c.title or c.doc_id
+        lines.append(f"[{c.n}] {name} ({c.source})" if c.source else f"[{c.n}] {name}")
+    return "\n\nSources:\n" + "\n".join(lines)
+
+
 def finish_reason(r: Answer) -> Literal["stop", "length"]:
     """``length`` when the LLM's answer was cut at its token limit, else ``stop``."""
     return "length" if r.truncated else "stop"
 
 
-def completion(r: Answer, model: str, kind: Kind = "chat") -> dict[str, Any]:
-    """A ``chat.completion`` (``text_completion``) object for an answer (``answered``)."""
+def completion(r: Answer, model: str, kind: Kind = "chat", sources: bool = False) -> dict[str, Any]:
+    """A ``chat.completion`` (``text_completion``) object for an answer (``answered``);
+    ``sources``: the text ends with :func:`sources_block`."""
+    text = (r.answer or "") + (sources_block(r) if sources else "")
     if kind == "chat":
-        choice: dict[str, Any] = {"message": {"role": "assistant", "content": r.answer}}
+        choice: dict[str, Any] = {"message": {"role": "assistant", "content": text}}
         head = {"id": f"chatcmpl-{r.request_id}", "object": "chat.completion"}
     else:
-        choice = {"text": r.answer or "", "logprobs": None}
+        choice = {"text": text, "logprobs": None}
         head = {"id": f"cmpl-{r.request_id}", "object": "text_completion"}
     return {
         **head,
@@ -424,13 +564,15 @@ async def get_model(model: str) -> ModelOut:
 
 @dataclass(frozen=True)
 class Ask:
-    """One question of an OpenAI route: the text, the model named, the answer budget."""
+    """One question of an OpenAI route: the text, the model named, the answer budget, and
+    whether the text ends with the sources block."""
 
     question: str
     model: str
     stream: bool
     max_tokens: int | None
     kind: Kind
+    sources: bool = False
 
 
 @router.post(
@@ -439,7 +581,7 @@ class Ask:
         200: {
             "description": "A `chat.completion` (JSON); with `stream: true`, Server-Sent Events "
             "of `chat.completion.chunk` objects ending in `data: [DONE]`.",
-            "content": SSE_CONTENT,
+            "content": OPENAI_SSE_CONTENT,
         },
         **ERRORS,
     },
@@ -452,7 +594,8 @@ async def chat_completions(
     check_chat(body)
     svc = query_service(request)
     question = question_of(body, svc.settings.api.max_query_chars)
-    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat")
+    sources = body.sources or wants_sources(body.model)
+    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat", sources)
     return await answer(svc, request, who, ask)
 
 
@@ -462,7 +605,7 @@ async def chat_completions(
         200: {
             "description": "A `text_completion` (JSON); with `stream: true`, Server-Sent Events "
             "of `text_completion` objects ending in `data: [DONE]`.",
-            "content": SSE_CONTENT,
+            "content": OPENAI_SSE_CONTENT,
         },
         **ERRORS,
     },
@@ -476,7 +619,8 @@ async def completions(
     svc = query_service(request)
     if len(prompt) > svc.settings.api.max_query_chars:
         raise too_long("prompt", len(prompt), svc.settings.api.max_query_chars)
-    ask = Ask(prompt, body.model, body.stream, answer_budget(body), "text")
+    sources = body.sources or wants_sources(body.model)
+    ask = Ask(prompt, body.model, body.stream, answer_budget(body), "text", sources)
     return await answer(svc, request, who, ask)
 
 
@@ -519,7 +663,7 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
     result = Answer.of(response, query=ask.question)
     if result.status != "answered":
         raise _failure(result)
-    return JSONResponse(completion(result, ask.model, ask.kind))
+    return JSONResponse(completion(result, ask.model, ask.kind, ask.sources))
 
 
 def _chunk(
@@ -573,7 +717,10 @@ def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[Positi
         return [(FINAL if final is not None else None, f"data: {json.dumps(payload)}\n\n".encode())]
     text = final.answer or ""
     rest = text[len(shown) :] if text.startswith(shown) else ""
-    out: list[Positioned] = [(REPLACE, _chunk(rid, ask, rest, None))] if rest else []
+    # The sources block (``+sources``) follows the answer in the same chunk as its rest, so
+    # ``answer`` and ``replaced`` are as without it and every position is sent once.
+    more = rest + (sources_block(final) if ask.sources else "")
+    out: list[Positioned] = [(REPLACE, _chunk(rid, ask, more, None))] if more else []
     last = _chunk(rid, ask, None, finish_reason(final), final_fields(final, shown))
     return [*out, (FINAL, last)]
 

@@ -91,7 +91,50 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
 }
 #: The OpenAPI content of a Server-Sent Events answer (``stream: true``).
-SSE_CONTENT = {"text/event-stream": {"schema": {"type": "string", "format": "event-stream"}}}
+#: One Server-Sent Event of ``POST /v1/query`` (OpenAPI 3.1: the ``text/event-stream`` schema
+#: describes each event, as parsed into ``event``, ``data``, ``id``, ``retry``).
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {
+            "enum": [
+                "accepted", "queued", "evidence", "token", "replace", "answer", "error",
+                "timeout",
+            ],
+        },
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "A JSON object: `accepted` {request_id, links}; `queued` "
+            "{request_id, backlog, pool}; `evidence` {seq, evidence: [EvidenceOut]}; `token` "
+            "{seq, text}; `replace` {text, truncated}; `answer` and `error`: a QueryResult; "
+            "`timeout` {request_id, links}.",
+        },
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}  # fmt: skip
+#: One event of an OpenAI stream: ``data`` only, a chunk object or ``[DONE]``.
+OPENAI_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {
+            "type": "string",
+            "description": "A `chat.completion.chunk` (`text_completion`) JSON object, an "
+            '`{"error": {...}}` object, or `[DONE]` (the last event).',
+        },
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
+SSE_CONTENT = {"text/event-stream": {"schema": SSE_EVENT}}
+OPENAI_SSE_CONTENT = {"text/event-stream": {"schema": OPENAI_SSE_EVENT}}
+
+
+#: The example body of ``POST /v1/query`` (Swagger UI's "Try it out" sends it as is).
+QUERY_EXAMPLE = {"query": "What does VACUUM do?", "top_k": 3, "route": "auto", "mode": "sync"}
 
 
 def query_service(request: Request) -> QueryService:
@@ -204,6 +247,9 @@ def logged_result(
         },
         202: {"model": QueryResult, "description": "Accepted; poll links.self."},
         **ERRORS,
+    },
+    openapi_extra={
+        "requestBody": {"content": {"application/json": {"example": QUERY_EXAMPLE}}},
     },
 )
 async def post_query(

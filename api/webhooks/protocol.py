@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.models import UtcDateTime
 from workers.webhooks.delivery import DeliveryView
 from workers.webhooks.endpoints import MAX_DESCRIPTION_CHARS, MAX_URL_CHARS, Endpoint
 from workers.webhooks.signing import Rotated
@@ -39,7 +39,7 @@ class EndpointOut(BaseModel):
     url: str
     event_types: list[str]
     description: str
-    created_at: dt.datetime
+    created_at: UtcDateTime
 
     @classmethod
     def of(cls, e: Endpoint) -> EndpointOut:
@@ -73,7 +73,7 @@ class SecretOut(BaseModel):
     ``previous_valid_until`` (UTC), so receivers can switch without losing deliveries."""
 
     secret: str
-    previous_valid_until: dt.datetime | None = None
+    previous_valid_until: UtcDateTime | None = None
 
     @classmethod
     def of(cls, r: Rotated) -> SecretOut:
@@ -95,7 +95,7 @@ class AttemptOut(BaseModel):
     status_code: int | None
     error: str | None
     latency_ms: float | None
-    attempted_at: dt.datetime
+    attempted_at: UtcDateTime
 
 
 class DeliveryOut(BaseModel):
@@ -106,8 +106,8 @@ class DeliveryOut(BaseModel):
     url: str
     status: Literal["pending", "succeeded", "failed"]
     attempt_count: int
-    created_at: dt.datetime
-    finished_at: dt.datetime | None
+    created_at: UtcDateTime
+    finished_at: UtcDateTime | None
     attempts: list[AttemptOut]
 
     @classmethod

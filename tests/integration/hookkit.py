@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ class Received:
     webhook_id: str
     payload: Any
     signature: str = ""
+    user_agent: str = ""
+    at: float = 0.0  # time.monotonic() of its receipt
 
 
 class Receiver:
@@ -70,7 +73,13 @@ class Receiver:
                 else:
                     with outer.lock:
                         outer.received.append(
-                            Received(headers["webhook-id"], payload, headers["webhook-signature"])
+                            Received(
+                                headers["webhook-id"],
+                                payload,
+                                headers["webhook-signature"],
+                                headers.get("user-agent", ""),
+                                time.monotonic(),
+                            )
                         )
                         status = outer.statuses.pop(0) if outer.statuses else 200
                     if redirect_to:
@@ -148,12 +157,13 @@ class HookEnv:
     tmp: Path
     worker: subprocess.Popen[bytes] | None = None
 
-    def start_worker(self) -> None:
-        """Start ``ragstream celery-worker`` on the private queue; wait until it is ready."""
+    def start_worker(self, *args: str) -> None:
+        """Start ``ragstream celery-worker [args]`` on the private queue; wait until it is
+        ready."""
         log = self.tmp / "worker.log"
         with log.open("ab") as out:
             self.worker = subprocess.Popen(
-                [sys.executable, "-m", "entry.cli", "celery-worker"],
+                [sys.executable, "-m", "entry.cli", "celery-worker", *args],
                 env={**os.environ, **self.env},
                 stdout=out,
                 stderr=out,

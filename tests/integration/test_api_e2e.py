@@ -208,6 +208,24 @@ def test_max_tokens_bounds_the_real_llms_answer_and_completions_are_served(
         raise AssertionError("an unknown model was answered")
 
 
+def test_langchain_and_llamaindex_with_their_defaults_and_the_sources_block(
+    stack: Stack,
+) -> None:
+    from langchain_openai import ChatOpenAI
+    from llama_index.llms.openai_like import OpenAILike
+
+    base, key = stack.apis[0].url + "/v1", stack.keys["acme"]
+    question = "Which TCP port does the server listen on by default?"
+    # LlamaIndex's OpenAILike with its defaults: model gpt-3.5-turbo on /v1/completions.
+    text = OpenAILike(api_base=base, api_key=key, timeout=120).complete(question).text
+    assert "5432" in text, text
+    message = ChatOpenAI(base_url=base, api_key=key, model="auto+sources", timeout=120).invoke(
+        question
+    )
+    content = str(message.content)
+    assert "5432" in content and "\n\nSources:\n[1] " in content, content
+
+
 def test_open_webuis_request_sequence_replays_against_the_real_stack(stack: Stack) -> None:
     from tests.frontends import load, replay
 

@@ -1,25 +1,37 @@
-"""Property-based fuzzing of the whole OpenAPI spec (schemathesis): no 5xx for any input.
+"""The spec and the server agree: Schemathesis with every check over every operation.
 
-Real Kafka, Redis and SQL; no pools run, so a valid query waits (a very short wait here) and
-is answered 202 ``pending``; the OpenAI endpoint answers 504 ``TIMEOUT`` for a valid question
-nobody answers, which is the only 5xx allowed (it is not a malformed input).
+``st run --checks all`` (response schemas, status codes, content types, headers, ``Allow``,
+positive and negative data, missing auth, stateful links between operations, SSE event
+schemas) in all four phases (the spec's examples, coverage, fuzzing, stateful sequences)
+against a real API server on real Kafka, Redis and SQL. No pools run, so a valid query waits
+a very short time and is answered 202 ``pending``; the OpenAI routes answer 504 ``TIMEOUT``
+for a valid question nobody answers (documented; the only 5xx allowed, in
+``schemathesis.toml`` beside this file, with the few statuses the schema cannot predict and
+why), and ``schemathesis_hooks.py`` adds a check of ragstream's own (that 504 is the typed
+``TIMEOUT``). Driven through the CLI: it is Schemathesis's complete runner (the pytest plugin does
+not support pytest 9), bounded by ``--max-examples`` (a few minutes on the shared 2-core
+machine). Zero failures, or the test prints Schemathesis's report (reproducing ``curl``
+lines and the seed).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode, openapi
-from schemathesis.checks import not_a_server_error
 
-from api.app import create_app
 from tests.integration.stack import Stack, make_stack
+
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
+ST = str(Path(sys.executable).parent / "st")
+#: Examples per operation and phase: enough for every check to run on every operation.
+MAX_EXAMPLES = 12
 
 
 @pytest.fixture(scope="module")
@@ -35,60 +47,40 @@ def fuzz_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         RAGSTREAM_INGEST__ALLOWED_ROOTS=json.dumps([str(tmp / "roots")]),
         RAGSTREAM_INGEST__UPLOAD_ROOT=str(tmp / "roots"),
     )
-    stack.keys["t"] = stack.key(stack.name + "-fuzz", rate_per_minute=100_000)
+    # An operator key: the operations routes are fuzzed too.
+    stack.keys["t"] = stack.key(stack.name + "-fuzz", rate_per_minute=1_000_000, role="operator")
     yield stack
     stack.close()
 
 
-@pytest.fixture(scope="module")
-def api_schema(fuzz_stack: Stack) -> Any:
-    app = create_app(fuzz_stack.settings)
-    return openapi.from_asgi("/openapi.json", app)
-
-
-def no_server_error_but_timeout(ctx: Any, response: Any, case: Any) -> bool | None:
-    """Like ``not_a_server_error``, except a 504 ``TIMEOUT`` for a valid unanswered question."""
-    if response.status_code == 504:
-        body = response.json()
-        assert body["error"]["code"] == "TIMEOUT", body
-        return True
-    return not_a_server_error(ctx, response, case)  # type: ignore[no-any-return]
-
-
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-def test_no_input_makes_a_server_error(api_schema: Any, fuzz_stack: Stack, mode: Any) -> None:
-    """Every operation, valid (positive) and invalid (negative) inputs, 25 examples each.
-
-    (Driven with hypothesis directly: schemathesis's pytest plugin does not support pytest 9.)
-    """
-    headers = {"Authorization": f"Bearer {fuzz_stack.keys['t']}"}
-    operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) >= 10, [op.label for op in operations]
-    ran: list[str] = []
-    for operation in operations:
-        if mode == GenerationMode.NEGATIVE and not (
-            len(operation.body) or len(operation.path_parameters) or len(operation.query)
-        ):
-            continue  # nothing to make invalid
-
-        @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(
-            max_examples=25,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
-        def run(case: Any) -> None:
-            case.call_and_validate(
-                headers=headers,
-                checks=[no_server_error_but_timeout],
-                excluded_checks=[not_a_server_error],
-            )
-
-        try:
-            run()
-            ran.append(operation.label)
-        except Unsatisfiable:
-            # e.g. a lone string path parameter: every value is valid, none can be negative.
-            assert mode == GenerationMode.NEGATIVE, operation.label
-    assert len(ran) >= 8, ran
+def test_every_check_holds_for_every_operation(fuzz_stack: Stack, tmp_path: Path) -> None:
+    api = fuzz_stack.api()
+    command = [
+        ST,
+        "--config-file",
+        str(CONFIG),
+        "--no-color",
+        "run",
+        f"{api.url}/openapi.json",
+        "--checks",
+        "all",
+        "--header",
+        f"Authorization: Bearer {fuzz_stack.keys['t']}",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        # One worker: hypothesis describes strategies with ast.parse, which CPython 3.11 does
+        # not survive in two threads at once ("AST constructor recursion depth mismatch").
+        "--workers",
+        "1",
+        "--request-timeout",
+        "30",
+        "--report-dir",
+        str(tmp_path),
+    ]
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, env=env
+    )
+    report = done.stdout[-30_000:] + done.stderr[-5_000:]
+    assert done.returncode == 0, report
+    assert "Tested: 3" in report, report  # every operation (31 as of issue 25) was tested

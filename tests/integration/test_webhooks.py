@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from ragstream import __version__
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.db.models import WebhookAttempt, WebhookDelivery
 from tests.integration.hookkit import Receiver
@@ -82,6 +83,7 @@ def test_500_then_200_is_one_delivery_succeeded_on_attempt_2(sessions: Any) -> N
         assert receiver.verified == 2
         assert [r.webhook_id for r in receiver.received] == ["msg_r1", "msg_r1"]  # stable id
         assert receiver.received[-1].payload == payload
+        assert {r.user_agent for r in receiver.received} == {f"ragstream-webhooks/{__version__}"}
         with sessions() as s:
             (row,) = s.scalars(select(WebhookDelivery)).all()
             attempts = s.scalars(select(WebhookAttempt).order_by(WebhookAttempt.attempt)).all()

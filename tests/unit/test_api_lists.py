@@ -153,3 +153,37 @@ def test_cursor_values_out_of_range_are_refused() -> None:
     for key, kinds in bad:
         with pytest.raises(ApiError):
             decode_cursor(encode_cursor(key), kinds)
+
+
+def test_every_timestamp_has_an_offset_sqlite_too(client: Any) -> None:
+    """RFC 3339 (the spec's ``date-time``) needs the offset that SQLite drops (issue 25)."""
+    headers = {"Authorization": f"Bearer {client.keys['acme']}"}
+    stamps: list[str] = []
+    doc = client.get("/v1/documents/acme-doc-3", headers=headers).json()
+    stamps.append(doc["updated_at"])
+    for path in ("/v1/documents", "/v1/ingest/jobs", "/v1/queries"):
+        for item in client.get(path, headers=headers).json()["items"]:
+            stamps += [v for k, v in item.items() if k.endswith("_at") and v is not None]
+    stamps += [
+        v
+        for k, v in client.get("/v1/queries/acme-q-1", headers=headers).json().items()
+        if k.endswith("_at") and v is not None
+    ]
+    assert len(stamps) > 20
+    for stamp in stamps:
+        assert dt.datetime.fromisoformat(stamp).utcoffset() == dt.timedelta(0), stamp
+
+
+def test_a_naive_timestamp_is_sent_with_its_utc_offset() -> None:
+    from api.models import DocumentOut
+    from api.pages import JobSummary
+
+    naive = dt.datetime(2026, 12, 2, 5, 0)
+    doc = DocumentOut(doc_id="d", status="indexed", version=1, chunk_count=1, updated_at=naive)
+    job = JobSummary(job_id="j", status="succeeded", total_documents=0, done_documents=0,
+                     failed_documents=0, chunk_count=0, created_at=naive)  # fmt: skip
+    for stamp in (
+        doc.model_dump(mode="json")["updated_at"],
+        job.model_dump(mode="json")["created_at"],
+    ):
+        assert dt.datetime.fromisoformat(stamp) == naive.replace(tzinfo=dt.UTC), stamp

@@ -56,6 +56,18 @@ def test_celery_workers_are_named_after_their_queues() -> None:
     assert "--hostname=w1@h" in worker_argv(s, "jobs", None, "w1@h")
 
 
+def test_the_webhook_worker_runs_threads_so_a_slow_receiver_holds_one() -> None:
+    s = Settings()
+    hooks = worker_argv(s, "webhooks", None, None)
+    assert "--pool=threads" in hooks and f"--concurrency={s.webhooks.concurrency}" in hooks
+    assert s.webhooks.concurrency > s.webhooks.per_receiver_concurrency
+    assert "--concurrency=3" in worker_argv(s, "webhooks", 3, None)
+    for queues in ("jobs", "all"):  # the ingest tasks keep their processes
+        argv = worker_argv(s, queues, None, None)
+        assert not any(a.startswith("--pool") for a in argv)
+        assert f"--concurrency={s.celery.concurrency}" in argv
+
+
 def test_the_license_is_an_spdx_string_for_setuptools_77() -> None:
     import tomllib
     from pathlib import Path

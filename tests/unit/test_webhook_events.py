@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ingest.jobs import JOB_COMPLETED_TASK
+from ragstream import __version__
 from ragstream.celery_app import celery_app
-from ragstream.db.models import IngestJob
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from ragstream.db.models import IngestJob, WebhookDelivery
 from ragstream.settings import WebhookSettings
 from topics.base import StageTiming
+from topics.queries import QueryRequest
 from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
+from workers import query_log
+from workers.pools.delivery import record_responses
 from workers.webhooks import events
 from workers.webhooks.endpoints import EndpointError, normalise_event_types
 from workers.webhooks.outbox import MARKER_PREFIX, CeleryScheduler, Scheduled
+from workers.webhooks.signing import new_secret, sign_headers
 from workers.webhooks.tasks import retry_policy
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
@@ -51,8 +58,9 @@ def test_query_completed_payload() -> None:
             StageTiming(stage="generation", started_at=T0, duration_ms=100.25),
         ),
     )
-    payload = events.query_completed(answered)
+    payload = events.query_completed(answered, "Which port?")
     assert payload["type"] == "query.completed"
+    assert payload["data"]["query"] == "Which port?"
     assert payload["timestamp"] == "2026-11-29T12:00:00Z"
     data = payload["data"]
     assert (data["request_id"], data["tenant"], data["status"]) == ("r1", "acme", "answered")
@@ -189,3 +197,30 @@ def test_reschedule_skips_queued_deliveries_and_releases_a_failed_claim() -> Non
     # A second sweep sends only what is still unmarked.
     assert scheduler.reschedule(D) == [D[2]]
     assert scheduler.reschedule(D) == []
+
+
+def test_the_query_completed_delivery_carries_the_question(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    upgrade_head(url)
+    engine = make_engine(url)
+    sessions = make_session_factory(engine)
+    question = QueryRequest(tenant="acme", query="Which port does it listen on?", deadline=T0)
+    query_log.log_pending(sessions, question)
+    response = QueryResponse(
+        tenant="acme",
+        request_id=question.request_id,
+        status="answered",
+        answer="Port 5432 [1]",
+        callback_url="https://hooks.example.com/answers",
+    )
+    _, created = record_responses(sessions, [response])
+    with sessions() as session:
+        (delivery,) = [session.get(WebhookDelivery, c.delivery_id) for c in created]
+        assert delivery is not None
+        assert delivery.payload["data"]["query"] == "Which port does it listen on?"
+    engine.dispose()
+
+
+def test_every_delivery_names_its_sender_in_the_user_agent() -> None:
+    headers = sign_headers([new_secret()], "msg_1", "{}", T0)
+    assert headers["user-agent"] == f"ragstream-webhooks/{__version__}"

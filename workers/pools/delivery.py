@@ -61,7 +61,8 @@ def record_responses(
     """
     with sessions.begin() as session:
         written = query_log.record_final(session, responses)
-        created = add_query_deliveries(session, written)
+        questions = query_log.questions(session, [r.request_id for r in written])
+        created = add_query_deliveries(session, written, questions)
         if cache is not None:
             for response in written:
                 cache.store(response)

@@ -219,6 +219,15 @@ def run_attempt(
     return status, result
 
 
+def delivery_url(sessions: sessionmaker[Session], delivery_id: int) -> str | None:
+    """The URL a pending delivery posts to; ``None`` when it is unknown or final already."""
+    with sessions() as session:
+        row = session.get(WebhookDelivery, delivery_id)
+        if row is None or row.status in ("succeeded", "failed"):
+            return None
+        return row.url
+
+
 def attempt_count(sessions: sessionmaker[Session], delivery_id: int) -> int | None:
     """Attempts made so far for delivery ``delivery_id`` (``None``: no such delivery)."""
     with sessions() as session:

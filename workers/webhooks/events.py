@@ -4,9 +4,9 @@ Every payload has the Standard Webhooks shape ``{"type", "timestamp", "data"}``:
 
 - ``query.completed``: one per ``request_id``, when the query log records its first final
   response; ``data`` renders its answer view (:class:`topics.answers.Answer`): the request id,
-  tenant, status (``answered`` or ``failed``), answer (``null`` on a failure), citations,
-  evidence spans with their offsets, truncated flag, typed error, answer tier, token usage,
-  whether it was cached, and a trace summary (per-stage ms);
+  tenant, the question as asked (``query``), status (``answered`` or ``failed``), answer
+  (``null`` on a failure), citations, evidence spans with their offsets, truncated flag, typed
+  error, answer tier, token usage, whether it was cached, and a trace summary (per-stage ms);
 - ``ingest.job.completed``: when a bulk job reaches a final status; ``data`` holds the job id,
   status, document and chunk counts and the first :data:`MAX_JOB_FAILURES` failed documents.
 
@@ -35,10 +35,10 @@ WILDCARD: Final = "*"
 #: Failed documents listed in an ``ingest.job.completed`` payload (the rest are counted).
 MAX_JOB_FAILURES: Final = 100
 #: The answer view's fields a ``query.completed`` payload carries as they are (its ``trace``
-#: is summarised; the question and the query log's times stay in the log).
+#: is summarised; the query log's times stay in the log).
 WEBHOOK_FIELDS: Final = (
-    "request_id", "tenant", "status", "answer", "citations", "evidence", "truncated", "error",
-    "tier", "usage", "cached",
+    "request_id", "tenant", "query", "status", "answer", "citations", "evidence", "truncated",
+    "error", "tier", "usage", "cached",
 )  # fmt: skip
 
 
@@ -59,14 +59,15 @@ def _iso(value: dt.datetime) -> str:
     return as_utc(value).isoformat().replace("+00:00", "Z")
 
 
-def query_completed(response: QueryResponse) -> dict[str, Any]:
+def query_completed(response: QueryResponse, query: str = "") -> dict[str, Any]:
     """The ``query.completed`` payload of a final response, rendered from its answer view
-    (:meth:`topics.answers.Answer.of`).
+    (:meth:`topics.answers.Answer.of`); ``query`` is the question as asked (the query log's,
+    ``""`` when the log has none, e.g. a response whose request was never logged).
 
     ``timestamp`` is the response event's ``created_at`` (so the payload is the same whenever
     it is built); ``data.trace`` is ``{"stages": [{"stage", "duration_ms"}], "total_ms"}``.
     """
-    answer = Answer.of(response)
+    answer = Answer.of(response, query=query)
     view = answer.model_dump(mode="json")
     stages = [{"stage": t.stage, "duration_ms": round(t.duration_ms, 3)} for t in answer.trace]
     return {

@@ -20,7 +20,7 @@ attempts it expects to find, so a duplicate message that arrives late changes no
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,13 +134,20 @@ def add_deliveries(session: Session, planned: Sequence[NewDelivery]) -> list[Sch
     return [Scheduled(r.id, r.webhook_id) for r in rows]
 
 
-def add_query_deliveries(session: Session, responses: Sequence[QueryResponse]) -> list[Scheduled]:
+def add_query_deliveries(
+    session: Session,
+    responses: Sequence[QueryResponse],
+    questions: Mapping[str, str] | None = None,
+) -> list[Scheduled]:
     """Deliveries of ``query.completed`` for responses that just became final.
 
     Args:
         session: the open transaction that recorded the responses in the query log.
         responses: the first final response of each request id (never a replay).
+        questions: the question of each request id, as the query log holds it (carried in
+            the payload as ``data.query``; ``""`` where missing).
     """
+    questions = questions or {}
     planned: list[NewDelivery] = []
     for r in responses:
         planned += plan(
@@ -149,7 +156,7 @@ def add_query_deliveries(session: Session, responses: Sequence[QueryResponse]) -
             tenant=r.tenant,
             subject=r.request_id,
             callback_url=r.callback_url,
-            payload=events.query_completed(r),
+            payload=events.query_completed(r, questions.get(r.request_id, "")),
         )
     return add_deliveries(session, planned)
 

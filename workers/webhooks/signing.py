@@ -30,9 +30,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from standardwebhooks.webhooks import Webhook
 
+from ragstream import __version__
 from ragstream.db.models import WebhookEndpoint, WebhookTenantSecret, as_utc, utcnow
 
 PREFIX = "whsec_"
+#: The ``User-Agent`` of every delivery.
+USER_AGENT = f"ragstream-webhooks/{__version__}"
 KEY_BYTES = 32
 
 
@@ -133,11 +136,14 @@ def sign_headers(
     keys: Sequence[str], webhook_id: str, body: str, now: dt.datetime
 ) -> dict[str, str]:
     """Standard Webhooks headers for ``body`` sent at ``now``, one ``v1,`` signature per key
-    (space-separated), so a receiver holding any one of them verifies the delivery."""
+    (space-separated), so a receiver holding any one of them verifies the delivery; and
+    ``user-agent: ragstream-webhooks/<version>`` (:data:`USER_AGENT`), so a receiver's logs
+    and firewall can tell the deliveries apart."""
     signature = " ".join(Webhook(key).sign(webhook_id, now, body) for key in keys)
     return {
         "webhook-id": webhook_id,
         "webhook-timestamp": str(int(now.timestamp())),
         "webhook-signature": signature,
         "content-type": "application/json",
+        "user-agent": USER_AGENT,
     }

@@ -4,9 +4,15 @@ redirect, after DNS resolution.
 Refused unless an allowlisted network contains them: every address that is not globally
 routable (loopback, private, link-local including the cloud metadata address 169.254.169.254,
 CGNAT, multicast, reserved, unspecified, IPv6 site-local), and IPv6 addresses that embed an IPv4
-address by that address: IPv4-mapped (``::ffff:a.b.c.d``), IPv4-compatible (``::a.b.c.d``),
-NAT64 (``64:ff9b::/96``, RFC 6052, and ``64:ff9b:1::/48``, RFC 8215), 6to4 (``2002::/16``,
-RFC 3056) and Teredo (``2001::/32``, RFC 4380). Only ``http`` and ``https`` URLs are accepted.
+address by that address: IPv4-mapped (``::ffff:a.b.c.d``), IPv4-translated
+(``::ffff:0:a.b.c.d``, RFC 2765 SIIT: ``[::ffff:0:7f00:1]`` is 127.0.0.1), IPv4-compatible
+(``::a.b.c.d``), NAT64 (``64:ff9b::/96``, RFC 6052, and ``64:ff9b:1::/48``, RFC 8215), 6to4
+(``2002::/16``, RFC 3056) and Teredo (``2001::/32``, RFC 4380). Only ``http`` and ``https``
+URLs are accepted.
+
+A refusal names the setting that allows an address, :data:`ALLOW_SETTING`: it must reach both
+the API (checked at registration and for a ``callback_url``) and the webhook workers (checked
+before every request).
 
 :func:`check_url` returns the checked addresses; delivery connects to those only, never
 resolving the name again (:mod:`workers.webhooks.transport`), so a DNS answer that changes
@@ -26,6 +32,10 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+#: The environment variable of ``webhooks.allow_networks`` (a JSON list of CIDRs).
+ALLOW_SETTING = "RAGSTREAM_WEBHOOKS__ALLOW_NETWORKS"
+
+
 class SsrfBlockedError(PermanentError):
     """The URL points at an address that webhooks may not reach."""
 
@@ -40,6 +50,7 @@ def parse_networks(cidrs: Sequence[str]) -> list[Network]:
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 _SIXTOFOUR = ipaddress.ip_network("2002::/16")
 _V4_COMPATIBLE = ipaddress.ip_network("::/96")
+_V4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # RFC 2765 section 2.1
 
 
 def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
@@ -48,6 +59,8 @@ def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     value = int(ip)
     if ip.ipv4_mapped is not None:
         found.append(ip.ipv4_mapped)
+    if ip in _V4_TRANSLATED:
+        found.append(ipaddress.IPv4Address(value & 0xFFFFFFFF))
     if ip in _V4_COMPATIBLE and value > 1:  # ``::`` and ``::1`` are not IPv4 forms
         found.append(ipaddress.IPv4Address(value & 0xFFFFFFFF))
     if any(ip in net for net in _NAT64):
@@ -102,5 +115,14 @@ def check_url(url: str, allow: Sequence[Network]) -> list[IPAddress]:
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     for ip in addresses:
         if not address_allowed(ip, allow):
-            raise SsrfBlockedError(f"webhook host {host!r} resolves to refused address {ip}")
+            raise SsrfBlockedError(
+                f"webhook host {host!r} resolves to refused address {ip} (not globally "
+                f"routable); to allow it, add its network to {ALLOW_SETTING} (e.g. "
+                f"'[\"{_example_cidr(ip)}\"]') for the API and the webhook workers"
+            )
     return addresses
+
+
+def _example_cidr(ip: IPAddress) -> str:
+    """The single-address network of ``ip`` (``127.0.0.1/32``), for a refusal's message."""
+    return f"{ip}/{ip.max_prefixlen}"

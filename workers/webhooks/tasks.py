@@ -3,7 +3,13 @@
 - ``ragstream.webhooks.deliver(delivery_id, attempts=None)``: one attempt per run, the next one
   scheduled with exponential back-off while it may still succeed. ``attempts`` is the number
   of attempts the message expects to have been made; a message that finds more (a duplicate
-  sent by the sweeper, a redelivery) does nothing.
+  sent by the sweeper, a redelivery) does nothing. An attempt first takes a slot of its
+  receiver (:mod:`workers.webhooks.slots`, ``webhooks.per_receiver_concurrency``); when the
+  receiver has none free the task waits ``webhooks.receiver_busy_retry_s`` (0.5 s), or, when
+  the receiver is slow, until its oldest attempt in flight must have ended (plus a jitter of
+  up to ``receiver_busy_retry_s``), and tries again,
+  without counting an attempt, so a slow or dead receiver holds few of the worker's threads
+  and its waiting deliveries do not spin.
 - ``ragstream.webhooks.ingest_job_completed(job_id)``: sent by the ingest tasks when a job
   reaches a final status; creates its ``ingest.job.completed`` deliveries (idempotent) and
   schedules them.
@@ -14,6 +20,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from functools import lru_cache
 from typing import Any
@@ -28,8 +35,9 @@ from ingest.jobs import JOB_COMPLETED_TASK
 from ragstream.celery_app import RetryingTask, celery_app
 from ragstream.retry import RetryPolicy
 from ragstream.settings import WebhookSettings, get_settings
-from workers.webhooks.delivery import attempt_count, run_attempt
+from workers.webhooks.delivery import attempt_count, delivery_url, run_attempt
 from workers.webhooks.outbox import CeleryScheduler, announce_job, sweep_pending
+from workers.webhooks.slots import LEASE_MARGIN_S, ReceiverSlots
 from workers.webhooks.ssrf import parse_networks
 
 log = structlog.get_logger(__name__)
@@ -52,6 +60,17 @@ def _scheduler() -> CeleryScheduler:
     )
 
 
+@lru_cache(maxsize=1)
+def _slots() -> ReceiverSlots:
+    settings = get_settings()
+    cfg = settings.webhooks
+    return ReceiverSlots(
+        redis.Redis.from_url(settings.redis.url, socket_timeout=5),
+        limit=cfg.per_receiver_concurrency,
+        lease_s=cfg.timeout_s + LEASE_MARGIN_S,
+    )
+
+
 @worker_process_init.connect  # type: ignore[untyped-decorator]
 def _forget_parent_clients(**_: object) -> None:
     """In a forked pool process, drop the parent's SQL pool without closing its connections
@@ -60,6 +79,7 @@ def _forget_parent_clients(**_: object) -> None:
         _sessions().kw["bind"].dispose(close=False)
     _sessions.cache_clear()
     _scheduler.cache_clear()
+    _slots.cache_clear()
 
 
 def retry_policy(cfg: WebhookSettings) -> RetryPolicy:
@@ -86,13 +106,24 @@ def deliver(self: Any, delivery_id: int, attempts: int | None = None) -> str:
     if attempts is not None and attempt_count(sessions, delivery_id) != attempts:
         return "stale"
     policy = retry_policy(cfg)
-    status, _ = run_attempt(
-        sessions,
-        delivery_id,
-        allow=parse_networks(cfg.allow_networks),
-        max_attempts=cfg.max_attempts,
-        timeout_s=cfg.timeout_s,
-    )
+    url = delivery_url(sessions, delivery_id)
+    slots = _slots()
+    token, wait_s = (None, 0.0) if url is None else slots.acquire(url)
+    if url is not None and token is None:  # the receiver is busy: wait, no attempt made
+        jitter = random.uniform(0, cfg.receiver_busy_retry_s)
+        countdown = max(cfg.receiver_busy_retry_s, wait_s) + jitter
+        raise self.retry(args=[delivery_id, attempts], countdown=countdown)
+    try:
+        status, _ = run_attempt(
+            sessions,
+            delivery_id,
+            allow=parse_networks(cfg.allow_networks),
+            max_attempts=cfg.max_attempts,
+            timeout_s=cfg.timeout_s,
+        )
+    finally:
+        if url is not None and token is not None:
+            slots.release(url, token)
     if status == "retry":
         made = attempt_count(sessions, delivery_id) or 1
         raise self.retry(args=[delivery_id, made], countdown=policy.delay_ms(made) / 1000)
