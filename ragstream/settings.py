@@ -622,7 +622,6 @@ class EvidenceSettings(BaseModel):
     w_block: float = 0.8
     w_rest: float = 0.0
     w_label: float = 0.4
-    w_exact_label: float = 0.0
     #: 5: with 10 passages kept the spans come from more passages (a title line each); the
     #: median evidence prompt of the three question sets is 346 Gemma tokens with 5 spans, 392
     #: with 6 and 469 with 8 (target: at most 400).

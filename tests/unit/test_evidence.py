@@ -322,12 +322,13 @@ def test_an_answer_quotes_further_spans_only_from_the_first_ones_document() -> N
     [ev] = EvidenceSelector(None).select([("What does deadlock_timeout default to?", passages)])
     assert ev.spans[0].doc_id == "locks" and any(s.doc_id == "pool" for s in ev.spans)
     answer = compose(ev, AnswerPolicy(max_spans=10, max_words=1000, value_spans=10))
-    assert answer.spans[0] == ev.spans[0]
-    assert answer.spans == tuple(s for s in ev.spans if s.doc_id == "locks")
+    # The same spans, the value statement of the lead's passage first (value_first).
+    assert answer.spans[0].n == ev.spans[0].n and "one second" in answer.spans[0].text
+    assert sorted(answer.spans, key=ev.spans.index) == [s for s in ev.spans if s.doc_id == "locks"]
     mixed = compose(
         ev, AnswerPolicy(max_spans=10, max_words=1000, value_spans=10, same_document=False)
     )
-    assert mixed.spans == ev.spans
+    assert sorted(mixed.spans, key=ev.spans.index) == list(ev.spans)
 
 
 LOCK_SETTINGS = (
@@ -430,31 +431,25 @@ def test_a_term_quoted_alone_is_not_repeated_as_the_next_spans_context() -> None
     assert text == f"{term} [1] Run number executions of the statement. [1]"
 
 
-def test_the_definition_of_the_identifier_asked_about_comes_before_a_mention() -> None:
-    from workers.evidence.select import _names_asked
+def test_a_value_answer_opens_with_the_value_statement_of_its_lead_passage() -> None:
+    from workers.evidence.answer import value_first
+    from workers.evidence.select import Span
 
-    asked = {"work_mem", "threadpoolexecutor", "gzip.open"}
-    assert _names_asked("work_mem (integer)", asked) == 1.0
-    assert _names_asked("hash_mem_multiplier (floating point)", asked) == 0.0
-    assert _names_asked("class concurrent.futures.ThreadPoolExecutor(max_workers=None)", asked)
-    assert _names_asked("gzip.open(filename, mode='rb', compresslevel=9)", asked) == 1.0
-    assert _names_asked("", asked) == 0.0
-    settings = (
-        "hash_mem_multiplier (floating point)\n\n"
-        "Used to compute the maximum amount of memory that hash-based operations can use. "
-        "The default value is 2.0, which makes hash-based operations use twice the usual "
-        "work_mem base amount.\n\n"
-        "work_mem (integer)\n\n"
-        "Sets the base maximum amount of memory to be used by a query operation (such as a sort "
-        "or hash table) before writing to temporary disk files. The default value is four "
-        "megabytes (4MB)."
-    )
-    question = "How much memory may one sort or hash operation use if I never changed work_mem?"
-    [plain] = EvidenceSelector(None, Weights(exact_label=0.0)).select([(question, [P(settings)])])
-    [exact] = EvidenceSelector(None, Weights(exact_label=1.0)).select([(question, [P(settings)])])
-
-    def about_work_mem(span: object) -> bool:
-        return "work_mem (integer)" in (span.context, span.text.partition("\n")[0])
-
-    assert not about_work_mem(plain.spans[0])
-    assert about_work_mem(exact.spans[0])
+    about = Span(1, "c", "d", 0, 40, "Maximum time between automatic WAL checkpoints.", 2.0,
+                 context="checkpoint_timeout (integer)", fit=0.0)  # fmt: skip
+    value = Span(1, "c", "d", 41, 80, "The default is five minutes (5min).", 1.8,
+                 context="checkpoint_timeout (integer)", fit=1.0)  # fmt: skip
+    other = Span(2, "e", "d", 0, 30, "The default is one minute (1min).", 1.9, fit=1.0)
+    assert value_first((about, value)) == (value, about)
+    assert value_first((about, other)) == (about, other)  # another passage: no support of the lead
+    assert value_first((value, about)) == (value, about)
+    passages = [P("checkpoint_timeout (integer)\n\nMaximum time between automatic WAL "
+                  "checkpoints, in seconds. The default is five minutes (5min).")]  # fmt: skip
+    [ev] = EvidenceSelector(None).select([("By default, how much time may pass between two "
+                                           "automatic WAL checkpoints?", passages)])  # fmt: skip
+    assert ev.leads_with_value
+    answer = compose(ev, AnswerPolicy(max_spans=2, max_words=200, value_spans=2))
+    assert answer.text.startswith("checkpoint_timeout (integer) / The default is five minutes")
+    [how] = EvidenceSelector(None).select([("How do I check how much disk space a database "
+                                            "takes?", passages)])  # fmt: skip
+    assert how.asks_value and not how.leads_with_value  # a way is asked for, not a value

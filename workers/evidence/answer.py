@@ -195,4 +195,29 @@ def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
         return EvidenceAnswer(NOT_IN_DOCUMENTS, (), True, reason)
     limit = min(policy.max_spans, policy.value_spans) if evidence.asks_value else None
     text, chosen = quote(evidence.spans, policy, max_spans=limit)
+    if evidence.leads_with_value:
+        ordered = value_first(chosen)
+        if ordered != chosen:
+            text, chosen = render_spans(ordered), ordered
     return EvidenceAnswer(text, chosen, False)
+
+
+def value_first(spans: tuple[S, ...]) -> tuple[S, ...]:
+    """``spans`` (an answer's, best first) with the first one of the lead's passage that fits
+    the asked kind of value better than the lead moved to the front.
+
+    The lead span says what the answer is about; a definition's best span is often its
+    description ("checkpoint_timeout (integer) / Maximum time between automatic WAL
+    checkpoints.") and the value the question asks for comes in the next sentence of the same
+    definition ("The default is five minutes (5min)."). The reader should meet the value first;
+    the same spans are quoted, only their order changes. The fit is the selector's answer-type
+    match (:attr:`workers.evidence.select.Span.fit`; 0 for spans that do not carry one).
+    """
+    if len(spans) < 2:
+        return spans
+    lead = spans[0]
+    fit = getattr(lead, "fit", 0.0)
+    for i, span in enumerate(spans[1:], start=1):
+        if span.n == lead.n and getattr(span, "fit", 0.0) > fit:
+            return (span, *spans[:i], *spans[i + 1 :])
+    return spans

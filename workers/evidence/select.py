@@ -22,7 +22,6 @@ passages are then about something else, the signature of a question the document
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -113,12 +112,6 @@ class Weights:
             one second."), a table row's first cell (``columns per table``), or a term itself.
             Many sentences of one page fit the asked type ("The default is ..."); the label
             says which thing each is about.
-        exact_label: 1 when the unit's label *is* an identifier the question names (the term
-            ``deadlock_timeout (integer)`` for a question naming ``deadlock_timeout``, the
-            signature ``gzip.open(filename, ...)`` for ``gzip.open()``; a dotted label also
-            matches by its last part: ``concurrent.futures.ThreadPoolExecutor`` for
-            ``ThreadPoolExecutor``): the definition of the thing asked about, not a sentence
-            that mentions it.
     """
 
     cosine: float = 0.5
@@ -130,7 +123,6 @@ class Weights:
     block: float = 0.8
     rest: float = 0.0
     label: float = 0.0
-    exact_label: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +140,8 @@ class Span:
         context: text that frames the span: a table row's header, or the definition term heading
             a sentence of a description; else "".
         kind: the kind of its first unit (:attr:`workers.evidence.segment.Unit.kind`).
+        fit: how well its unit fits the kind of answer asked for, in [0, 1]
+            (:func:`workers.evidence.lexical.type_match`).
     """
 
     n: int
@@ -159,6 +153,7 @@ class Span:
     score: float
     context: str = ""
     kind: str = "sentence"
+    fit: float = 0.0
 
     @property
     def words(self) -> int:
@@ -181,6 +176,9 @@ class Evidence:
             :func:`workers.evidence.lexical.answer_type`): its answer is one short statement.
         unknown_names: names of the question that are not code (``Paris``, ``MongoDB``,
             :func:`workers.evidence.lexical.proper_names`) that no passage holds as a word.
+        leads_with_value: the question asks for a value and not for a name or a way ("How
+            much disk space does my database take?" asks for a way): its answer opens with
+            the statement of the value (:func:`workers.evidence.answer.value_first`).
     """
 
     spans: tuple[Span, ...]
@@ -190,6 +188,7 @@ class Evidence:
     relevance: float | None = None
     unknown_names: tuple[str, ...] = ()
     asks_value: bool = False
+    leads_with_value: bool = False
 
 
 @dataclass(slots=True)
@@ -197,6 +196,7 @@ class _Scored:
     unit: Unit
     passage: int
     score: float
+    fit: float = 0.0
 
 
 class EvidenceSelector:
@@ -251,6 +251,7 @@ class EvidenceSelector:
             ranked.sort(key=lambda s: -s.score)
             confidence = ranked[0].score if ranked else -math.inf
             spans = self._spans(ranked, passages, per_passage)
+            kind = answer_type(split_context(question)[0])
             knn = [k for p in passages if (k := getattr(p, "knn_score", None)) is not None]
             out.append(
                 Evidence(
@@ -260,7 +261,8 @@ class EvidenceSelector:
                     len(ranked),
                     relevance=round(max(knn), 4) if knn else None,
                     unknown_names=unknown,
-                    asks_value=answer_type(split_context(question)[0]).value,
+                    asks_value=kind.value,
+                    leads_with_value=kind.value and not kind.name,
                 )
             )
         return out
@@ -316,9 +318,8 @@ class EvidenceSelector:
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
-                    + w.exact_label * _names_asked(label, q_ids)
                 )
-                scored.append(_Scored(unit, pi, score))
+                scored.append(_Scored(unit, pi, score, fit))
         return scored, missing, unknown
 
     def _add_cosine(
@@ -333,7 +334,7 @@ class EvidenceSelector:
             top = sorted(ranked, key=lambda s: -s.score)[: self.dense_top]
             picks.append((len(texts), top))
             texts.append(question)
-            texts.extend(_dense_text(s.unit)[: self.max_unit_chars] for s in top)
+            texts.extend(_scored_text(s.unit)[: self.max_unit_chars] for s in top)
         if not texts:
             return
         vectors = self.embedder.embed(texts)
@@ -372,6 +373,7 @@ class EvidenceSelector:
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
                     kind=first.kind,
+                    fit=round(s.fit, 4),
                 )
             )
             used.update((s.passage, u.start) for u in units)
@@ -403,36 +405,9 @@ def _label(unit: Unit) -> str:
     return unit.head
 
 
-#: The name a definition term or a row's first cell declares: its first dotted identifier,
-#: after a Sphinx prefix (``class``, ``exception``, ``async``, ``@``).
-_LABEL_NAME = re.compile(r"^\s*(?:(?:class|exception|async|def|abstractmethod)\s+|@)?([\w.]+)")
-
-
-def _names_asked(label: str, asked: set[str]) -> float:
-    """1.0 when ``label`` declares an identifier of ``asked`` (lower-case) itself (see
-    :attr:`Weights.exact_label`), else 0.0."""
-    if not label or not asked:
-        return 0.0
-    m = _LABEL_NAME.match(label)
-    if not m:
-        return 0.0
-    name = m.group(1).lower().strip(".")
-    return 1.0 if name in asked or any(name.endswith(f".{a}") for a in asked) else 0.0
-
-
 def _cell(unit: Unit) -> str:
     """A table row's first cell ("" for other units)."""
     return unit.text.split(" | ", 1)[0].strip() if unit.kind == "row" else ""
-
-
-#: A sentence of a definition is embedded with its term ("deadlock_timeout (integer)\nThe
-#: default is one second."): alone, every "The default is ..." of a page looks alike.
-DENSE_HEAD = True
-
-
-def _dense_text(unit: Unit) -> str:
-    text = _scored_text(unit)
-    return f"{unit.head}\n{text}" if DENSE_HEAD and unit.head else text
 
 
 def _scored_text(unit: Unit) -> str:

@@ -235,7 +235,6 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
             block=settings.w_block,
             rest=settings.w_rest,
             label=settings.w_label,
-            exact_label=settings.w_exact_label,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
