@@ -167,7 +167,7 @@ class DocumentBody(Body):
 
 
 class ReadersBody(Body):
-    """``PUT /v1/documents/{doc_id}/readers``: who may read the document from now on;
+    """``PUT /v1/readers/{doc_id}``: who may read the document from now on;
     ``null``: everyone of the tenant."""
 
     readers: Readers | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictFloat, StrictStr, model_validator
 
 from topics.acl import Principals
 from topics.base import Contract, Event, UtcDatetime, new_id
@@ -33,8 +33,8 @@ class RangeFilter(Contract):
 
     kind: Literal["range"] = "range"
     field: FilterField
-    gte: float | str | None = None
-    lte: float | str | None = None
+    gte: StrictFloat | StrictStr | None = None
+    lte: StrictFloat | StrictStr | None = None
 
     @model_validator(mode="after")
     def _one_bound(self) -> RangeFilter:

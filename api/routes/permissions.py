@@ -1,4 +1,4 @@
-"""``PUT /v1/documents/{doc_id}/readers``: change who may read a document (docs/permissions.md).
+"""``PUT /v1/readers/{doc_id}``: change who may read a document (docs/permissions.md).
 
 The change is an event: an ``acl`` op on ``rag.ingest``, keyed by ``doc_id`` like the document's
 upserts and deletes, so it applies in order with them; the ingest pool sets the chunks'
@@ -18,7 +18,7 @@ from api.auth import Principal
 from api.deps import principal
 from api.errors import ApiError, ErrorEnvelope
 from api.models import DocumentAccepted, ReadersBody
-from api.routes.documents import _check_doc_id, _doc_links, _produce_ingest
+from api.routes.documents import DOC_ID, _check_doc_id, _doc_links, _produce_ingest
 from api.uploads import json_body
 from topics.acl import normalise_readers
 from topics.ingest import IngestRequest
@@ -30,11 +30,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.put(
-    "/v1/documents/{doc_id:path}/readers", status_code=202, response_model=DocumentAccepted,
+    "/v1/readers/{doc_id:path}", status_code=202, response_model=DocumentAccepted,
     responses=ERRORS,
 )  # fmt: skip
 async def set_document_readers(
-    doc_id: str, request: Request, who: Principal = Depends(principal)
+    request: Request, doc_id: str = DOC_ID, who: Principal = Depends(principal)
 ) -> DocumentAccepted:
     """Set who may read document ``doc_id`` (and each record of a records file): ``readers``,
     a list of ``user:<id>``/``group:<id>``, or ``null`` for everyone of the tenant. Answers

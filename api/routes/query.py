@@ -62,7 +62,7 @@ from api.pages import (
     encode_cursor,
 )
 from api.querying import QueryService, replies_until
-from api.streams.ids import FINAL, MAX_ID_CHARS, Position, parse_event_id
+from api.streams.ids import EVENT_ID_PATTERN, FINAL, MAX_ID_CHARS, Position, parse_event_id
 from api.streams.native import numbered, positioned
 from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
@@ -259,6 +259,7 @@ async def post_query(
     last_event_id: str | None = Header(
         default=None,
         max_length=MAX_ID_CHARS,
+        pattern=EVENT_ID_PATTERN,
         description="With `stream: true`: resume that stream after this event id instead of "
         "asking again (the body is not used).",
     ),
@@ -518,11 +519,15 @@ async def query_events(
     request: Request,
     who: Principal = Depends(principal),
     last_event_id: str | None = Header(
-        default=None, max_length=MAX_ID_CHARS, description="The id of the last event received."
+        default=None,
+        max_length=MAX_ID_CHARS,
+        pattern=EVENT_ID_PATTERN,
+        description="The id of the last event received.",
     ),
     after: str | None = Query(
         default=None,
         max_length=MAX_ID_CHARS,
+        pattern=EVENT_ID_PATTERN,
         description="The same as `Last-Event-ID`, for clients that cannot set headers.",
     ),
 ) -> Response:

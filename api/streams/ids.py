@@ -67,6 +67,11 @@ FINAL: Final = Position.named("f")
 DONE: Final = Position.named("d")
 
 
+#: What an event id of this API looks like, for the OpenAPI spec of the parameters that take
+#: one (:func:`parse_event_id` is the check): ``<request_id>:<position>``.
+EVENT_ID_PATTERN: Final = r"^\s*[^:]+:(?:[0-9]+|[aqrfd])\s*$"
+
+
 def event_id(request_id: str, position: Position) -> str:
     """``<request_id>:<position>``."""
     return f"{request_id}:{position.code()}"

@@ -134,9 +134,9 @@ def test_a_user_never_sees_a_document_outside_their_principals(stack: Stack) -> 
     _call(s, "eng", "GET", "/v1/documents", 403, headers=act)
     _call(s, "admin", "GET", "/v1/documents", 422, headers={"X-Ragstream-Act-As": "alice"})
     # Only a tenant-wide key changes readers (acting as principals, it is not one).
-    _call(s, "eng", "PUT", "/v1/documents/rocket/readers", 403, json={"readers": ["user:ada"]})
+    _call(s, "eng", "PUT", "/v1/readers/rocket", 403, json={"readers": ["user:ada"]})
     _call(
-        s, "admin", "PUT", "/v1/documents/rocket/readers", 403,
+        s, "admin", "PUT", "/v1/readers/rocket", 403,
         headers={"X-Ragstream-Act-As": "group:eng"}, json={"readers": ["user:ada"]},
     )  # fmt: skip
 
@@ -148,7 +148,7 @@ def test_right_after_a_revoke_nothing_of_the_document_is_served(stack: Stack) ->
     _logged(s, before["request_id"])
     assert _ask(s, "eng")["cached"]  # a cached answer that cites the document
 
-    _call(s, "admin", "PUT", "/v1/documents/rocket/readers", 202, json={"readers": ["group:sales"]})
+    _call(s, "admin", "PUT", "/v1/readers/rocket", 202, json={"readers": ["group:sales"]})
     wait_for(
         lambda: (
             _call(s, "admin", "GET", "/v1/documents/rocket").json().get("readers")
@@ -170,5 +170,5 @@ def test_right_after_a_revoke_nothing_of_the_document_is_served(stack: Stack) ->
     sales = _ask(s, "sales")
     assert _sees_rocket(sales), sales
     # A document that does not exist: accepted, and its ingest result says it failed.
-    _call(s, "admin", "PUT", "/v1/documents/nope/readers", 202, json={"readers": None})
-    _call(s, "admin", "PUT", "/v1/documents/rocket/readers", 422, json={"readers": ["alice"]})
+    _call(s, "admin", "PUT", "/v1/readers/nope", 202, json={"readers": None})
+    _call(s, "admin", "PUT", "/v1/readers/rocket", 422, json={"readers": ["alice"]})

@@ -163,16 +163,16 @@ def test_only_a_tenant_wide_key_changes_readers(
     app, _ = make_app(tmp_path, answered)
     app.dependency_overrides[principal] = lambda: Principal(1, "acme", principals=("group:a",))
     with TestClient(app) as client:
-        r = client.put("/v1/documents/d1/readers", json={"readers": ["group:a"]})
+        r = client.put("/v1/readers/d1", json={"readers": ["group:a"]})
         assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN"
         app.dependency_overrides[principal] = lambda: Principal(1, "acme", principals=None)
-        r = client.put("/v1/documents/d1/readers", json={"readers": ["alice"]})
+        r = client.put("/v1/readers/d1", json={"readers": ["alice"]})
         assert r.status_code == 422, r.text
-        r = client.put("/v1/documents/d1/readers", json={"readers": []})
+        r = client.put("/v1/readers/d1", json={"readers": []})
         assert r.status_code == 422, r.text
-        r = client.put("/v1/documents/a/b.md/readers", json={"readers": ["user:b", "group:a"]})
+        r = client.put("/v1/readers/a/b.md", json={"readers": ["user:b", "group:a"]})
         assert r.status_code == 202 and r.json()["op"] == "acl"
-        r = client.put("/v1/documents/d2/readers", json={"readers": None})
+        r = client.put("/v1/readers/d2", json={"readers": None})
         assert r.status_code == 202
     assert [(e.doc_id, e.op, e.principals) for e in produced] == [
         ("a/b.md", "acl", ("group:a", "user:b")),
