@@ -453,3 +453,19 @@ def test_a_value_answer_opens_with_the_value_statement_of_its_lead_passage() -> 
     [how] = EvidenceSelector(None).select([("How do I check how much disk space a database "
                                             "takes?", passages)])  # fmt: skip
     assert how.asks_value and not how.leads_with_value  # a way is asked for, not a value
+
+
+def test_a_value_question_leads_with_a_sentence_that_holds_a_value() -> None:
+    """ "Which TCP port ... by default?": sentences about "the same TCP port" cover the
+    question's words better than the one that states the port; the value weight lifts it."""
+    passages = [
+        P("The server will listen for both normal and SSL connections on the same TCP port, "
+          "and will negotiate with any connecting client whether to use SSL.", doc_id="ssl"),
+        P("Port number 5432 has been registered with IANA as the customary TCP port number "
+          "for servers supporting this protocol.", doc_id="protocol"),
+    ]  # fmt: skip
+    question = "Which TCP port does the server listen on by default?"
+    [plain] = EvidenceSelector(None, Weights(value_type=0.0)).select([(question, passages)])
+    [value] = EvidenceSelector(None, Weights(value_type=1.0)).select([(question, passages)])
+    assert "5432" not in plain.spans[0].text
+    assert "5432" in value.spans[0].text

@@ -112,6 +112,9 @@ class Weights:
             one second."), a table row's first cell (``columns per table``), or a term itself.
             Many sentences of one page fit the asked type ("The default is ..."); the label
             says which thing each is about.
+        value_type: added to ``answer_type`` for a question that asks for a value and not for
+            a name or a way: a sentence that holds no value cannot state its answer ("... on
+            the same TCP port" for "Which TCP port does the server listen on by default?").
     """
 
     cosine: float = 0.5
@@ -123,6 +126,7 @@ class Weights:
     block: float = 0.8
     rest: float = 0.0
     label: float = 0.0
+    value_type: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +286,9 @@ class EvidenceSelector:
         id_terms = {t for i in q_ids for t in terms(i)}
         q_rest = [t for t in q_terms if t not in id_terms]
         kind = answer_type(own)
+        # A question for a value alone (not a name or a way) weighs the fit more: a sentence
+        # without any value cannot state the answer.
+        value_only = w.value_type if kind.value and not kind.name else 0.0
         asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
@@ -313,7 +320,7 @@ class EvidenceSelector:
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
                     + w.identifier * (1.0 if any(i in low or i in head for i in q_ids) else 0.0)
                     + w.rank / (1 + pi)
-                    + w.answer_type * fit
+                    + (w.answer_type + value_only) * fit
                     + w.block * block_cover[unit.block]
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)

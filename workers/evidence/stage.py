@@ -235,6 +235,7 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
             block=settings.w_block,
             rest=settings.w_rest,
             label=settings.w_label,
+            value_type=settings.w_value_type,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
