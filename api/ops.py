@@ -426,28 +426,12 @@ class OpsService:
         self._consumer = self._admin = None
 
     def _partition_lags(self, topic: str, group: str) -> list[PartitionLag]:
-        from kafka import TopicPartition
+        from topics.lag import partition_offsets
 
         consumer, admin = self._kafka()
-        partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        if not tps:
-            raise LookupError(f"no topic {topic}")
-        end = consumer.end_offsets(tps)
-        begin = consumer.beginning_offsets(tps)
-        committed = {
-            tp: meta.offset
-            for tp, meta in admin.list_consumer_group_offsets(group, partitions=tps).items()
-            if meta is not None and meta.offset is not None and meta.offset >= 0
-        }
         return [
-            PartitionLag(
-                partition=tp.partition,
-                lag=max(0, end[tp] - committed.get(tp, begin[tp])),
-                end=end[tp],
-                committed=committed.get(tp),
-            )
-            for tp in tps
+            PartitionLag(partition=p.partition, lag=p.lag, end=p.end, committed=p.committed)
+            for p in partition_offsets(admin, consumer, group, topic)
         ]
 
     # -- sections ---------------------------------------------------------------------------

@@ -9,10 +9,56 @@ The same quantity KEDA's Kafka scaler scales on (``lagThreshold``), so the super
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from ragstream.settings import KafkaSettings
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """One partition of a topic as a consumer group sees it.
+
+    Attributes:
+        partition: the partition number.
+        end: the offset the next record will get.
+        begin: the first offset still kept.
+        committed: the group's committed offset, ``None`` before its first commit.
+    """
+
+    partition: int
+    end: int
+    begin: int
+    committed: int | None
+
+    @property
+    def lag(self) -> int:
+        """Records not committed yet (from ``begin`` without a commit), never negative."""
+        return max(0, self.end - (self.begin if self.committed is None else self.committed))
+
+
+def partition_offsets(
+    admin: KafkaAdminClient, consumer: KafkaConsumer, group: str, topic: str
+) -> list[PartitionOffsets]:
+    """Every partition of ``topic`` with its end, beginning and ``group``'s committed offset.
+
+    Raises:
+        LookupError: ``topic`` does not exist (no partitions known).
+        kafka.errors.KafkaError: Kafka did not answer.
+    """
+    partitions = consumer.partitions_for_topic(topic) or set()
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    if not tps:
+        raise LookupError(f"no topic {topic}")
+    end = consumer.end_offsets(tps)
+    begin = consumer.beginning_offsets(tps)
+    committed = {
+        tp: meta.offset
+        for tp, meta in admin.list_consumer_group_offsets(group, partitions=tps).items()
+        if meta is not None and meta.offset is not None and meta.offset >= 0
+    }
+    return [PartitionOffsets(tp.partition, end[tp], begin[tp], committed.get(tp)) for tp in tps]
 
 
 class GroupLag:
@@ -50,23 +96,13 @@ class GroupLag:
         """
         try:
             admin, consumer = self._clients()
-            partitions = consumer.partitions_for_topic(topic) or set()
-            tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-            if not tps:
-                raise LookupError(f"no topic {topic}")
-            end = consumer.end_offsets(tps)
-            begin = consumer.beginning_offsets(tps)
-            committed = {
-                tp: meta.offset
-                for tp, meta in admin.list_consumer_group_offsets(group, partitions=tps).items()
-                if meta is not None and meta.offset is not None and meta.offset >= 0
-            }
+            offsets = partition_offsets(admin, consumer, group, topic)
         except LookupError:
             raise
         except Exception:
             self.close()
             raise
-        return sum(max(0, end[tp] - committed.get(tp, begin[tp])) for tp in tps)
+        return sum(p.lag for p in offsets)
 
     def close(self) -> None:
         """Close both clients (safe to call twice)."""
