@@ -24,9 +24,24 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from entry.supervisor import Supervisor
 from ragstream.settings import PoolScaling, ScalingSettings
+
+
+class Supervisor(Protocol):
+    """What the autoscaler needs of the supervisor (:class:`entry.supervisor.Supervisor`):
+    the supervisor imports this module for ``--autoscale``, never the other way round."""
+
+    def add(self, name: str, command: str) -> None:
+        """Start ``command`` as process ``name``."""
+
+    def remove(self, name: str) -> None:
+        """Stop process ``name`` for good."""
+
+    def log(self, event: str, **fields: object) -> None:
+        """One log line."""
+
 
 #: A Procfile command that runs a pool: ``[VAR=... ]ragstream worker NAME``.
 _POOL_COMMAND = re.compile(r"(?:^|\s|/)ragstream\s+worker\s+([\w-]+)\s*$")
