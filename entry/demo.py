@@ -191,9 +191,11 @@ def demo_key(settings: Settings) -> str:
     if path.exists():
         key = path.read_text().strip()
         found = lookup(sessions, key)
-        if found is not None and found.is_operator:
+        if found is not None and found.is_operator and found.principals is None:
             return key
-    key, _ = create_key(sessions, TENANT, name="demo", role="operator")
+    # The demo's owner loads the whole knowledge base: an operator key that reads every
+    # document (``*``), so it can also set who reads one (docs/permissions.md).
+    key, _ = create_key(sessions, TENANT, name="demo", role="operator", principals=["*"])
     path.write_text(key)
     path.chmod(0o600)
     return key

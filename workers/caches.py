@@ -283,13 +283,18 @@ class AnswerCache:
         step), one otherwise. When a key holds more than ``max_entries`` vectors it starts
         over (a crude bound).
 
+        A truncated answer (cut at the token budget, or a looping completion cut short) is not
+        cached: asked again, the question gets a fresh try instead of the cut text.
+
         Returns:
-            True when something was written; False for a disabled cache, a failed response,
-            one without keys (a cache hit, an error) or a Redis error (logged; a cache write
-            never fails a batch).
+            True when something was written; False for a disabled cache, a failed or truncated
+            response, one without keys (a cache hit, an error) or a Redis error (logged; a
+            cache write never fails a batch).
         """
         keys = response.cache_keys
         if not self.enabled or response.status != "answered" or keys is None:
+            return False
+        if response.truncated:
             return False
         body = response.model_dump_json()
         try:

@@ -209,3 +209,23 @@ def test_the_delivery_pool_is_the_one_writer_and_stores_a_final_answer_once(
     record_responses(sessions, [served], cache)
     assert cache.get_exact(q2, 3) is None
     client.close()
+
+
+def test_a_truncated_answer_is_not_cached(
+    settings: Settings, unique_name: Callable[[str], str]
+) -> None:
+    """A cut answer (token budget, a looping completion) is not served again from the cache:
+    the next asking gets a fresh try; the same answer whole is cached."""
+    client = redis.Redis.from_url(settings.redis.url)
+    cache = AnswerCache(client, threshold=0.95)
+    tenant = unique_name("tt")
+    q = _q("How do I create a virtual environment?", tenant)
+    cut = QueryResponse(
+        tenant=tenant, request_id=q.request_id, status="answered",
+        answer="1. Create it. 1. Create it.", truncated=True, cache_keys=cache.keys.of(q, 2),
+    )  # fmt: skip
+    assert cache.store(cut) is False
+    assert cache.get_exact(q, 2) is None
+    assert cache.store(cut.model_copy(update={"truncated": False})) is True
+    assert cache.get_exact(q, 2) is not None
+    client.close()

@@ -168,3 +168,22 @@ def test_the_requests_max_tokens_is_the_llms_budget_capped_by_the_pools(
     )
     _answer(_generator(backend), event)  # the pool reserved 64 answer tokens
     assert backend.budgets == [sent]
+
+
+def test_white_space_before_the_first_character_is_not_streamed() -> None:
+    """A model that opens with a newline must not make every stream end with ``replace``: the
+    recorded answer is stripped, so the streamed tokens start at its first character."""
+    from topics.queries import QueryRequest
+    from workers.generation.generator import TokenSink
+
+    sent: list[tuple[int, str, bool]] = []
+    sink = TokenSink(lambda emit: sent.append((emit.event.seq, emit.event.text, emit.event.final)))
+    request = QueryRequest(
+        tenant="t", query="q", deadline=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    )
+    on_token, finish = sink.stream(request, first_seq=1)
+    for text in ("\n", " ", "\nThe", " answer", " is 42."):
+        on_token(text)
+    finish()
+    assert sent == [(1, "The", False), (2, " answer", False), (3, " is 42.", False), (4, "", True)]
+    assert "".join(t for _, t, _ in sent) == "The answer is 42."

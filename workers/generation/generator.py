@@ -97,8 +97,11 @@ class TokenSink:
     ) -> tuple[OnToken, Callable[[], None]]:
         """``(on_token, finish)`` for one request: tokens get ``seq`` ``first_seq``,
         ``first_seq + 1``, ... (1 when the evidence event took ``seq`` 0); ``finish`` sends the
-        ``final`` marker."""
+        ``final`` marker. White space before the answer's first character is not sent (a model
+        often opens with ``"\n"`` or ``" "``): the recorded answer is stripped, and what the
+        tokens spell must be its prefix, or every stream would end with a ``replace``."""
         seq = first_seq
+        started = False
 
         def send(text: str, final: bool) -> None:
             nonlocal seq
@@ -114,6 +117,12 @@ class TokenSink:
             seq += 1
 
         def on_token(text: str) -> None:
+            nonlocal started
+            if not started:
+                text = text.lstrip()
+                if not text:
+                    return
+                started = True
             send(text, False)
 
         return on_token, lambda: send("", True)
