@@ -63,3 +63,13 @@ def test_a_clean_answer_is_kept_as_is() -> None:
         judged.text == "Use subprocess.run with capture_output=True [2]." and not judged.truncated
     )
     assert last_whole_sentence("no end") == ""
+
+
+def test_a_numbered_loop_is_repetitive_and_a_numbered_list_is_not() -> None:
+    """A small model's loop often numbers its repeats ("1. Create ... 2. Create ..."), on lines
+    or in one line; a list of different steps is no loop."""
+    loop = "\n".join(f"{i}. Create a virtual environment in the directory." for i in range(1, 10))
+    assert is_repetitive(loop + "\n10.")
+    assert is_repetitive("1. Use venv. 2. Use venv. 3. Use venv.")
+    assert not is_repetitive("1. Create it.\n2. Activate it.\n3. Install packages.")
+    assert not is_repetitive("1.\n2.\n3.")

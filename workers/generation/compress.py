@@ -96,10 +96,19 @@ def last_whole_sentence(text: str) -> str:
     return text[: ends[-1]].rstrip() if ends else ""
 
 
+#: A list marker at the start of a line or sentence ("1.", "2)", "-", "*"): a loop of a small
+#: model often numbers its repeats ("1. Create ... 2. Create ...").
+_LIST_MARKER = re.compile(r"^(?:\d{1,3}[.)]|[-*\u2022])\s+")
+
+
 def is_repetitive(text: str) -> bool:
-    """True when one non-blank line occurs :data:`REPEATED_LINES` times or more."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return any(lines.count(ln) >= REPEATED_LINES for ln in set(lines))
+    """True when one non-blank line, or one sentence, occurs :data:`REPEATED_LINES` times or
+    more, list markers ("1.", "-") left out."""
+    pieces = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    pieces += [p.strip() for p in re.split(r"(?<=[.!?])\s+", " ".join(pieces)) if p.strip()]
+    pieces = [_LIST_MARKER.sub("", p) for p in pieces]
+    pieces = [p for p in pieces if p]
+    return any(pieces.count(p) >= REPEATED_LINES for p in set(pieces))
 
 
 def judge(text: str, finish_reason: str, stop: Sequence[str] = ()) -> Judged:
