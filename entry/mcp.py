@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import typer
 
-from ragstream.settings import get_settings
-
 
 def mcp_command(
     key: str | None = typer.Option(
@@ -25,6 +23,7 @@ def mcp_command(
     from api.mcp.knowledge import KnowledgeBase
     from api.mcp.server import build_server
     from ragstream.logging import configure_logging
+    from ragstream.settings import get_settings
 
     settings = get_settings()
     configure_logging(settings.logging)
