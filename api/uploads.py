@@ -33,7 +33,24 @@ MULTIPART = "multipart/form-data"
 MAX_FIELDS = 16
 
 
-class DocumentForm(Body):
+class _ReadersForm(Body):
+    """A form with a ``readers`` field (comma-separated principals; each form declares it with
+    its own description): checked at validation, read with :meth:`readers_tuple`."""
+
+    readers: str | None = None
+
+    @field_validator("readers")
+    @classmethod
+    def _readers_are_principals(cls, value: str | None) -> str | None:
+        _split_readers(value)  # PrincipalError is a ValueError: a 422 naming the field
+        return value
+
+    def readers_tuple(self) -> tuple[str, ...] | None:
+        """``readers`` as principals (validated), or ``None``."""
+        return _split_readers(self.readers)
+
+
+class DocumentForm(_ReadersForm):
     """``POST /v1/documents`` as ``multipart/form-data``: the fields beside ``file``."""
 
     doc_id: str | None = Field(
@@ -72,22 +89,12 @@ class DocumentForm(Body):
         "'group:eng,user:ada'; absent: keep its readers (new: everyone of the tenant).",
     )  # fmt: skip
 
-    @field_validator("readers")
-    @classmethod
-    def _readers_are_principals(cls, value: str | None) -> str | None:
-        _split_readers(value)  # PrincipalError is a ValueError: a 422 naming the field
-        return value
-
     def metadata_dict(self) -> dict[str, str | int | float | bool | None]:
         """``metadata`` decoded (validated to be an object of scalars)."""
         return dict(json.loads(self.metadata)) if self.metadata else {}
 
-    def readers_tuple(self) -> tuple[str, ...] | None:
-        """``readers`` as principals (validated), or ``None``."""
-        return _split_readers(self.readers)
 
-
-class JobForm(Body):
+class JobForm(_ReadersForm):
     """``POST /v1/ingest/jobs`` as ``multipart/form-data``: the fields beside ``archive``."""
 
     callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL)
@@ -95,16 +102,6 @@ class JobForm(Body):
         default=None, max_length=16_384,
         description="Who may read every document of the job: principals separated by commas.",
     )  # fmt: skip
-
-    @field_validator("readers")
-    @classmethod
-    def _readers_are_principals(cls, value: str | None) -> str | None:
-        _split_readers(value)  # PrincipalError is a ValueError: a 422 naming the field
-        return value
-
-    def readers_tuple(self) -> tuple[str, ...] | None:
-        """``readers`` as principals (validated), or ``None``."""
-        return _split_readers(self.readers)
 
 
 def _split_readers(value: str | None) -> tuple[str, ...] | None:
