@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from ragstream.db.models import as_utc
 from topics.acl import Readers
@@ -21,8 +21,24 @@ Mode = Literal["sync", "async"]
 CALLBACK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@]+([/?#][^\x00-\x20\x7f]*)?$"
 
 
-class Body(BaseModel):
-    """Strict bodies: unknown fields are an error, not silently ignored."""
+class JsonBody(BaseModel):
+    """A JSON body read by JSON Schema's types, as the OpenAPI document states them: a value of
+    another type is an error, not converted (``true`` is not the integer 1, ``"2"`` not a number,
+    ``"true"`` not a boolean), while ``2.0`` is the integer 2 (pydantic's strict mode alone
+    refuses it)."""
+
+    model_config = ConfigDict(strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _integral_numbers(cls, value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)  # a float field takes an int back in strict mode too
+        return value
+
+
+class Body(JsonBody):
+    """Strict bodies: unknown fields are an error, not silently ignored (see :class:`JsonBody`)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

@@ -96,7 +96,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from api.auth import Principal
 from api.deps import principal
 from api.errors import ApiError, OpenAIError, OpenAIErrorEnvelope, openai_error_object
-from api.models import QueryBody
+from api.models import JsonBody, QueryBody
 from api.querying import QueryService, replies_until
 from api.routes.query import (
     FAILED_STATUS,
@@ -204,7 +204,7 @@ def _only_with_none(tools: str, choice: str) -> dict[str, Any]:
     }
 
 
-class TextPart(BaseModel):
+class TextPart(JsonBody):
     """A content part; only text parts carry the question."""
 
     model_config = ConfigDict(extra="ignore")
@@ -212,7 +212,7 @@ class TextPart(BaseModel):
     text: Text | None = None
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(JsonBody):
     """One chat message (OpenAI shape)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -220,7 +220,7 @@ class ChatMessage(BaseModel):
     content: Text | list[TextPart] | None = Field(default=None)
 
 
-class Unsupported(BaseModel):
+class Unsupported(JsonBody):
     """The request fields that change the contract (see the module docstring)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -229,7 +229,7 @@ class Unsupported(BaseModel):
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
 
-class Extensions(BaseModel):
+class Extensions(JsonBody):
     """Request fields of ragstream's own (clients pass them as ``extra_body``)."""
 
     sources: bool = Field(
