@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
 
 from ragstream.db.models import as_utc
 from topics.acl import Readers
@@ -19,6 +19,11 @@ UtcDateTime = Annotated[dt.datetime, AfterValidator(as_utc)]
 Mode = Literal["sync", "async"]
 #: A callback URL the SSRF guard can check: ``http(s)://`` and a host, no spaces or controls.
 CALLBACK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@]+([/?#][^\x00-\x20\x7f]*)?$"
+
+
+#: Readers as a body states them: a JSON array (FastAPI validates the decoded body, where an array
+#: is a Python list, which strict mode refuses as a tuple).
+ReadersIn = Annotated[Readers, Strict(False)]
 
 
 class JsonBody(BaseModel):
@@ -179,14 +184,14 @@ class DocumentBody(Body):
     )
     #: Who may read it (``user:<id>``/``group:<id>``); absent: keep its readers (a new
     #: document: everyone of the tenant). See docs/permissions.md.
-    readers: Readers | None = None
+    readers: ReadersIn | None = None
 
 
 class ReadersBody(Body):
     """``PUT /v1/readers/{doc_id}``: who may read the document from now on;
     ``null``: everyone of the tenant."""
 
-    readers: Readers | None
+    readers: ReadersIn | None
 
 
 class DocumentAccepted(BaseModel):
@@ -220,7 +225,7 @@ class JobBody(Body):
 
     paths: list[str] = Field(min_length=1, max_length=100)
     callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL)
-    readers: Readers | None = None
+    readers: ReadersIn | None = None
 
 
 class JobFailure(BaseModel):
