@@ -94,10 +94,12 @@ class _Doc:
 
 
 def content_hash(parsed: ParsedDocument, op: IngestOp) -> str:
-    """SHA-256 (hex) of what gets indexed: text, title, source and metadata."""
+    """SHA-256 (hex) of what gets indexed: text, section headings (every chunk's title is its
+    heading path), title, source and metadata."""
     meta = {**op.metadata, **parsed.metadata}
+    headings = [s.heading_path for s in parsed.sections]
     payload = json.dumps(
-        [parsed.text, op.title or parsed.title, op.source, sorted(meta.items(), key=str)],
+        [parsed.text, headings, op.title or parsed.title, op.source, sorted(meta.items(), key=str)],
         ensure_ascii=False,
         default=str,
     )

@@ -15,7 +15,7 @@ from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 from ingest.parsers.decoding import decode_bytes
 from ingest.parsers.html_text import HEADING_LEVELS, SKIP_ATTR, Element, TextExtractor
 from ingest.parsers.text import EMPTY, clean_line, first_line
-from ingest.types import MetaValue, ParsedDocument, ParseError
+from ingest.types import MetaValue, ParsedDocument, ParseError, Section
 
 # Never content: removed from the whole tree before anything else.
 _NEVER_CONTENT = (
@@ -102,12 +102,46 @@ def parse_html(data: bytes, *, charset: str | None = None) -> ParsedDocument:
     extractor = TextExtractor(frozenset({"boilerplate", "anchor", "toc"}), title=title).run(main)
     if not extractor.sections.has_text:
         extractor = TextExtractor(frozenset({"boilerplate", "anchor"}), title=title).run(main)
-    sections = extractor.sections.build()
+    sections = purpose_headings(extractor.sections.build())
     return ParsedDocument(
         title=title or _first_heading(main, extractor) or first_line(sections[0].text),
         sections=sections,
         content_type="html",
         metadata=metadata,
+    )
+
+
+#: Longest "NAME — purpose" line taken as a reference page's heading (DocBook's refnamediv is
+#: one short line; a longer one is prose).
+PURPOSE_LINE_CHARS = 200
+
+
+def purpose_headings(sections: tuple[Section, ...]) -> tuple[Section, ...]:
+    """``sections`` with a reference page's bare name heading replaced by its purpose line.
+
+    A reference page names its subject in its first heading and says what it is for in the line
+    right under it: the PostgreSQL manual's DocBook pages have the heading "EXPLAIN" and the
+    line "EXPLAIN — show the execution plan of a statement" (a ``refnamediv``). Sphinx puts both
+    in the heading ("atexit — Exit handlers"). The heading becomes that line in every section of
+    the page, so every chunk's title says what its subject does: a how-to question ("How can I
+    see the execution plan ...?") meets the purpose's words in the title of each passage of
+    the page. The line stays in the text. Other pages are returned unchanged.
+    """
+    first = next((s for s in sections if s.text.strip()), None)
+    if first is None or not first.heading_path:
+        return sections
+    name = first.heading_path[0]
+    line = first.text.lstrip().partition("\n")[0].strip()
+    if (
+        len(first.heading_path) != 1
+        or " — " in name
+        or not line.startswith(f"{name} — ")
+        or len(line) > PURPOSE_LINE_CHARS
+    ):
+        return sections
+    return tuple(
+        Section((line, *s.heading_path[1:]), s.text) if s.heading_path[:1] == (name,) else s
+        for s in sections
     )
 
 

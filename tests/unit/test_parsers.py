@@ -533,3 +533,42 @@ def test_postgres_manual_reference_page_and_note_boxes() -> None:
         "4.1.2.4. Dollar-Quoted String Constants",
     ) in paths(lexical)
     assert "Operator/Element | Associativity | Description\n. | left |" in lexical.text
+
+
+REFENTRY = (
+    "<html><head><title>EXPLAIN</title></head><body><div id='docContent'>"
+    "<div class='refentry'><div class='titlepage'><h1>EXPLAIN</h1></div>"
+    "<div class='refnamediv'><p>EXPLAIN — show the execution plan of a statement</p></div>"
+    "<div class='refsynopsisdiv'><h2>Synopsis</h2><pre>EXPLAIN [ ANALYZE ] statement</pre></div>"
+    "<div class='refsect1'><h2>Description</h2><p>This command displays the plan.</p></div>"
+    "</div></div></body></html>"
+).encode()
+
+
+def test_a_reference_pages_heading_becomes_its_purpose_line() -> None:
+    (doc,) = parse(REFENTRY, content_type="text/html")
+    purpose = "EXPLAIN — show the execution plan of a statement"
+    assert [s.heading_path for s in doc.sections] == [
+        (purpose,),
+        (purpose, "Synopsis"),
+        (purpose, "Description"),
+    ]
+    assert doc.sections[0].text.startswith(purpose)  # the line stays in the text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A heading followed by prose that starts with its name is no purpose line.
+        "<h1>EXPLAIN</h1><p>EXPLAIN shows the plan. It is long enough to be prose.</p>",
+        # Sphinx already writes "name — purpose" in the heading.
+        "<h1>atexit — Exit handlers</h1><p>atexit — Exit handlers again</p>",
+        # A chapter heading over other text.
+        "<h1>20.12. Lock Management</h1><p>deadlock_timeout (integer)</p>",
+    ],
+)
+def test_other_pages_keep_their_headings(body: str) -> None:
+    page = f"<html><body><main>{body}</main></body></html>".encode()
+    (doc,) = parse(page, content_type="text/html")
+    heading = body.split("<h1>")[1].split("</h1>", maxsplit=1)[0]
+    assert doc.sections[0].heading_path == (heading,)
