@@ -112,6 +112,25 @@ def test_a_code_block_can_be_the_evidence() -> None:
     assert any(s.text.startswith(">>> subprocess.run") for s in ev.spans)
 
 
+EXAMPLES = (
+    "Examples\n\n"
+    "To create the database demo using the default database server:\n\n"
+    "$ createdb demo\n\n"
+    "To create the database demo using the server on host eden, port 5000:\n\n"
+    "$ createdb -p 5000 -h eden -T template0 -e demo"
+)
+
+
+def test_a_line_that_introduces_an_example_is_quoted_with_it() -> None:
+    [ev] = EvidenceSelector(None).select(
+        [("How do I create the database demo on the default server?", [P(EXAMPLES)])]
+    )
+    lead = ev.spans[0]
+    assert lead.text.startswith("To create the database demo using the default")
+    assert lead.text.endswith("$ createdb demo")  # the example the colon announces
+    assert EXAMPLES[lead.start : lead.end] == lead.text
+
+
 class FakeEmbedder:
     """Unit vectors by keyword: texts about locks point one way, everything else another."""
 

@@ -422,10 +422,23 @@ def _scored_text(unit: Unit) -> str:
 
 
 def _with_context(unit: Unit, units: list[Unit]) -> list[Unit]:
-    """``unit`` and, when it is too short to stand alone, the next unit of its block."""
-    if len(unit.text.split()) >= SHORT_UNIT_WORDS and not unit.text.rstrip().endswith(":"):
+    """``unit`` and, when it is too short to stand alone, the next unit of its block; a unit
+    that introduces an example ("To create the database demo using the default database
+    server:") takes the code block that follows it (``$ createdb demo``) when it is at most
+    :data:`INTRO_CODE_WORDS` words: the line says what the example does, the example is how."""
+    intro = unit.text.rstrip().endswith(":")
+    if len(unit.text.split()) >= SHORT_UNIT_WORDS and not intro:
         return [unit]
     at = units.index(unit)
-    if at + 1 < len(units) and units[at + 1].block == unit.block and unit.kind != "code":
-        return [unit, units[at + 1]]
+    if at + 1 >= len(units) or unit.kind == "code":
+        return [unit]
+    after = units[at + 1]
+    if after.block == unit.block or (
+        intro and after.kind == "code" and len(after.text.split()) <= INTRO_CODE_WORDS
+    ):
+        return [unit, after]
     return [unit]
+
+
+#: Most words of the code block an introducing line takes with it (:func:`_with_context`).
+INTRO_CODE_WORDS = 40
