@@ -488,3 +488,28 @@ def test_a_value_question_leads_with_a_sentence_that_holds_a_value() -> None:
     [value] = EvidenceSelector(None, Weights(value_type=1.0)).select([(question, passages)])
     assert "5432" not in plain.spans[0].text
     assert "5432" in value.spans[0].text
+
+
+CONFIGPARSER = (
+    "The section in the INI file is called [defaults] and the key name is the same as the "
+    "environment variable.\n\n"
+    "Essentially, the file consists of sections, each of which contains keys with values. "
+    "configparser classes can read and write such files."
+)
+
+
+def test_a_sentence_that_names_its_pages_subject_names_a_thing() -> None:
+    from workers.evidence.select import subject_name
+
+    assert subject_name("configparser — Configuration file parser > Quick Start") == "configparser"
+    assert subject_name("EXPLAIN — show the execution plan of a statement") == "explain"
+    assert subject_name("20.12. Lock Management") == ""
+    how = answer_type("How do I read settings from an .ini style config file with sections?")
+    text = "configparser classes can read and write such files."
+    assert type_match(how, text, terms(text), False, subject="configparser") == 1.0
+    assert type_match(how, text, terms(text), False) == 0.0  # a plain word is no identifier
+    page = P(CONFIGPARSER, title="configparser — Configuration file parser > Quick Start")
+    [ev] = EvidenceSelector(None).select(
+        [("How do I read settings from an INI file that has sections and keys?", [page])]
+    )
+    assert "configparser classes" in ev.spans[0].text

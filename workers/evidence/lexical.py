@@ -285,6 +285,7 @@ def type_match(
     asked: frozenset[str] = frozenset(),
     *,
     label: str = "",
+    subject: str = "",
 ) -> float:
     """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
     number, in digits or words, for a value; an identifier or code for a name; the focus words).
@@ -295,8 +296,14 @@ def type_match(
     as "3.11" in "In Python 3.11, ...") does not count.
 
     A table row's ``label`` (its first cell, e.g. ``allballs`` in a table of special input
-    strings) is a name of its own. A question for an option or a flag ("Which pg_dumpall
-    option ...") wants an option (``--globals-only``), not any name.
+    strings) is a name of its own, and so is the ``subject`` of the unit's page (lower-case, as
+    :func:`workers.evidence.select.subject_name` reads it from the title: ``configparser`` of
+    "configparser — Configuration file parser") where the unit names it as a word:
+    "configparser classes can read and write such files" names the module a how-to question
+    wants, though a plain word is no identifier.
+
+    A question for an option or a flag ("Which pg_dumpall option ...") wants an option
+    (``--globals-only``), not any name.
     """
     checks: list[bool] = []
     if kind.value:
@@ -312,6 +319,8 @@ def type_match(
             names |= {k.lower() for k in _KEYWORD.findall(text)}
         if label and len(label.split()) <= LABEL_NAME_WORDS:
             names.add(label.lower().strip())
+        if subject and holds_word(text.lower(), subject):
+            names.add(subject)
         if kind.named in ("option", "flag"):
             names = {t.lower().lstrip("-") for t in _TOKEN.findall(text) if t.startswith("-")}
             checks.append(bool(names - asked))

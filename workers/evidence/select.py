@@ -304,6 +304,7 @@ class EvidenceSelector:
         unknown = tuple(n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n))
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
+            subject = subject_name(passage.title)
             title_terms = terms(passage.title)
             blocks: dict[int, list[str]] = {}
             for ui, unit in enumerate(plist):
@@ -314,7 +315,8 @@ class EvidenceSelector:
                 low = unit.text.lower()
                 head = unit.head.lower() if HEAD_NAMES else ""
                 label = _label(unit)
-                fit = type_match(kind, unit.text, ut, unit.kind == "code", asked, label=_cell(unit))
+                code, cell = unit.kind == "code", _cell(unit)
+                fit = type_match(kind, unit.text, ut, code, asked, label=cell, subject=subject)
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
@@ -394,6 +396,19 @@ class EvidenceSelector:
 #: of the three sets (TaskGroup) and lost none; 1.0 also lifted every "-x" option term of a
 #: command's page above the sentence that names the asked option (docs/evaluation.md).
 TERM_BONUS = 0.5
+
+
+def subject_name(title: str) -> str:
+    """The name a reference page's title gives its subject, lower-case, or "".
+
+    Sphinx titles a module's page "configparser — Configuration file parser" and the PostgreSQL
+    manual's reference pages read "EXPLAIN — show the execution plan of a statement" (see
+    :func:`ingest.parsers.html.purpose_headings`): the part before " — " of the title's first
+    heading names the thing the page documents. Chapter titles ("20.12. Lock Management")
+    name none.
+    """
+    name, sep, _ = title.partition(" > ")[0].partition(" — ")
+    return name.strip().lower() if sep else ""
 
 
 def _declared(named: str, unit: Unit) -> float:
