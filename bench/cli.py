@@ -280,13 +280,20 @@ def api_probe(  # noqa: PLR0917 - typer options
         None, help="Questions (JSONL with 'question') for --tiers; default: the sample set."
     ),
     limit: int = typer.Option(10, help="Questions per tier for --tiers."),
+    load: str = typer.Option(
+        "",
+        help="Also a closed-loop load of fresh evidence-tier answers (no cache can answer) at "
+        "these client concurrencies, comma-separated (1,4,8,16): answered/s, p50/p99 and the "
+        "machine's core-ms per answer at each.",
+    ),
+    load_seconds: float = typer.Option(20.0, help="Seconds of each --load concurrency."),
     out: Path = typer.Option(Path(".local/bench/api.json"), help="JSON result."),
 ) -> None:
     """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
     repeats after one answered query) and, with ``--tiers``, the end-to-end latency of fresh
     answers per answer tier on a quiet stack; ``bench summary`` reads DIR/api.json."""
     from bench.evaluation.questions import SAMPLE_QUESTIONS
-    from bench.query.api_probe import measure_api_tier_latency
+    from bench.query.api_probe import measure_api_load, measure_api_tier_latency
     from bench.query.questions import load_questions
     from bench.query.run import machine, probe_exact_cache_hit
 
@@ -313,6 +320,19 @@ def api_probe(  # noqa: PLR0917 - typer options
             found = measure_api_tier_latency(api_url, api_key, asked, route)
             payload["tier_latency"][route] = found
             console.print(f"tier {route}: {found}")
+    if load:
+        path = questions or SAMPLE_QUESTIONS
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        pool = [json.loads(line)["question"] for line in lines]
+        payload["load"] = []
+        for n in [int(c) for c in load.split(",") if c.strip()]:
+            found = measure_api_load(api_url, api_key, pool, n, seconds=load_seconds)
+            payload["load"].append(found)
+            console.print(
+                f"load {n} clients: {found['rate_per_s']}/s answered, p50 {found.get('p50')} "
+                f"p99 {found.get('p99')} ms, {found['errors']} errors, {found['cached']} cached, "
+                f"{found['machine_core_ms_per_answer']} core-ms an answer (machine)"
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2))
     console.print(f"-> {out}")

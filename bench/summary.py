@@ -41,6 +41,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "eval.off_topic_refusal_rate": (">=", 0.9),
     "eval.false_refusal_rate": ("<=", 0.05),
     "eval.answer_latency_p50_ms": ("<=", 150.0),
+    # Issue 26: fresh evidence-tier answers through the API at p99 <= 1 s, no cache answering.
+    "query.api_sustainable_rate_per_s": (">=", 60.0),
+    "query.evidence.ratio_to_floor": ("<=", 1.3),
 }
 EVAL_KEYS = (
     "hit_at_5",
@@ -267,6 +270,7 @@ def build_summary(directory: Path) -> dict[str, Any]:
         api = json.loads(api_path.read_text(encoding="utf-8")).get("api_exact_cache_hit", {})
         if api.get("measured"):  # `ragstream bench api`, run beside the gateway
             summary["query"]["api_exact_cache_hit_p50_ms"] = api["latency_ms"]["p50"]
+    summary["query"].update(api_load_numbers(api_path))
     if summary["query"].get("api_exact_cache_hit_p50_ms") is None:
         notes.append(
             "query.api_exact_cache_hit_p50_ms: not measured (needs a running gateway: "
@@ -279,6 +283,21 @@ def build_summary(directory: Path) -> dict[str, Any]:
         summary["targets"][key] = {"target": f"{op} {bound:g}", "value": value, "met": met}
     summary["notes"] = notes
     return summary
+
+
+def api_load_numbers(api_path: Path) -> dict[str, float | None]:
+    """From ``ragstream bench api --load``'s JSON: the highest answered rate of fresh answers
+    through the API whose p99 was at most 1 s (``api_sustainable_rate_per_s``), its p99 and the
+    machine's core-ms per answer there; ``None`` each when not measured or never met."""
+    keys = ("api_sustainable_rate_per_s", "api_sustainable_p99_ms", "api_machine_core_ms")
+    data = json.loads(api_path.read_text(encoding="utf-8")) if api_path.exists() else {}
+    runs = data.get("load", [])
+    met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]]
+    if not met:
+        return dict.fromkeys(keys)
+    best = max(met, key=lambda r: r["rate_per_s"])
+    values = (best["rate_per_s"], best["p99"], best["machine_core_ms_per_answer"])
+    return dict(zip(keys, values, strict=True))
 
 
 def render_markdown(summary: dict[str, Any]) -> str:

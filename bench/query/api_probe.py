@@ -133,3 +133,101 @@ def measure_api_tier_latency(
         "tiers": tiers,
         "statuses": statuses,
     }
+
+
+def measure_api_load(
+    base_url: str,
+    api_key: str,
+    questions: list[str],
+    concurrency: int,
+    *,
+    seconds: float = 20.0,
+    route: str = "evidence",
+    timeout_s: float = 30.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> dict[str, Any]:
+    """Closed-loop throughput of fresh answers through ``POST /v1/query`` (issue 26, item 6).
+
+    ``concurrency`` clients each send the next question as soon as their last answer came back,
+    for ``seconds``. No cache can answer: every request carries a filter no other request has
+    and every chunk of the manuals passes (``content_type`` is ``html`` or a value unique to
+    the request), so the exact and semantic answer caches, keyed by the filters, miss. The
+    answers are forced to ``route`` (the evidence tier by default).
+
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:8000``.
+        api_key: a key of the tenant to ask (``Authorization: Bearer``); its rate limit must
+            allow the load.
+        questions: asked in turn.
+        concurrency: clients in flight at once.
+        seconds: how long the clients keep sending.
+        route: the forced answer tier.
+        timeout_s: the sync wait asked of the API and the client's limit, in seconds.
+        transport: an httpx transport (tests); default: the network.
+
+    Returns:
+        ``{"concurrency", "seconds", "answered", "rate_per_s"`` (answered per second of the
+        run), ``"errors"`` (non-2xx, transport errors or answers not ``answered``), ``"cached"``
+        (should be 0), ``"p50"``, ``"p95"``, ``"p99"``, ``"max"`` (ms of the answered),
+        ``"machine_busy_cores"`` and ``"machine_core_ms_per_answer"`` (every process of the
+        machine, the load generator included, from ``/proc/stat``)``}``.
+    """
+    import asyncio
+    import itertools
+    import uuid
+
+    from bench.stats import CpuSample, busy_cores, core_ms_per_request
+
+    run_id = uuid.uuid4().hex[:12]  # filters of no earlier run either
+    counter = itertools.count()
+    latencies: list[float] = []
+    tally = {"errors": 0, "cached": 0}
+
+    async def client_loop(client: httpx.AsyncClient, stop: float) -> None:
+        while time.perf_counter() < stop:
+            i = next(counter)
+            unique = f"load-{run_id}-{i}"
+            body = {
+                "query": questions[i % len(questions)],
+                "mode": "sync",
+                "timeout_s": timeout_s,
+                "route": route,
+                "filters": [{"kind": "term", "field": "content_type", "values": ["html", unique]}],
+            }
+            t0 = time.perf_counter()
+            try:
+                response = await client.post("/v1/query", json=body)
+                result = response.json() if response.is_success else {}
+            except httpx.HTTPError:
+                result = {}
+            if result.get("status") != "answered":
+                tally["errors"] += 1
+                continue
+            tally["cached"] += bool(result.get("cached"))
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    async def run() -> float:
+        headers = {"Authorization": f"Bearer {api_key}"}
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout_s + 10, limits=limits,
+            transport=transport,
+        ) as client:  # fmt: skip
+            t0 = time.perf_counter()
+            stop = t0 + seconds
+            await asyncio.gather(*(client_loop(client, stop) for _ in range(concurrency)))
+            return time.perf_counter() - t0
+
+    cpu0 = CpuSample.now()
+    elapsed = asyncio.run(run())
+    cores = busy_cores(cpu0, CpuSample.now())
+    return {
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 2),
+        "answered": len(latencies),
+        "rate_per_s": round(len(latencies) / elapsed, 2) if elapsed else 0.0,
+        **tally,
+        **(percentiles(latencies) if latencies else {}),
+        "machine_busy_cores": cores,
+        "machine_core_ms_per_answer": core_ms_per_request(cores, elapsed, len(latencies)),
+    }

@@ -12,7 +12,11 @@ import httpx
 import pytest
 
 from bench.cli import parse_replicas
-from bench.query.api_probe import measure_api_exact_cache_hit, measure_api_tier_latency
+from bench.query.api_probe import (
+    measure_api_exact_cache_hit,
+    measure_api_load,
+    measure_api_tier_latency,
+)
 from bench.query.plans import ModePlan, parse_rates
 from bench.query.procs import PoolProcesses, apply_overrides, overrides_env
 from bench.query.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
@@ -137,6 +141,33 @@ def test_tier_latency_forces_the_route_and_leaves_cached_answers_out() -> None:
     assert result["tiers"] == {"small": 3}
     assert result["statuses"] == {"answered": 3, "failed": 1}
     assert 0 <= result["p50"] <= result["max"]
+
+
+def test_api_load_gives_every_request_a_filter_of_its_own_and_counts_what_failed() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        if len(seen) % 5 == 0:
+            return httpx.Response(503, json={"error": {"code": "OVERLOADED"}})
+        return httpx.Response(200, json={"status": "answered", "tier": "evidence"})
+
+    result = measure_api_load(
+        "http://api.test", "rsk_x", ["a?", "b?"], 3, seconds=0.3,
+        transport=httpx.MockTransport(handler),
+    )  # fmt: skip
+    values = [tuple(b["filters"][0]["values"]) for b in seen]
+    assert len(set(values)) == len(values)  # no answer cache can answer any of them
+    assert all(v[0] == "html" for v in values) and {b["route"] for b in seen} == {"evidence"}
+    assert result["answered"] + result["errors"] == len(seen) and result["errors"] >= 1
+    assert result["concurrency"] == 3 and result["rate_per_s"] > 0 and result["cached"] == 0
+    again = measure_api_load(
+        "http://api.test", "rsk_x", ["a?"], 1, seconds=0.05,
+        transport=httpx.MockTransport(handler),
+    )  # fmt: skip
+    assert again["answered"] + again["errors"] >= 1
+    assert not {tuple(b["filters"][0]["values"]) for b in seen[len(values) :]} & set(values)
 
 
 @pytest.mark.parametrize(
@@ -349,3 +380,22 @@ def test_summary_takes_the_exact_cache_probe_from_api_json(tmp_path: Path) -> No
     s = build_summary(tmp_path)
     assert s["query"]["api_exact_cache_hit_p50_ms"] == 14.8
     assert not any("api_exact_cache_hit" in n for n in s["notes"])
+
+
+def test_the_summary_reads_the_fastest_api_load_that_met_the_slo(tmp_path: Path) -> None:
+    from bench.summary import api_load_numbers
+
+    load = [
+        {"rate_per_s": 30.0, "p99": 200.0, "errors": 0, "machine_core_ms_per_answer": 50.0},
+        {"rate_per_s": 44.0, "p99": 640.0, "errors": 0, "machine_core_ms_per_answer": 43.6},
+        {"rate_per_s": 47.0, "p99": 1113.0, "errors": 0, "machine_core_ms_per_answer": 41.6},
+        {"rate_per_s": 50.0, "p99": 900.0, "errors": 3, "machine_core_ms_per_answer": 40.0},
+    ]
+    path = tmp_path / "api.json"
+    path.write_text(json.dumps({"load": load}))
+    assert api_load_numbers(path) == {
+        "api_sustainable_rate_per_s": 44.0,
+        "api_sustainable_p99_ms": 640.0,
+        "api_machine_core_ms": 43.6,
+    }
+    assert set(api_load_numbers(tmp_path / "none.json").values()) == {None}
