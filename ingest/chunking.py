@@ -8,10 +8,11 @@ character offsets, so the text is kept exactly (CJK, emoji, right-to-left script
 ends, where it can, at the strongest boundary (paragraph > line/sentence > whitespace > word) in
 its last quarter.
 
-Pipe tables (GFM, :func:`ingest.parsers.markdown.pipe_tables`) are cut between rows only: a
+Pipe tables (GFM, and the HTML and Word parsers' tables of one line a row with cells joined by
+``" | "``: :func:`ingest.parsers.markdown.pipe_tables`) are cut between rows only: a
 window that would end inside a table ends before its last whole row instead (or before the
 table), the next window starts at the following row without overlap, and a chunk that
-continues a table starts with the table's header and delimiter rows, repeated, so every chunk
+continues a table starts with the table's header (and delimiter) rows, repeated, so every chunk
 of a table can be read (and quoted as evidence) on its own. A single row longer than a window
 is still cut, at its best boundary. That repeated header is the one exception to "the text is a
 verbatim span": such a chunk's text is the header, then the span.
@@ -88,6 +89,11 @@ class _TableTokens:
         return self.body <= b < self.end
 
 
+#: The version of the chunking rules: raise it when a change of this module changes the chunks
+#: of an unchanged document (2: tables without a delimiter row are cut between rows, their
+#: header repeated), so that the next ingest re-chunks every document instead of skipping it
+#: as unchanged.
+CHUNKING_RULES = 2
 #: A chunk text piece: ``(char start, char end, repeated table header or "")``.
 _Span = tuple[int, int, str]
 
@@ -130,6 +136,12 @@ class Chunker:
                 f"overlap_tokens={self._settings.overlap_tokens}"
             )
         self._titles: dict[str, _Title] = {}
+        #: What decides the chunks besides the document: :data:`CHUNKING_RULES` and the sizes
+        #: (part of the content hash, so a change re-chunks documents on their next ingest).
+        self.rules = (
+            f"{CHUNKING_RULES}:{self.limit}:{self._settings.overlap_tokens}:"
+            f"{self._settings.title_max_tokens}"
+        )
 
     @classmethod
     def from_model_path(
@@ -304,7 +316,7 @@ class Chunker:
             return []
         starts = [start for start, _ in offsets]
         found = []
-        for table in pipe_tables(text):
+        for table in pipe_tables(text, row_lines=True):
             rows = [bisect_left(starts, r) for r in table.row_starts]
             first, end = bisect_left(starts, table.start), bisect_left(starts, table.end)
             header_tokens = len(self._tok.encode(table.header, add_special_tokens=False).ids)

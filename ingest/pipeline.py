@@ -93,13 +93,21 @@ class _Doc:
         self.outcome = IngestOutcome(self.op.tenant, self.doc_id, status, version, chunks, error)
 
 
-def content_hash(parsed: ParsedDocument, op: IngestOp) -> str:
+def content_hash(parsed: ParsedDocument, op: IngestOp, chunking: str = "") -> str:
     """SHA-256 (hex) of what gets indexed: text, section headings (every chunk's title is its
-    heading path), title, source and metadata."""
+    heading path), title, source, metadata and ``chunking`` (the chunker's
+    :attr:`~ingest.chunking.Chunker.rules`: new rules or sizes re-chunk an unchanged text)."""
     meta = {**op.metadata, **parsed.metadata}
     headings = [s.heading_path for s in parsed.sections]
     payload = json.dumps(
-        [parsed.text, headings, op.title or parsed.title, op.source, sorted(meta.items(), key=str)],
+        [
+            parsed.text,
+            headings,
+            op.title or parsed.title,
+            op.source,
+            sorted(meta.items(), key=str),
+            chunking,
+        ],
         ensure_ascii=False,
         default=str,
     )
@@ -309,7 +317,8 @@ class IngestPipeline:
                             IngestOutcome(op.tenant, doc_id, "failed", error=parsed.error)
                         )
                         continue
-                    found.append((i, _Doc(op, doc_id, parsed, content_hash(parsed, op))))
+                    digest = content_hash(parsed, op, getattr(self.chunker, "rules", ""))
+                    found.append((i, _Doc(op, doc_id, parsed, digest)))
             except ParseError as exc:
                 per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=str(exc)))
                 continue

@@ -9,6 +9,7 @@ and fenced code blocks (§4.5) are recognised; everything else is kept as text, 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from ingest.parsers.text import SectionBuilder, clean_line, first_line, normalize_text
@@ -61,13 +62,18 @@ class PipeTable:
     header: str
 
 
-def pipe_tables(text: str) -> list[PipeTable]:
+def pipe_tables(text: str, *, row_lines: bool = False) -> list[PipeTable]:
     """The GFM tables of ``text`` that have at least one data row, in order.
 
     A table is a line with a pipe, then a delimiter row (``|---|:--:|``, with a pipe), then
     rows: the following non-blank lines with a pipe (GFM §4.10 ends a table at a blank line or
     another block; a line without a pipe is taken as that block). Lines inside fenced code
     blocks are never tables.
+
+    With ``row_lines``, also the tables the HTML and Word parsers write: at least
+    :data:`MIN_ROW_LINES` consecutive lines that each hold ``" | "`` (one line a row, cells
+    joined by ``" | "``, no delimiter row), the first of them the header
+    (:attr:`PipeTable.header` is that line alone).
     """
     lines = text.split("\n")
     starts = [0]
@@ -104,8 +110,36 @@ def pipe_tables(text: str) -> list[PipeTable]:
                 )
             i = rows
             continue
+        found = _row_table(text, lines, starts, i) if row_lines and " | " in line else None
+        if found is not None:
+            tables.append(found)
+            i = bisect_right(starts, found.end)
+            continue
         i += 1
     return tables
+
+
+def _row_table(text: str, lines: list[str], starts: list[int], i: int) -> PipeTable | None:
+    """The table without a delimiter row whose header is line ``i``, or ``None`` when fewer
+    than :data:`MIN_ROW_LINES` lines from there hold ``" | "``."""
+    rows = i + 1
+    while rows < len(lines) and " | " in lines[rows]:
+        rows += 1
+    if rows - i < MIN_ROW_LINES:
+        return None
+    last = rows - 1
+    return PipeTable(
+        start=starts[i],
+        body_start=starts[i + 1],
+        end=starts[last] + len(lines[last]),
+        row_starts=tuple(starts[r] for r in range(i + 1, rows)),
+        header=text[starts[i] : starts[i + 1]],
+    )
+
+
+#: Fewest lines of a table without a delimiter row (:func:`pipe_tables` with ``row_lines``):
+#: a header and two rows; two lines with a pipe are too often something else.
+MIN_ROW_LINES = 3
 
 
 def parse_markdown(text: str) -> ParsedDocument:

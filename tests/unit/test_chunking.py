@@ -324,3 +324,44 @@ def test_pipes_in_a_code_block_are_no_table() -> None:
     assert fenced[table.start : table.end] == "| c |\n|---|\n| 3 |"
     assert table.header == "| c |\n|---|\n"
     assert pipe_tables("a | b\n---\nc | d") == []  # a setext heading, not a delimiter row
+
+
+HTML_ROWS = [
+    f"P-{i:04d} | {10 + i * 0.17:.2f} | hex bolt M{i % 12}, zinc plated" for i in range(300)
+]
+HTML_TABLE = (
+    "<html><body><main><h1>Price list</h1><p>Every part we stock.</p><table>"
+    "<thead><tr><th>part</th><th>price</th><th>description</th></tr></thead><tbody>"
+    + "".join(f"<tr><td>{'</td><td>'.join(r.split(' | '))}</td></tr>" for r in HTML_ROWS)
+    + "</tbody></table><p>Prices exclude VAT.</p></main></body></html>"
+)
+
+
+def test_an_html_table_is_cut_between_rows_with_its_header_row_repeated(
+    chunker: Chunker,
+) -> None:
+    # The HTML parser writes a table a row a line, cells joined by " | ", no delimiter row:
+    # the manuals' tables (PostgreSQL's "Input String | Valid Types | Description") were cut
+    # mid-row, and a continuing chunk's rows had no header to be read by.
+    from ingest.parsers import parse
+
+    [parsed] = parse(HTML_TABLE.encode(), content_type="text/html")
+    chunks = chunker.chunk(parsed)
+    header = "part | price | description"
+    with_rows = [c for c in chunks if any(r in c.text for r in HTML_ROWS)]
+    assert len(with_rows) > 3
+    for c in with_rows:
+        lines = [line for line in c.text.split("\n") if " | " in line]
+        assert set(lines) <= {header, *HTML_ROWS}, c.text[:160]  # whole rows only
+    for c in with_rows[1:]:
+        assert c.text.startswith(header + "\nP-"), c.text[:120]
+    seen = [line for c in with_rows for line in c.text.split("\n") if line in HTML_ROWS]
+    assert seen == HTML_ROWS
+
+
+def test_two_lines_with_a_pipe_are_no_table_without_a_delimiter() -> None:
+    from ingest.parsers.markdown import pipe_tables
+
+    assert pipe_tables("a | b\nc | d", row_lines=True) == []
+    [table] = pipe_tables("x\na | b\nc | d\ne | f\ny", row_lines=True)
+    assert table.header == "a | b\n" and len(table.row_starts) == 2

@@ -27,3 +27,21 @@ def test_the_same_document_has_the_same_hash() -> None:
     two = _doc(Section(("A",), "x"), Section(("A", "B"), "y"))
     assert content_hash(one, OP) == content_hash(two, OP)
     assert content_hash(one, OP) != content_hash(_doc(Section(("A",), "x")), OP)
+
+
+def test_new_chunking_rules_or_sizes_change_the_hash() -> None:
+    one = _doc(Section(("A",), "x"))
+    assert content_hash(one, OP, "2:256:32:32") != content_hash(one, OP, "1:256:32:32")
+    assert content_hash(one, OP, "2:256:32:32") != content_hash(one, OP, "2:128:32:32")
+
+
+def test_a_chunkers_rules_name_its_version_and_sizes() -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from ingest.chunking import CHUNKING_RULES, Chunker
+    from ragstream.settings import ChunkingSettings
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    chunker = Chunker(tok, ChunkingSettings(chunk_tokens=128, overlap_tokens=16))
+    assert chunker.rules == f"{CHUNKING_RULES}:128:16:32"
