@@ -24,8 +24,10 @@ from topics.acl import normalise_readers
 from topics.ingest import IngestRequest
 
 router = APIRouter(tags=["documents"])
+#: 404: a ``doc_id`` with a control character matches no route at all (Starlette's ``path``
+#: convertor stops at a newline), as for ``/v1/documents/{doc_id}``.
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorEnvelope} for s in (401, 403, 415, 422, 429, 503)
+    s: {"model": ErrorEnvelope} for s in (401, 403, 404, 415, 422, 429, 503)
 }
 
 

@@ -247,6 +247,15 @@ def logged_result(
         },
         202: {"model": QueryResult, "description": "Accepted; poll links.self."},
         **ERRORS,
+        204: {"description": "`Last-Event-ID` is its stream's last event: nothing is left."},
+        404: {
+            "model": ErrorEnvelope,
+            "description": "`Last-Event-ID` names a query this tenant never asked.",
+        },
+        410: {
+            "model": ErrorEnvelope,
+            "description": "`Last-Event-ID` names a stream past the token topic's retention.",
+        },
     },
     openapi_extra={
         "requestBody": {"content": {"application/json": {"example": QUERY_EXAMPLE}}},

@@ -32,6 +32,11 @@ HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 ST = str(Path(sys.executable).parent / "st")
 #: Examples per operation and phase: enough for every check to run on every operation.
 MAX_EXAMPLES = 12
+#: The generation seed: fixed, so ``make test`` passes or fails the same way on every run (the
+#: seed of the CI run that found the 413 and ``false``-as-integer cases);
+#: ``RAGSTREAM_TEST_ST_SEED=random`` (or another seed) fuzzes further, and any failure it finds
+#: prints the seed that reproduces it.
+SEED = os.environ.get("RAGSTREAM_TEST_ST_SEED", "135614594001909272588866122582040287372")
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +85,7 @@ def test_every_check_holds_for_every_operation(fuzz_stack: Stack, tmp_path: Path
         "false",
         "--report-dir",
         str(tmp_path),
-        *(["--seed", seed] if (seed := os.environ.get("RAGSTREAM_TEST_ST_SEED")) else []),
+        *(["--seed", SEED] if SEED != "random" else []),
     ]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS)}
     done = subprocess.run(
