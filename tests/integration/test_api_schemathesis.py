@@ -34,9 +34,9 @@ ST = str(Path(sys.executable).parent / "st")
 MAX_EXAMPLES = 12
 #: The generation seed: fixed, so ``make test`` passes or fails the same way on every run (the
 #: seed of the CI run that found the 413 and ``false``-as-integer cases);
-#: ``RAGSTREAM_TEST_ST_SEED=random`` (or another seed) fuzzes further, and any failure it finds
+#: ``FUZZ_SEED=random`` (or another seed) fuzzes further, and any failure it finds
 #: prints the seed that reproduces it.
-SEED = os.environ.get("RAGSTREAM_TEST_ST_SEED", "135614594001909272588866122582040287372")
+SEED = os.environ.get("FUZZ_SEED", "135614594001909272588866122582040287372")
 
 
 @pytest.fixture(scope="module")
