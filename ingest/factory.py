@@ -17,6 +17,7 @@ from ingest.embedding import (
     Embedder,
     EmbeddingCache,
     SentenceTransformerEmbedder,
+    resolve_model_path,
 )
 from ingest.index import ChunkIndex, check_index_model, force_merge
 from ingest.model_follow import ModelFollower
@@ -62,6 +63,37 @@ def build_model(settings: Settings, num_threads: int = 0, role: Role = "passage"
         )
     require_torch("embedding.backend=sentence-transformers", "embedding.backend=onnx (the default)")
     return SentenceTransformerEmbedder.from_settings(emb, num_threads=num_threads)
+
+
+def build_vocabulary(settings: Settings) -> frozenset[str]:
+    """The whole lower-case words of the configured embedding model's word-piece vocabulary
+    (``##`` continuations, special tokens, digits and punctuation left out), read from its
+    ``tokenizer.json`` (or ``vocab.txt``) without loading the model: the common English words
+    of :func:`workers.evidence.lexical.uncommon_words` (about 22,000 for BERT's vocabulary).
+
+    Returns an empty set (the rule is then off) when the model folder holds neither file.
+
+    Raises:
+        ValueError: the file is not a tokenizer the ``tokenizers`` package can read.
+        ConfigurationError: the sentence-transformers model folder is missing
+            (:func:`ingest.embedding.resolve_model_path`).
+    """
+    emb = settings.embedding
+    folder = (
+        onnx_model_dir(settings) if emb.backend == "onnx" else resolve_model_path(emb.model_path)
+    )
+    if (folder / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            words: list[str] = list(Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab())
+        except Exception as exc:  # the Rust tokenizer raises a plain Exception
+            raise ValueError(f"cannot read {folder / 'tokenizer.json'}: {exc}") from exc
+    elif (folder / "vocab.txt").is_file():
+        words = (folder / "vocab.txt").read_text(encoding="utf-8").split()
+    else:
+        return frozenset()
+    return frozenset(w for w in words if w.isalpha() and w.islower())
 
 
 def build_embedder(

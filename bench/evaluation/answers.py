@@ -202,8 +202,10 @@ class Answerer:
             settings = settings.model_copy(update={"llm": llm, "generation": generation})
         self.settings = settings
         dense = settings.evidence.dense_top > 0
+        from ingest.factory import build_vocabulary
+
         self.stage: EvidenceStage = build_evidence_stage(
-            settings.evidence, embedder if dense else None
+            settings.evidence, embedder if dense else None, build_vocabulary(settings)
         )
         self._generators: dict[tuple[str, str], Generator] = {}
         self._evidence: dict[int, _Evidence] = {}

@@ -123,12 +123,14 @@ def _evidence_stage(settings: Settings) -> EvidenceStage | None:
     builds it (``None`` when the settings turn it off)."""
     if not settings.evidence.enabled:
         return None
-    from ingest.factory import build_embedder
+    from ingest.factory import build_embedder, build_vocabulary
     from workers.evidence.stage import build_evidence_stage
 
     dense = settings.evidence.dense_top > 0
     return build_evidence_stage(
-        settings.evidence, build_embedder(settings, num_threads=1) if dense else None
+        settings.evidence,
+        build_embedder(settings, num_threads=1) if dense else None,
+        build_vocabulary(settings),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -422,6 +423,50 @@ def test_the_gate_refuses_unknown_names_and_passages_far_from_the_question() -> 
     assert ev.relevance == 0.8
     assert compose(ev, AnswerPolicy(min_relevance=0.83)).reason == "off_topic:relevance=0.800"
     assert not compose(ev, AnswerPolicy(min_relevance=0.75)).refused
+
+
+def test_a_word_outside_the_vocabulary_that_no_passage_holds_is_an_unknown_name() -> None:
+    from workers.evidence.lexical import known_word, uncommon_words
+
+    vocabulary = frozenset({"configure", "reverse", "proxy", "front", "restart", "bother", "stop"})
+    assert known_word("restarting", vocabulary) and known_word("bothers", vocabulary)
+    assert known_word("stopped", vocabulary) and not known_word("nginx", vocabulary)
+    assert uncommon_words("Is nginx.conf used by my_app?", vocabulary) == []  # code, not prose
+    question = "How do I configure nginx as a reverse proxy in front of it?"
+    assert uncommon_words(question, vocabulary) == ["nginx"]
+    assert uncommon_words(question, frozenset()) == []  # no vocabulary: the rule is off
+    far = P(LOCKS)
+    [ev] = EvidenceSelector(None, vocabulary=vocabulary).select([(question, [far])])
+    assert ev.unknown_names == ("nginx",)
+    assert compose(ev, AnswerPolicy(refuse_unknown_names=True)).reason == "unknown:nginx"
+    [plain] = EvidenceSelector(None).select([(question, [far])])
+    assert plain.unknown_names == ()
+    # A passage that holds the word answers for it: it is a word of the documents.
+    held = P(LOCKS + "\n\nnginx can sit in front of the server.")
+    [ok] = EvidenceSelector(None, vocabulary=vocabulary).select([(question, [held])])
+    assert ok.unknown_names == ()
+
+
+def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> None:
+    import json
+
+    from ingest.factory import build_vocabulary
+    from ragstream.settings import Settings
+
+    model = {
+        "type": "WordPiece",
+        "unk_token": "[UNK]",
+        "continuing_subword_prefix": "##",
+        "max_input_chars_per_word": 100,
+        "vocab": {"[UNK]": 0, "[CLS]": 1, "proxy": 2, "##x": 3, "1600": 4, "front": 5},
+    }
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": model}))
+    settings = Settings.model_validate({"embedding": {"onnx_dir": str(tmp_path)}})
+    assert build_vocabulary(settings) == {"proxy", "front"}
+    (tmp_path / "tokenizer.json").unlink()
+    assert build_vocabulary(settings) == frozenset()
+    (tmp_path / "vocab.txt").write_text("[PAD]\nproxy\n##x\nfront\n")
+    assert build_vocabulary(settings) == {"proxy", "front"}
 
 
 def test_an_answer_budget_is_part_of_the_cache_key() -> None:

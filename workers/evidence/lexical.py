@@ -131,6 +131,44 @@ def proper_names(text: str) -> list[str]:
     return out
 
 
+#: A lower-case prose word of four letters or more (not part of a dotted, dashed or called name).
+_PLAIN_WORD = re.compile(r"(?<![\w.\-])[a-z]{4,}(?![\w.\-(])")
+#: Endings folded before a word is looked up in a vocabulary ("restarting" -> "restart",
+#: "bothers" -> "bother", "stopped" -> "stop"): a word-piece vocabulary holds base forms.
+_INFLECTIONS = ("ing", "ers", "es", "ed", "er", "ly", "s", "d")
+
+
+def known_word(word: str, vocabulary: frozenset[str]) -> bool:
+    """Whether ``word`` (lower-case) or its base form is in ``vocabulary``: the word itself,
+    the word without an inflection of :data:`_INFLECTIONS` (plus a final "e", or less a doubled
+    consonant), or "-ies" as "-y"."""
+    if word in vocabulary:
+        return True
+    for ending in _INFLECTIONS:
+        base = word.removesuffix(ending)
+        if base != word and len(base) >= 3:
+            if base in vocabulary or f"{base}e" in vocabulary:
+                return True
+            if base[-1:] == base[-2:-1] and base[:-1] in vocabulary:
+                return True
+    return word.endswith("ies") and f"{word[:-3]}y" in vocabulary
+
+
+def uncommon_words(text: str, vocabulary: frozenset[str]) -> list[str]:
+    """The lower-case prose words of ``text`` that ``vocabulary`` does not know
+    (:func:`known_word`), stop words left out; [] when ``vocabulary`` is empty.
+
+    ``vocabulary`` is the whole-word entries of the embedding model's word-piece vocabulary
+    (BERT's 30,522 pieces, from English Wikipedia and BooksCorpus: Devlin et al. 2019), a
+    list of common English: "nginx" and "conda" are not in it, "configure" and "yolk" are.
+    Such a word that no passage holds names a thing the passages do not cover, as a capitalised
+    name does (:func:`proper_names`)."""
+    if not vocabulary:
+        return []
+    words = dict.fromkeys(_PLAIN_WORD.findall(text))
+    return [w for w in words if w not in STOPWORDS and not known_word(w, vocabulary)]
+
+
 def holds_word(text: str, word: str) -> bool:
     """Whether ``word`` stands in ``text`` as a whole word (not inside another: "paris" is not
     in "comparison"); both as given, no case folding."""

@@ -42,6 +42,7 @@ from workers.evidence.lexical import (
     strong_identifiers,
     terms,
     type_match,
+    uncommon_words,
 )
 from workers.evidence.segment import Unit, segment
 
@@ -179,7 +180,9 @@ class Evidence:
         asks_value: the question asks for a value (a number, a size, a default;
             :func:`workers.evidence.lexical.answer_type`): its answer is one short statement.
         unknown_names: names of the question that are not code (``Paris``, ``MongoDB``,
-            :func:`workers.evidence.lexical.proper_names`) that no passage holds as a word.
+            :func:`workers.evidence.lexical.proper_names`; ``nginx``, a word outside the
+            selector's vocabulary, :func:`workers.evidence.lexical.uncommon_words`) that no
+            passage holds as a word.
         leads_with_value: the question asks for a value and not for a name or a way ("How
             much disk space does my database take?" asks for a way): its answer opens with
             the statement of the value (:func:`workers.evidence.answer.value_first`).
@@ -214,6 +217,9 @@ class EvidenceSelector:
         max_words: word budget of a question's spans together.
         max_unit_chars: units are cut to this many characters before embedding (the model's
             window is 256 word pieces; a long code block is judged by its start).
+        vocabulary: common lower-case words (the embedder's whole-word vocabulary,
+            :func:`workers.evidence.lexical.uncommon_words`); a question word outside it that no
+            passage holds is an unknown name. Empty: only capitalised names count.
     """
 
     def __init__(
@@ -225,6 +231,7 @@ class EvidenceSelector:
         max_spans: int = 8,
         max_words: int = 260,
         max_unit_chars: int = 600,
+        vocabulary: frozenset[str] = frozenset(),
     ) -> None:
         self.embedder = embedder
         self.weights = weights or Weights()
@@ -232,6 +239,7 @@ class EvidenceSelector:
         self.max_spans = max_spans
         self.max_words = max_words
         self.max_unit_chars = max_unit_chars
+        self.vocabulary = vocabulary
 
     def select(self, batch: Sequence[tuple[str, Sequence[PassageLike]]]) -> list[Evidence]:
         """Evidence for each ``(question, passages best first)`` of ``batch``, in order.
@@ -301,7 +309,8 @@ class EvidenceSelector:
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
-        unknown = tuple(n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n))
+        names = [*proper_names(own), *uncommon_words(own, self.vocabulary)]
+        unknown = tuple(n for n in dict.fromkeys(names) if not holds_word(haystack, n))
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             subject = subject_name(passage.title)

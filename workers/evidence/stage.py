@@ -221,8 +221,14 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
     )
 
 
-def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) -> EvidenceStage:
-    """The evidence stage from the settings (``embedder``: the pool's, already warm)."""
+def build_evidence_stage(
+    settings: EvidenceSettings,
+    embedder: Embeds | None,
+    vocabulary: frozenset[str] = frozenset(),
+) -> EvidenceStage:
+    """The evidence stage from the settings (``embedder``: the pool's, already warm;
+    ``vocabulary``: common words, :func:`ingest.factory.build_vocabulary`, used when
+    ``settings.refuse_uncommon_words``)."""
     selector = EvidenceSelector(
         embedder,
         Weights(
@@ -240,6 +246,7 @@ def build_evidence_stage(settings: EvidenceSettings, embedder: Embeds | None) ->
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
         max_words=settings.prompt_words,
+        vocabulary=vocabulary if settings.refuse_uncommon_words else frozenset(),
     )
     tiers = TierPolicy(settings.tier_mode, settings.evidence_min_confidence)
     return EvidenceStage(selector, answer_policy(settings), tiers)

@@ -193,13 +193,13 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
         warm()
     stage = None
     if settings.evidence.enabled:
-        from ingest.factory import build_embedder
+        from ingest.factory import build_embedder, build_vocabulary
         from workers.evidence.stage import build_evidence_stage
         from workers.pools.components import build_cache_keys
 
         dense = settings.evidence.dense_top > 0
         embedder = build_embedder(settings, num_threads=1) if dense else None
-        stage = build_evidence_stage(settings.evidence, embedder)
+        stage = build_evidence_stage(settings.evidence, embedder, build_vocabulary(settings))
     handler = rerank_handler(
         reranker,
         settings.rerank,
