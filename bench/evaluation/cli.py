@@ -22,7 +22,8 @@ def eval_command(  # noqa: PLR0917 - typer options
         None,
         "--modes",
         help="Comma-separated modes: bm25, knn, hybrid, hybrid+none, hybrid+llm, "
-        "hybrid+cross-encoder; default: all (those that cannot run here are skipped).",
+        "hybrid+cross-encoder; default: all but hybrid+llm (those that cannot run here are "
+        "skipped).",
     ),
     generate: bool = typer.Option(
         True, "--generate/--no-generate", help="Generate answers (default configuration)."
@@ -45,10 +46,11 @@ def eval_command(  # noqa: PLR0917 - typer options
         None, "--instruction", help="Prompt instruction to try; default: the generation pool's."
     ),
     tiers: str = typer.Option(
-        "routed,evidence,small",
+        "routed,evidence",
         "--tiers",
         help="Answer configurations, comma-separated: routed (the default router), evidence, "
-        "small, large. The first is the one the per-question records show.",
+        "small, large (the LLM tiers: add them to measure them). The first is the one the "
+        "per-question records show.",
     ),
     llm: list[str] = typer.Option(
         [],
@@ -78,7 +80,7 @@ def eval_command(  # noqa: PLR0917 - typer options
     prompt and LLM server. Writes eval.json, eval.md and side_by_side.md (each question beside
     its answer, for a person to read) and prints a one-line summary.
     """
-    from bench.evaluation.modes import ALL_MODES
+    from bench.evaluation.modes import DEFAULT_MODES
     from bench.evaluation.questions import (
         OFF_TOPIC_QUESTIONS,
         SAMPLE_QUESTIONS,
@@ -97,7 +99,7 @@ def eval_command(  # noqa: PLR0917 - typer options
     path = file or SAMPLE_QUESTIONS
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = out or settings.infra.local_dir / "eval" / stamp
-    asked = tuple(m.strip() for m in modes.split(",") if m.strip()) if modes else ALL_MODES
+    asked = tuple(m.strip() for m in modes.split(",") if m.strip()) if modes else DEFAULT_MODES
     try:
         options = EvalOptions(
             modes=asked,

@@ -18,7 +18,7 @@ from bench.evaluation.metrics import (
     reciprocal_rank,
     retrieval_metrics,
 )
-from bench.evaluation.modes import ALL_MODES, plan_modes, rerank_text
+from bench.evaluation.modes import ALL_MODES, DEFAULT_MODES, plan_modes, rerank_text
 from bench.evaluation.questions import (
     CORPUS_ROOTS,
     SAMPLE_QUESTIONS,
@@ -297,6 +297,9 @@ def test_plan_modes_skips_what_cannot_run_and_rejects_unknown_modes() -> None:
     assert plan.runnable == ("bm25", "knn", "hybrid", "hybrid+none")
     assert set(plan.skipped) == {"hybrid+llm", "hybrid+cross-encoder"}
     assert "rerank.model" in plan.skipped["hybrid+cross-encoder"]
+    # Unless asked, the LLM reranker is not measured (minutes a set on two cores).
+    assert plan_modes(DEFAULT_MODES, settings).runnable == plan.runnable
+    assert "hybrid+llm" not in DEFAULT_MODES and set(DEFAULT_MODES) < set(ALL_MODES)
     with pytest.raises(ValueError, match="unknown mode"):
         plan_modes(["bm25", "sparse"], settings)
 
