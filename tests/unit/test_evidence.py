@@ -447,6 +447,26 @@ def test_a_word_outside_the_vocabulary_that_no_passage_holds_is_an_unknown_name(
     assert ok.unknown_names == ()
 
 
+def test_a_name_most_passages_hold_is_not_what_the_question_asks_about() -> None:
+    other = "max_pred_locks (integer)\nPredicate locks. The default is -2, as in older PostgreSQL."
+    asked = "deadlock_timeout (integer)\nThe wait before a deadlock check. The default is 1s."
+    question = (
+        "By default, how long does PostgreSQL wait on a lock before it checks for a deadlock?"
+    )
+
+    def score(passages: list[P], weights: Weights) -> float:
+        [ev] = EvidenceSelector(None, weights).select([(question, passages)])
+        return next(s.score for s in ev.spans if s.text.startswith("The default is -2"))
+
+    few = [P(other, chunk_id="a"), P(asked)]
+    many = [*few, P("PostgreSQL runs on Unix.", chunk_id="x"), P("Rows.", chunk_id="y")]
+    no_names = Weights(identifier=0.0)
+    # Among four passages, three hold "PostgreSQL": it names the collection, not what is asked,
+    # and gives the sentence no identifier credit; among two, it still does.
+    assert score(many, Weights()) == score(many, no_names)
+    assert score(few, Weights()) == pytest.approx(score(few, no_names) + Weights().identifier)
+
+
 def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> None:
     import json
 
