@@ -467,6 +467,21 @@ def test_a_name_most_passages_hold_is_not_what_the_question_asks_about() -> None
     assert score(few, Weights()) == pytest.approx(score(few, no_names) + Weights().identifier)
 
 
+def test_a_page_names_a_dotted_function_by_its_bare_name() -> None:
+    from workers.evidence.select import bare_names
+
+    assert bare_names({"functools.lru_cache", "os.getcwd", "gzip.open"}) == {"lru_cache", "getcwd"}
+    text = "Applied as the lru_cache decorator, the maxsize is at its default value of 128."
+    question = "What is the default maxsize of the cache that functools.lru_cache keeps?"
+
+    def score(weights: Weights) -> float:
+        [ev] = EvidenceSelector(None, weights).select([(question, [P(text)])])
+        return ev.spans[0].score
+
+    # The sentence names functools.lru_cache by its bare name: it gets the identifier credit.
+    assert score(Weights()) == pytest.approx(score(Weights(identifier=0.0)) + 0.2)
+
+
 def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> None:
     import json
 
