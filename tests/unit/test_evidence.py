@@ -482,6 +482,24 @@ def test_a_page_names_a_dotted_function_by_its_bare_name() -> None:
     assert score(Weights()) == pytest.approx(score(Weights(identifier=0.0)) + 0.2)
 
 
+def test_a_sentence_that_points_elsewhere_does_not_lead() -> None:
+    from workers.evidence.lexical import is_pointer
+
+    assert is_pointer("For more information on planning, see the ANALYZE documentation.")
+    assert is_pointer("See Section 14.1.") and is_pointer("PEP 305 - CSV File API")
+    assert is_pointer("Forks a child; see also fork().")
+    assert not is_pointer("You can use the EXPLAIN command to see what query plan is chosen.")
+    text = (
+        "For more information on the query plan, see the EXPLAIN documentation. "
+        "You can use the EXPLAIN command to see the query plan."
+    )
+    question = "How can I see the query plan?"
+    [ev] = EvidenceSelector(None).select([(question, [P(text)])])
+    assert ev.spans[0].text.startswith("You can use"), [s.text for s in ev.spans]
+    [ev] = EvidenceSelector(None, Weights(pointer=0.0)).select([(question, [P(text)])])
+    assert ev.spans[0].text.startswith("For more information")
+
+
 def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> None:
     import json
 

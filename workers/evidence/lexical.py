@@ -138,6 +138,22 @@ _PLAIN_WORD = re.compile(r"(?<![\w.\-])[a-z]{4,}(?![\w.\-(])")
 _INFLECTIONS = ("ing", "ers", "es", "ed", "er", "ly", "s", "d")
 
 
+#: A sentence that sends the reader elsewhere instead of stating something: "For more information
+#: on query planning ..., see the ANALYZE documentation.", "See Section 20.4.", "... ; see also
+#: fork()", a "PEP 305 - CSV File API" reference line.
+_POINTER = re.compile(
+    r"^\s*(?:for (?:more|further|additional) (?:information|details)|see\b|refer to\b)"
+    r"|(?:^|[,;:]\s*)see (?:also )?(?:(?:section|chapter|table|the)\b|[\w.]+\(\))"
+    r"|\bPEP \d+ - ",
+    re.IGNORECASE,
+)
+
+
+def is_pointer(text: str) -> bool:
+    """Whether ``text`` points to another place rather than answering (:data:`_POINTER`)."""
+    return _POINTER.search(text) is not None
+
+
 def known_word(word: str, vocabulary: frozenset[str]) -> bool:
     """Whether ``word`` (lower-case) or its base form is in ``vocabulary``: the word itself,
     the word without an inflection of :data:`_INFLECTIONS` (plus a final "e", or less a doubled

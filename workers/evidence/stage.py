@@ -242,6 +242,7 @@ def build_evidence_stage(
             rest=settings.w_rest,
             label=settings.w_label,
             value_type=settings.w_value_type,
+            pointer=settings.w_pointer,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
