@@ -500,6 +500,13 @@ def test_a_sentence_that_points_elsewhere_does_not_lead() -> None:
     assert ev.spans[0].text.startswith("For more information")
 
 
+def test_a_unit_holding_more_of_the_focus_words_fits_better() -> None:
+    kind = answer_type("How many digits is the default limit?")
+    assert kind.focus == {"default", "limit"}
+    both, one = "The default limit is 4300 digits.", "It uses 30-bit digits by default."
+    assert type_match(kind, both, terms(both), False) > type_match(kind, one, terms(one), False)
+
+
 def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> None:
     import json
 

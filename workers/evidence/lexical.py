@@ -342,7 +342,8 @@ def type_match(
     subject: str = "",
 ) -> float:
     """How well a unit fits the answer type, in [0, 1]: the mean of the checks that apply (a
-    number, in digits or words, for a value; an identifier or code for a name; the focus words).
+    number, in digits or words, for a value; an identifier or code for a name; the share of the
+    focus words it holds: dev +1, the other sets unchanged, against any one of them).
 
     The answer to a factoid question is not one of its own words (the "novelty" filter of answer
     extraction, e.g. Prager et al. 2000; Harabagiu et al. 2000): a value or a name the question
@@ -359,7 +360,7 @@ def type_match(
     A question for an option or a flag ("Which pg_dumpall option ...") wants an option
     (``--globals-only``), not any name.
     """
-    checks: list[bool] = []
+    checks: list[float] = []
     if kind.value:
         values = {v.lower() for v in _VALUES.findall(_REFERENCE.sub(" ", text))}
         checks.append(bool(values - asked) if NOVEL_ANSWERS else bool(values))
@@ -381,7 +382,9 @@ def type_match(
         else:
             checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))
     if kind.focus:
-        checks.append(bool(kind.focus & set(unit_terms)))
+        # The share of the focus words held: "the default limit" wants a sentence about the
+        # default limit ("The default limit is 4300 digits") over one about a default alone.
+        checks.append(len(kind.focus & set(unit_terms)) / len(kind.focus))
     return sum(checks) / len(checks) if checks else 0.0
 
 
