@@ -431,6 +431,8 @@ def test_a_word_outside_the_vocabulary_that_no_passage_holds_is_an_unknown_name(
     vocabulary = frozenset({"configure", "reverse", "proxy", "front", "restart", "bother", "stop"})
     assert known_word("restarting", vocabulary) and known_word("bothers", vocabulary)
     assert known_word("stopped", vocabulary) and not known_word("nginx", vocabulary)
+    # One typing error away from a known word is no name: a misspelt question is not refused.
+    assert known_word("confgure", vocabulary) and known_word("proxxy", vocabulary)
     assert uncommon_words("Is nginx.conf used by my_app?", vocabulary) == []  # code, not prose
     question = "How do I configure nginx as a reverse proxy in front of it?"
     assert uncommon_words(question, vocabulary) == ["nginx"]

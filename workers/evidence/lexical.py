@@ -157,7 +157,7 @@ def is_pointer(text: str) -> bool:
 def known_word(word: str, vocabulary: frozenset[str]) -> bool:
     """Whether ``word`` (lower-case) or its base form is in ``vocabulary``: the word itself,
     the word without an inflection of :data:`_INFLECTIONS` (plus a final "e", or less a doubled
-    consonant), or "-ies" as "-y"."""
+    consonant), "-ies" as "-y", or a word one typing error away (:func:`_one_edit`)."""
     if word in vocabulary:
         return True
     for ending in _INFLECTIONS:
@@ -167,7 +167,23 @@ def known_word(word: str, vocabulary: frozenset[str]) -> bool:
                 return True
             if base[-1:] == base[-2:-1] and base[:-1] in vocabulary:
                 return True
-    return word.endswith("ies") and f"{word[:-3]}y" in vocabulary
+    if word.endswith("ies") and f"{word[:-3]}y" in vocabulary:
+        return True
+    return any(e in vocabulary for e in _one_edit(word))
+
+
+def _one_edit(word: str) -> set[str]:
+    """Every string one deletion, transposition, replacement or insertion of a lower-case
+    letter away from ``word`` (Norvig, "How to Write a Spelling Corrector", 2007): a misspelt
+    word ("databse", "creat") is a known word, not an unknown name."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    splits = [(word[:i], word[i:]) for i in range(len(word) + 1)]
+    return (
+        {a + b[1:] for a, b in splits if b}
+        | {a + b[1] + b[0] + b[2:] for a, b in splits if len(b) > 1}
+        | {a + c + b[1:] for a, b in splits if b for c in letters}
+        | {a + c + b for a, b in splits for c in letters}
+    )
 
 
 def uncommon_words(text: str, vocabulary: frozenset[str]) -> list[str]:
