@@ -66,22 +66,32 @@ def build_model(settings: Settings, num_threads: int = 0, role: Role = "passage"
 
 
 def build_vocabulary(settings: Settings) -> frozenset[str]:
-    """The whole lower-case words of the configured embedding model's word-piece vocabulary
-    (``##`` continuations, special tokens, digits and punctuation left out), read from its
-    ``tokenizer.json`` (or ``vocab.txt``) without loading the model: the common English words
-    of :func:`workers.evidence.lexical.uncommon_words` (about 22,000 for BERT's vocabulary).
+    """Common lower-case English words, for :func:`workers.evidence.lexical.uncommon_words`:
+    pyspellchecker's English word list (160,572 words with their inflections, from its
+    frequency lists) and the whole words of the configured embedding model's word-piece
+    vocabulary (``##`` continuations, special tokens, digits and punctuation left out), read
+    from its ``tokenizer.json`` (or ``vocab.txt``) without loading the model.
 
-    Returns an empty set (the rule is then off) when the model folder holds neither file.
+    The model's vocabulary alone (about 22,000 words for BERT's) lacks everyday words such as
+    "coworker" and "reorders", which made the gate refuse answerable questions.
 
     Raises:
-        ValueError: the file is not a tokenizer the ``tokenizers`` package can read.
+        ValueError: the tokenizer file is not one the ``tokenizers`` package can read.
         ConfigurationError: the sentence-transformers model folder is missing
             (:func:`ingest.embedding.resolve_model_path`).
     """
+    from spellchecker import SpellChecker
+
+    english = SpellChecker(language="en", distance=1).word_frequency.dictionary
+    return frozenset(english) | _model_words(settings)
+
+
+def _model_words(settings: Settings) -> frozenset[str]:
+    """The embedding model's whole lower-case words (see :func:`build_vocabulary`); empty when
+    its folder holds neither ``tokenizer.json`` nor ``vocab.txt``."""
     emb = settings.embedding
-    folder = (
-        onnx_model_dir(settings) if emb.backend == "onnx" else resolve_model_path(emb.model_path)
-    )
+    onnx = emb.backend == "onnx"
+    folder = onnx_model_dir(settings) if onnx else resolve_model_path(emb.model_path)
     if (folder / "tokenizer.json").is_file():
         from tokenizers import Tokenizer
 

@@ -662,10 +662,10 @@ class EvidenceSettings(BaseModel):
     #: ... when the passages' best kNN score is under this: off-topic questions naming a product
     #: scored 0.82-0.86, answerable ones 0.84-0.95 (docs/evaluation.md).
     unknown_name_relevance: float = Field(default=0.87, ge=0.0, le=1.0)
-    #: Count as such a name a lower-case word of the question that the embedding model's
-    #: word-piece vocabulary does not hold ("nginx", "conda"; ``workers.evidence.lexical.
-    #: uncommon_words``): off-topic probes refused 8/10 -> 9/10 on the shared, dev and sample
-    #: sets' runs, no false refusal gained (docs/evaluation.md).
+    #: Count as such a name a lower-case word of the question that is not common English
+    #: (pyspellchecker's word list and the embedder's word pieces; ``workers.evidence.lexical.
+    #: uncommon_words``) and that no passage holds ("nginx"): off-topic probes refused 8/10 ->
+    #: 9/10 on the shared, dev and sample sets, no false refusal gained (docs/evaluation.md).
     refuse_uncommon_words: bool = True
     tier_mode: Literal["evidence", "llm", "auto"] = "evidence"
     evidence_min_confidence: float = 1.0

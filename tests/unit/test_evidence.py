@@ -509,10 +509,10 @@ def test_a_unit_holding_more_of_the_focus_words_fits_better() -> None:
     assert type_match(kind, both, terms(both), False) > type_match(kind, one, terms(one), False)
 
 
-def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> None:
+def test_the_vocabulary_is_english_and_the_embedding_models_whole_words(tmp_path: Path) -> None:
     import json
 
-    from ingest.factory import build_vocabulary
+    from ingest.factory import _model_words, build_vocabulary
     from ragstream.settings import Settings
 
     model = {
@@ -520,15 +520,20 @@ def test_the_vocabulary_is_the_embedding_models_whole_words(tmp_path: Path) -> N
         "unk_token": "[UNK]",
         "continuing_subword_prefix": "##",
         "max_input_chars_per_word": 100,
-        "vocab": {"[UNK]": 0, "[CLS]": 1, "proxy": 2, "##x": 3, "1600": 4, "front": 5},
+        "vocab": {"[UNK]": 0, "[CLS]": 1, "proxy": 2, "##x": 3, "1600": 4, "zzyzxq": 5},
     }
     (tmp_path / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": model}))
     settings = Settings.model_validate({"embedding": {"onnx_dir": str(tmp_path)}})
-    assert build_vocabulary(settings) == {"proxy", "front"}
+    assert _model_words(settings) == {"proxy", "zzyzxq"}
+    words = build_vocabulary(settings)
+    # Everyday English (the questions the model's 22,000 words made the gate refuse) is known;
+    # names of other software are not.
+    assert {"coworker", "reorders", "zzyzxq", "proxy"} <= words
+    assert not {"nginx", "conda", "mysql"} & words
     (tmp_path / "tokenizer.json").unlink()
-    assert build_vocabulary(settings) == frozenset()
+    assert _model_words(settings) == frozenset()
     (tmp_path / "vocab.txt").write_text("[PAD]\nproxy\n##x\nfront\n")
-    assert build_vocabulary(settings) == {"proxy", "front"}
+    assert _model_words(settings) == {"proxy", "front"}
 
 
 def test_an_answer_budget_is_part_of_the_cache_key() -> None:

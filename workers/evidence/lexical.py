@@ -172,6 +172,16 @@ def known_word(word: str, vocabulary: frozenset[str]) -> bool:
     return any(e in vocabulary for e in _one_edit(word))
 
 
+def near_word(word: str, text: str) -> bool:
+    """Whether ``text`` (lower-case) holds ``word`` misspelt by one edit (:func:`_one_edit`),
+    as a whole word ("postgress" for "postgres") or, for six letters or more, as the start of
+    one ("autoincremnt" for "autoincrementing")."""
+    held = set(re.findall(r"[a-z]+", text))
+    n = len(word)
+    starts = {h[:k] for h in held for k in (n - 1, n, n + 1) if k >= 6 and len(h) > k}
+    return bool(({word} | _one_edit(word)) & (held | starts))
+
+
 def _one_edit(word: str) -> set[str]:
     """Every string one deletion, transposition, replacement or insertion of a lower-case
     letter away from ``word`` (Norvig, "How to Write a Spelling Corrector", 2007): a misspelt
@@ -190,11 +200,11 @@ def uncommon_words(text: str, vocabulary: frozenset[str]) -> list[str]:
     """The lower-case prose words of ``text`` that ``vocabulary`` does not know
     (:func:`known_word`), stop words left out; [] when ``vocabulary`` is empty.
 
-    ``vocabulary`` is the whole-word entries of the embedding model's word-piece vocabulary
-    (BERT's 30,522 pieces, from English Wikipedia and BooksCorpus: Devlin et al. 2019), a
-    list of common English: "nginx" and "conda" are not in it, "configure" and "yolk" are.
-    Such a word that no passage holds names a thing the passages do not cover, as a capitalised
-    name does (:func:`proper_names`)."""
+    ``vocabulary`` is a list of common English (:func:`ingest.factory.build_vocabulary`:
+    pyspellchecker's 160,572 words and the embedding model's word pieces): "nginx" and "conda"
+    are not in it, "coworker" and "reorders" are. Such a word that no passage holds
+    (:func:`near_word` forgives a typo) names a thing the passages do not cover, as a
+    capitalised name does (:func:`proper_names`)."""
     if not vocabulary:
         return []
     words = dict.fromkeys(_PLAIN_WORD.findall(text))

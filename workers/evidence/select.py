@@ -38,6 +38,7 @@ from workers.evidence.lexical import (
     identifiers,
     idf,
     is_pointer,
+    near_word,
     proper_names,
     question_tokens,
     strong_identifiers,
@@ -323,8 +324,13 @@ class EvidenceSelector:
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
-        names = [*proper_names(own), *uncommon_words(own, self.vocabulary)]
-        unknown = tuple(n for n in dict.fromkeys(names) if not holds_word(haystack, n))
+        unknown = tuple(
+            n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n)
+        ) + tuple(
+            w
+            for w in uncommon_words(own, self.vocabulary)
+            if not holds_word(haystack, w) and not near_word(w, haystack)
+        )
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             subject = subject_name(passage.title)
