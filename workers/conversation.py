@@ -94,7 +94,13 @@ def is_follow_up(question: str) -> bool:
     if _LEADING.match(question) or _ALSO.search(question):
         return True
     words = len(content_words(question))
-    if _ANAPHOR.search(question) and words < SELF_CONTAINED_WORDS:
+    anaphor = _ANAPHOR.search(question)
+    if anaphor and words < SELF_CONTAINED_WORDS:
+        return True
+    # An anaphor before any content word is what the question is about ("Does it block other
+    # sessions while it runs?"); after one, it may point inside the question ("launch another
+    # program and get whatever it printed").
+    if anaphor and not content_words(question[: anaphor.start()]):
         return True
     return words < MIN_CONTENT_WORDS
 

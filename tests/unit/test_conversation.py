@@ -41,6 +41,18 @@ def test_a_question_that_stands_alone_is_unchanged(question: str) -> None:
     assert standalone_question(["What is VACUUM?"], question) == question
 
 
+def test_a_question_about_it_leans_on_the_conversation_however_long() -> None:
+    question = "Does it block other sessions from writing to the table while it runs?"
+    assert is_follow_up(question)
+    out = standalone_question(["What does the VACUUM command do?"], question)
+    assert split_context(out) == (
+        "Does the VACUUM command block other sessions from writing to the table while it runs?",
+        "What does the VACUUM command do?",
+    )
+    # Another conversation, another question: the answer cache cannot mix them up.
+    assert standalone_question(["What does CREATE INDEX do?"], question) != out
+
+
 def test_no_history_leaves_the_question_alone_and_answers_are_never_history() -> None:
     assert standalone_question([], "And how do I change it?") == "And how do I change it?"
     # Only the last two earlier questions are carried, their own context removed.
