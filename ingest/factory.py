@@ -75,11 +75,15 @@ def build_vocabulary(settings: Settings) -> frozenset[str]:
     The model's vocabulary alone (about 22,000 words for BERT's) lacks everyday words such as
     "coworker" and "reorders", which made the gate refuse answerable questions.
 
+    Empty (nothing read) when ``evidence.refuse_uncommon_words`` is off: the gate is then off.
+
     Raises:
         ValueError: the tokenizer file is not one the ``tokenizers`` package can read.
         ConfigurationError: the sentence-transformers model folder is missing
             (:func:`ingest.embedding.resolve_model_path`).
     """
+    if not settings.evidence.refuse_uncommon_words:
+        return frozenset()
     from spellchecker import SpellChecker
 
     english = SpellChecker(language="en", distance=1).word_frequency.dictionary

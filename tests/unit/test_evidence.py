@@ -530,6 +530,10 @@ def test_the_vocabulary_is_english_and_the_embedding_models_whole_words(tmp_path
     # names of other software are not.
     assert {"coworker", "reorders", "zzyzxq", "proxy"} <= words
     assert not {"nginx", "conda", "mysql"} & words
+    off = Settings.model_validate(
+        {"embedding": {"onnx_dir": str(tmp_path)}, "evidence": {"refuse_uncommon_words": False}}
+    )
+    assert build_vocabulary(off) == frozenset()  # the gate off reads nothing
     (tmp_path / "tokenizer.json").unlink()
     assert _model_words(settings) == frozenset()
     (tmp_path / "vocab.txt").write_text("[PAD]\nproxy\n##x\nfront\n")

@@ -227,9 +227,10 @@ class EvidenceSelector:
         max_words: word budget of a question's spans together.
         max_unit_chars: units are cut to this many characters before embedding (the model's
             window is 256 word pieces; a long code block is judged by its start).
-        vocabulary: common lower-case words (the embedder's whole-word vocabulary,
-            :func:`workers.evidence.lexical.uncommon_words`); a question word outside it that no
-            passage holds is an unknown name. Empty: only capitalised names count.
+        vocabulary: common lower-case English (:func:`ingest.factory.build_vocabulary`); a
+            question word outside it that no passage holds is an unknown name
+            (:func:`workers.evidence.lexical.uncommon_words`). Empty: only capitalised names
+            count.
     """
 
     def __init__(
@@ -320,7 +321,7 @@ class EvidenceSelector:
             weights.update({t: CONTEXT_WEIGHT * weights.get(t, default) for t in set(extra)})
         cues = {t for t in q_terms if t in CUE_TERMS}
         weights.update({t: CUE_WEIGHT * weights.get(t, default) for t in cues})
-        haystack = "\n".join(f"{p.title}\n{p.text}" for p in passages).lower()
+        haystack = "\n".join(texts)
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))

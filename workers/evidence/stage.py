@@ -227,8 +227,8 @@ def build_evidence_stage(
     vocabulary: frozenset[str] = frozenset(),
 ) -> EvidenceStage:
     """The evidence stage from the settings (``embedder``: the pool's, already warm;
-    ``vocabulary``: common words, :func:`ingest.factory.build_vocabulary`, used when
-    ``settings.refuse_uncommon_words``)."""
+    ``vocabulary``: common English, :func:`ingest.factory.build_vocabulary`, empty when
+    ``refuse_uncommon_words`` is off)."""
     selector = EvidenceSelector(
         embedder,
         Weights(
@@ -247,7 +247,7 @@ def build_evidence_stage(
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
         max_words=settings.prompt_words,
-        vocabulary=vocabulary if settings.refuse_uncommon_words else frozenset(),
+        vocabulary=vocabulary,
     )
     tiers = TierPolicy(settings.tier_mode, settings.evidence_min_confidence)
     return EvidenceStage(selector, answer_policy(settings), tiers)
