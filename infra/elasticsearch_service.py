@@ -21,7 +21,7 @@ from infra import proc
 from infra.errors import InstallError
 from infra.maven import copy_dependencies
 from infra.service import Service
-from infra.system import check_reachable, chown_tree, owned_dirs, service_user, user_env
+from infra.system import chown_tree, ensure_reachable, owned_dirs, service_user, user_env
 from ragstream.settings import Settings
 
 #: Folder with the pom that names the distribution zip, next to this module.
@@ -132,8 +132,8 @@ class ElasticsearchService(Service):
         self._user = service_user(self.infra.service_user)
         self.home.mkdir(parents=True, exist_ok=True)
         self.install_home.mkdir(parents=True, exist_ok=True)
-        check_reachable(self._user, self.home)
-        check_reachable(self._user, self.install_home)
+        ensure_reachable(self._user, self.home)
+        ensure_reachable(self._user, self.install_home)
         if not (self.es_home / "bin" / "elasticsearch").is_file():
             dist = copy_dependencies(
                 ASSETS / "pom.xml",

@@ -16,7 +16,7 @@ import structlog
 from infra import proc
 from infra.errors import InfraError, ServiceStartError
 from infra.service import Service
-from infra.system import apt_install, check_reachable, owned_dirs, run, service_user, user_env
+from infra.system import apt_install, ensure_reachable, owned_dirs, run, service_user, user_env
 from ragstream.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -89,7 +89,7 @@ class PostgresService(Service):
         """Install postgresql-15 if missing; ``initdb`` once; write our config include."""
         apt_install("postgresql-15", self.infra.postgres_bin_dir / "postgres")
         self._user = service_user(self.infra.service_user)
-        check_reachable(self._user, self.home)
+        ensure_reachable(self._user, self.home)
         owned_dirs(self._user, self.home, self.home / "run", self.home / "logs")
         if not (self.data_dir / "PG_VERSION").is_file():
             run(

@@ -176,18 +176,23 @@ def chown_tree(user: str | None, root: Path) -> None:
             os.chown(os.path.join(folder, name), entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
 
-def check_reachable(user: str | None, path: Path) -> None:
-    """Check that ``user`` may traverse every parent folder of ``path``.
+def ensure_reachable(user: str | None, path: Path) -> None:
+    """Make sure ``user`` may traverse every parent folder of ``path``.
+
+    A parent folder the current user owns that others cannot enter (``mktemp -d`` makes its
+    folder 0700, so a checkout inside it) gets the execute bit for others, and only that
+    (``o+x``: enter, not list), logged as ``folder_made_enterable``: what the error below
+    tells the user to run.
 
     Raises:
-        InfraError: A parent folder lacks the execute bit for ``user``; the message says
-            which one and how to fix it.
+        InfraError: A parent folder of another owner lacks the execute bit for ``user``; the
+            message says which one and how to fix it.
     """
     if user is None:
         return
     entry = pwd.getpwnam(user)
     groups = {entry.pw_gid, *os.getgrouplist(user, entry.pw_gid)}
-    for parent in path.resolve().parents:
+    for parent in reversed(path.resolve().parents):
         info = parent.stat()
         if info.st_uid == entry.pw_uid:
             ok = bool(info.st_mode & stat.S_IXUSR)
@@ -195,11 +200,16 @@ def check_reachable(user: str | None, path: Path) -> None:
             ok = bool(info.st_mode & stat.S_IXGRP)
         else:
             ok = bool(info.st_mode & stat.S_IXOTH)
-        if not ok:
-            raise InfraError(
-                f"service user {user!r} cannot enter {parent} (needed for {path}); "
-                f"run: chmod o+x {parent}"
-            )
+        if ok:
+            continue
+        if info.st_uid == os.geteuid():
+            os.chmod(parent, stat.S_IMODE(info.st_mode) | stat.S_IXOTH)
+            log.warning("folder_made_enterable", folder=str(parent), mode="o+x", user=user)
+            continue
+        raise InfraError(
+            f"service user {user!r} cannot enter {parent} (needed for {path}); "
+            f"run: chmod o+x {parent}"
+        )
 
 
 def user_env(user: str | None, home: Path, **extra: str) -> dict[str, str]:
