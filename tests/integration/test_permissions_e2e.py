@@ -5,6 +5,7 @@ log, document lists or chunks, also right after a revoke."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -82,11 +83,16 @@ def _ask(s: Stack, who: str, act_as: str | None = None) -> dict[str, Any]:
     return dict(r.json() if r.status_code == 200 else r.json().get("result", r.json()))
 
 
+#: The rocket's code as a word of its own: the answer's ids, timestamps and latencies are part
+#: of the text searched, and "9931" inside one of them ("…:31.499310Z", "12.99317") is no leak.
+ROCKET_CODE = re.compile(r"\b9931\b")
+
+
 def _sees_rocket(result: dict[str, Any]) -> bool:
     """Whether the rocket document shows anywhere in an answer."""
     text = repr(result)
     return (
-        "9931" in text
+        ROCKET_CODE.search(text) is not None
         or "rocket" in {c["doc_id"] for c in result.get("citations", [])}
         or ("rocket" in {e["doc_id"] for e in result.get("evidence", [])})
     )
