@@ -629,3 +629,38 @@ def test_a_sentence_that_names_its_pages_subject_names_a_thing() -> None:
         [("How do I read settings from an INI file that has sections and keys?", [page])]
     )
     assert "configparser classes" in ev.spans[0].text
+
+
+POLICIES = (
+    "A session that is going to modify rows of a table must hold a lock on the table.\n\n"
+    "This policy lets every user modify only their own rows:\n\n"
+    "CREATE POLICY own_rows ON accounts\n"
+    "    USING (owner = current_user);"
+)
+
+
+def test_a_line_introducing_an_example_fits_as_the_example_and_renders_its_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The intro line holds no name, its example does: scored as the two quoted together, it
+    fits a how-to question; the answer keeps the example's lines under the intro."""
+    import workers.evidence.select as select
+
+    question = "How do I make sure each user can modify only their own rows in a table?"
+
+    def intro_fit() -> float:
+        scored, _, _ = EvidenceSelector(None)._lexical(question, [P(POLICIES)], [segment(POLICIES)])
+        return next(s.fit for s in scored if s.unit.text.startswith("This policy"))
+
+    assert intro_fit() == 1.0
+    policy = POLICIES.split("\n\n", 1)[1]
+    [ev] = EvidenceSelector(None).select([(question, [P(policy)])])
+    lead = ev.spans[0]
+    assert lead.kind == select.EXAMPLE and lead.text.endswith("(owner = current_user);")
+    text = compose(ev, AnswerPolicy()).text
+    assert text.startswith(
+        "This policy lets every user modify only their own rows:\n"
+        "CREATE POLICY own_rows ON accounts\n    USING"
+    ), text
+    monkeypatch.setattr(select, "INTRO_FIT", False)
+    assert intro_fit() == 0.0

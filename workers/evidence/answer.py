@@ -11,12 +11,13 @@ refusal.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from topics.answers import NOT_IN_DOCUMENTS
-from workers.evidence.select import Evidence, Span
+from workers.evidence.select import EXAMPLE, Evidence, Span
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +131,22 @@ def render_spans(spans: Sequence[Quotable]) -> str:
     return " ".join(out)
 
 
+#: Where the line introducing an example ends (its ":" and the line break before the code).
+INTRO_END = re.compile(r":[ \t]*\n")
+
+
 def render_span(span: Quotable, *, with_context: bool = True) -> str:
     """``text [n]`` on one line; a table row is preceded by its header row (``header / row``),
     a sentence of a description by its term (``term / sentence``), and a term quoted with the
-    start of its description reads ``term: description``. Code keeps its lines."""
+    start of its description reads ``term: description``. Code keeps its lines, also after the
+    line that introduces it (an :data:`~workers.evidence.select.EXAMPLE` span: "... a simple
+    policy can be used:" on one line, the statement on the next)."""
     text = span.text
-    if getattr(span, "kind", "sentence") != "code":
+    kind = getattr(span, "kind", "sentence")
+    cut = INTRO_END.search(text) if kind == EXAMPLE else None
+    if cut is not None and text[cut.end() :].strip():
+        text = f"{' '.join(text[: cut.start()].split())}:\n{text[cut.end() :].strip(chr(10))}"
+    elif kind != "code":
         first, sep, rest = text.partition("\n")
         if sep and getattr(span, "kind", "") == "term":
             text = f"{first.strip()}: {' '.join(rest.split())}"

@@ -154,7 +154,8 @@ class Span:
         score: the unit score (see :class:`Weights`).
         context: text that frames the span: a table row's header, or the definition term heading
             a sentence of a description; else "".
-        kind: the kind of its first unit (:attr:`workers.evidence.segment.Unit.kind`).
+        kind: the kind of its first unit (:attr:`workers.evidence.segment.Unit.kind`), or
+            :data:`EXAMPLE` for a line introducing an example quoted with the example.
         fit: how well its unit fits the kind of answer asked for, in [0, 1]
             (:func:`workers.evidence.lexical.type_match`).
     """
@@ -346,7 +347,20 @@ class EvidenceSelector:
                 head = unit.head.lower() if HEAD_NAMES else ""
                 label = _label(unit)
                 code, cell = unit.kind == "code", _cell(unit)
-                fit = type_match(kind, unit.text, ut, code, asked, label=cell, subject=subject)
+                example = _example(plist, ui)
+                if example is not None and INTRO_FIT:
+                    # An intro line is quoted with its example (_with_context): it fits as both.
+                    fit = type_match(
+                        kind,
+                        f"{unit.text}\n{example.text}",
+                        [*ut, *unit_terms[pi][ui + 1]],
+                        True,
+                        asked,
+                        label=cell,
+                        subject=subject,
+                    )
+                else:
+                    fit = type_match(kind, unit.text, ut, code, asked, label=cell, subject=subject)
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
@@ -412,7 +426,7 @@ class EvidenceSelector:
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
-                    kind=first.kind,
+                    kind=EXAMPLE if first.kind != "code" and last.kind == "code" else first.kind,
                     fit=round(s.fit, 4),
                 )
             )
@@ -511,11 +525,30 @@ def _with_context(unit: Unit, units: list[Unit]) -> list[Unit]:
     if at + 1 >= len(units) or unit.kind == "code":
         return [unit]
     after = units[at + 1]
-    if after.block == unit.block or (
-        intro and after.kind == "code" and len(after.text.split()) <= INTRO_CODE_WORDS
-    ):
+    if after.block == unit.block or _example(units, at) is not None:
         return [unit, after]
     return [unit]
+
+
+def _example(units: list[Unit], at: int) -> Unit | None:
+    """The code block that ``units[at]``, a line introducing an example ("... a simple policy
+    can be used:"), is quoted with (:func:`_with_context`), or ``None``."""
+    unit = units[at]
+    if unit.kind == "code" or not unit.text.rstrip().endswith(":") or at + 1 >= len(units):
+        return None
+    after = units[at + 1]
+    if after.kind == "code" and len(after.text.split()) <= INTRO_CODE_WORDS:
+        return after
+    return None
+
+
+#: A line introducing an example fits the answer type as itself and its example together (the
+#: two are quoted together): "This pair of policies would allow all users to view all rows in
+#: the users table, but only modify their own:" names nothing, its ``CREATE POLICY`` example
+#: does. Shared 20 -> 21 (how-to 3 -> 4), dev 48 -> 49 (how-to 4 -> 5), sample unchanged.
+INTRO_FIT = True
+#: The kind of a span that is a line introducing an example and the example (code) after it.
+EXAMPLE = "example"
 
 
 #: Most words of the code block an introducing line takes with it (:func:`_with_context`).
