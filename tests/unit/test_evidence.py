@@ -664,3 +664,39 @@ def test_a_line_introducing_an_example_fits_as_the_example_and_renders_its_lines
     ), text
     monkeypatch.setattr(select, "INTRO_FIT", False)
     assert intro_fit() == 0.0
+
+
+CWD = (
+    ">>> import os\n"
+    ">>> os.getcwd()      # Return the current working directory\n"
+    "'C:\\\\Python311'\n"
+    ">>> os.chdir('/server/accesslogs')   # Change current working directory\n"
+)
+CSV_READ = (
+    "import csv, sys\n"
+    "filename = 'some.csv'\n"
+    "with open(filename, newline='') as f:\n"
+    "    reader = csv.reader(f)\n"
+    "    for row in reader:\n"
+    "        print(row)\n"
+    "    sys.exit('file {}, line {}: {}'.format(filename, reader.line_num, e))"
+)
+
+
+def test_a_code_answer_opens_with_its_line_that_names_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import workers.evidence.select as select
+    from workers.evidence.select import code_lead
+
+    question = "Which function of the os module returns the current working directory?"
+    assert code_lead(question, CWD) == "os.getcwd() # Return the current working directory"
+    # String literals are data: 'file {}, line {}' says nothing of what its line does.
+    assert code_lead("How can I read the rows of a CSV file?", CSV_READ) == "reader = csv.reader(f)"
+    assert code_lead(question, ">>> os.getcwd()\n'/home'") == ""  # one line: nothing to lead
+    [ev] = EvidenceSelector(None).select([(question, [P(CWD)])])
+    text = compose(ev, AnswerPolicy()).text
+    assert text.startswith("os.getcwd() # Return the current working directory [1]\n>>> import os")
+    monkeypatch.setattr(select, "CODE_LEAD", False)
+    [ev] = EvidenceSelector(None).select([(question, [P(CWD)])])
+    assert compose(ev, AnswerPolicy()).text.startswith(">>> import os")
