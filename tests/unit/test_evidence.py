@@ -700,3 +700,16 @@ def test_a_code_answer_opens_with_its_line_that_names_the_answer(
     monkeypatch.setattr(select, "CODE_LEAD", False)
     [ev] = EvidenceSelector(None).select([(question, [P(CWD)])])
     assert compose(ev, AnswerPolicy()).text.startswith(">>> import os")
+
+
+def test_a_description_with_a_note_is_no_term_and_a_bare_parenthetical_ends_its_sentence() -> None:
+    text = (
+        "IntEnum\n\n"
+        "Base class for creating enumerated constants that are also subclasses of int. (Notes)\n\n"
+        "Duplicate key error, violation of unique constraint. (SQLSTATE 23505)"
+    )
+    units = segment(text)
+    assert [(u.kind, u.head) for u in units[:2]] == [("term", ""), ("item", "IntEnum")]
+    assert units[2].text == "Duplicate key error, violation of unique constraint. (SQLSTATE 23505)"
+    line = "Added the class. (Contributed by Ethan Furman.)"
+    assert len(split_sentences(line)) == 2  # a parenthetical sentence stays one of its own
