@@ -34,11 +34,14 @@ or changed document. Redis errors degrade to misses.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,15 +81,46 @@ def normalise_query(text: str) -> str:
 
 def answer_config(settings: Settings) -> str:
     """A short digest of what shapes an answer beyond the index: the rerank, evidence and
-    generation settings and the served model. It is part of every cache key, so that answers
-    of another configuration (an upgrade, a new default tier or model) are never served."""
+    generation settings, the served model and the code that composes answers
+    (:func:`answer_code`). It is part of every cache key, so that answers of another
+    configuration (an upgrade, a new default tier or model) are never served."""
     shaping = {
         "rerank": settings.rerank.model_dump(mode="json"),
         "evidence": settings.evidence.model_dump(mode="json"),
         "generation": settings.generation.model_dump(mode="json"),
         "llm": [settings.llm.model, str(settings.llm.model_path), settings.llm.prompt_style],
+        "code": answer_code(),
     }
     return hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
+
+
+#: The modules of :mod:`workers` that compose an answer from the passages (packages and files):
+#: a new evidence rule changes answers as much as a new setting does.
+ANSWER_CODE = ("evidence", "generation", "rerank", "citations.py", "routing.py")
+
+
+@functools.cache
+def answer_code() -> str:
+    """The digest of this installation's :data:`ANSWER_CODE` (:func:`code_digest`), read once.
+
+    Until 2026-12-02 only the settings were part of the key: after an upgrade that changed how
+    evidence answers are composed, the demo served its earlier answers from the cache for a day.
+    """
+    return code_digest(Path(__file__).parent, ANSWER_CODE)
+
+
+def code_digest(root: Path, names: Sequence[str]) -> str:
+    """SHA-256 (12 hex digits) of the ``.py`` files of ``names`` under ``root`` (a package
+    folder: every file in it, in path order), with their relative paths; a missing name
+    counts as empty."""
+    digest = hashlib.sha256()
+    for name in names:
+        path = root / name
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
+        for file in files:
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def exact_key(request: QueryRequest, index_version: int, config: str = "") -> str:

@@ -291,6 +291,29 @@ def test_cache_keys_change_with_the_answer_configuration() -> None:
     assert exact_key(request, 1, answer_config(base)) != exact_key(request, 1, answer_config(other))
 
 
+def test_cache_keys_change_with_the_code_that_composes_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import workers.caches as caches
+    from ragstream.settings import Settings
+
+    (tmp_path / "evidence").mkdir()
+    rule = tmp_path / "evidence" / "select.py"
+    rule.write_text("WEIGHT = 0.3\n")
+    (tmp_path / "routing.py").write_text("TIER = 'evidence'\n")
+    names = ("evidence", "routing.py", "absent.py")
+    before = caches.code_digest(tmp_path, names)
+    assert caches.code_digest(tmp_path, names) == before
+    rule.write_text("WEIGHT = 0.4\n")  # a new evidence rule
+    assert caches.code_digest(tmp_path, names) != before
+    assert caches.answer_code() == caches.code_digest(
+        Path(caches.__file__).parent, caches.ANSWER_CODE
+    )
+    base = caches.answer_config(Settings())
+    monkeypatch.setattr(caches, "answer_code", lambda: "another")
+    assert caches.answer_config(Settings()) != base
+
+
 def test_a_value_or_name_the_question_holds_is_no_answer() -> None:
     from workers.evidence.lexical import question_tokens
 
