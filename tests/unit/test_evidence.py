@@ -736,3 +736,49 @@ def test_a_description_with_a_note_is_no_term_and_a_bare_parenthetical_ends_its_
     assert units[2].text == "Duplicate key error, violation of unique constraint. (SQLSTATE 23505)"
     line = "Added the class. (Contributed by Ethan Furman.)"
     assert len(split_sentences(line)) == 2  # a parenthetical sentence stays one of its own
+
+
+def test_a_span_under_another_or_an_unknown_term_does_not_support_a_termed_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import workers.evidence.answer as answer
+    from workers.evidence.select import Span
+
+    def span(n: int, text: str, context: str = "", doc: str = "config") -> Span:
+        return Span(n, f"c{n}", doc, 0, len(text), text, 1.0, context, "sentence", 1.0)
+
+    lead = span(4, "The default is typically 100 connections.", "max_connections (integer)")
+    same = span(4, "This parameter can only be set at server start.", "max_connections (integer)")
+    orphan = span(2, "The default value is three connections.")  # its chunk cut its term off
+    text, chosen = quote([lead, orphan, same], AnswerPolicy())
+    assert chosen == (lead, same) and "three" not in text, text
+    monkeypatch.setattr(answer, "SAME_TERM", False)
+    assert quote([lead, orphan, same], AnswerPolicy())[1] == (lead, orphan, same)
+
+
+def test_code_starts_its_own_lines_and_a_quote_ending_in_a_colon_is_marked_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import workers.evidence.answer as answer
+    from workers.evidence.answer import render_spans
+    from workers.evidence.select import Span
+
+    code = Span(1, "c", "d", 0, 20, ">>> x = 1\n>>> x + 1\n2", 1.0, kind="code")
+    intro = "leaving the maxsize at its default value of 128:"
+    after = Span(1, "c", "d", 30, 80, intro, 0.9)
+    text = render_spans([code, after])
+    assert text == f">>> x = 1\n>>> x + 1\n2 [1]\n{intro[:-1]} … [1]"
+    monkeypatch.setattr(answer, "DANGLING_COLON", False)
+    assert render_spans([after]).endswith("of 128: [1]")
+
+
+def test_an_example_quoted_already_is_not_quoted_again_with_its_intro() -> None:
+    text = (
+        "Then:\n\n"
+        ">>> delta = date.today() - member_since  # the difference between two dates\n"
+        ">>> print(delta.days)  # in days\n16075"
+    )
+    question = "How do I print the difference between two dates in days?"
+    [ev] = EvidenceSelector(None).select([(question, [P(text)])])
+    quoted = [s.text for s in ev.spans]
+    assert sum(t.count(">>> delta") for t in quoted) == 1, quoted

@@ -123,12 +123,16 @@ def render_spans(spans: Sequence[Quotable]) -> str:
     earlier span of the answer (the same term or header row, or a span that quoted that term
     itself) left out."""
     shown: set[str] = set()
-    out = []
+    out = ""
+    block = False
     for span in spans:
-        out.append(render_span(span, with_context=span.context not in shown))
+        piece = render_span(span, with_context=span.context not in shown)
+        lines = "\n" in piece
+        out = f"{out}{chr(10) if block or lines else ' '}{piece}" if out else piece
+        block = lines  # code keeps its lines: what follows it starts on a line of its own
         shown.add(span.context)
         shown.add(span.text.partition("\n")[0].strip())
-    return " ".join(out)
+    return out
 
 
 #: Where the line introducing an example ends (its ":" and the line break before the code).
@@ -152,8 +156,14 @@ def render_span(span: Quotable, *, with_context: bool = True) -> str:
             text = f"{first.strip()}: {' '.join(rest.split())}"
         else:
             text = " ".join(text.split())
+    if DANGLING_COLON and kind != "code" and text.endswith(":"):
+        text = f"{text[:-1].rstrip()} …"  # what the colon announces is not quoted
     body = f"{span.context} / {text}" if span.context and with_context else text
     return f"{body} [{span.n}]"
+
+
+#: Whether a quote ending in a colon whose continuation is not quoted ends with "…" instead.
+DANGLING_COLON = True
 
 
 def _words(span: Quotable) -> int:
@@ -163,8 +173,17 @@ def _words(span: Quotable) -> int:
 
 def supports(lead: Quotable, span: Quotable) -> bool:
     """Whether ``span`` can follow ``lead`` in an answer: it comes from the same passage or the
-    same document (a sentence of another document is no support of the first one's claim)."""
+    same document (a sentence of another document is no support of the first one's claim), and
+    when the lead is quoted under a definition term (``max_connections (integer) / The default
+    is typically 100 ...``), under the same term: "The default value is three connections.",
+    of another setting of that page whose term its chunk cut off, contradicted it."""
+    if SAME_TERM and lead.context and span.context != lead.context:
+        return False
     return span.n == lead.n or _doc(span) == _doc(lead)
+
+
+#: Whether a span supports a lead quoted under a definition term only under the same term.
+SAME_TERM = True
 
 
 def _doc(span: Quotable) -> str:

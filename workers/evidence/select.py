@@ -419,6 +419,8 @@ class EvidenceSelector:
             if (s.passage, s.unit.start) in used or s.unit.kind == "header":
                 continue  # a header row frames its rows; alone it answers nothing
             units = _with_context(s.unit, per_passage[s.passage])
+            if any((s.passage, u.start) in used for u in units):
+                continue  # its example is quoted already: the same code twice reads as a fault
             n_words = sum(len(u.text.split()) for u in units)
             if chosen and words + n_words > self.max_words:
                 continue
