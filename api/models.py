@@ -153,6 +153,10 @@ class QueryResult(BaseModel):
     trace: list[StageOut] = Field(default_factory=list)
     usage: dict[str, int] = Field(default_factory=dict)
     cached: bool = False
+    refused: bool = Field(
+        default=False,
+        description="The answer is the refusal: the documents do not contain the answer.",
+    )
     latency_ms: float | None = Field(default=None, description="Time in the API, ms.")
     created_at: UtcDateTime | None = None
     completed_at: UtcDateTime | None = None

@@ -13,7 +13,7 @@ says ``answered`` or ``failed``; only the answer view knows ``pending``).
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, model_validator
 
@@ -24,6 +24,14 @@ from topics.responses import Citation, ErrorInfo, EvidenceSpan, QueryResponse, T
 #: refusal, the sentence the LLM tiers are told to say, and what the evaluation counts as a
 #: refusal (the one definition).
 NOT_IN_DOCUMENTS: Final = "The documents do not contain the answer."
+
+
+def is_refusal(text: str) -> bool:
+    """Whether an answer ``text`` is the refusal: it opens with :data:`NOT_IN_DOCUMENTS` (the
+    evidence tier's whole answer; what the LLM tiers are told to say)."""
+    return text.strip().startswith(NOT_IN_DOCUMENTS)
+
+
 #: The status of a query as every exit says it.
 AnswerStatus = Literal["pending", "answered", "failed"]
 #: The trace stage a cache hit carries (``workers.caches.CacheHit.readdress``).
@@ -50,6 +58,8 @@ class Answer(Contract):
         trace: per-stage timings (ms), in order.
         usage: token counts of the serving model.
         cached: the answer came from the answer cache (a ``cache`` stage in ``trace``).
+        refused: the answer is the refusal (:data:`NOT_IN_DOCUMENTS`, :func:`is_refusal`):
+            the documents do not hold an answer; a client need not match the text.
         created_at: when the query was logged (UTC; ``None`` when unknown).
         completed_at: when its final response was recorded (UTC; ``None`` while pending).
     """
@@ -67,8 +77,18 @@ class Answer(Contract):
     trace: tuple[StageTiming, ...] = ()
     usage: TokenUsage = TokenUsage()
     cached: bool = False
+    refused: bool = False
     created_at: UtcDatetime | None = None
     completed_at: UtcDatetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refused_from_text(cls, data: Any) -> Any:
+        # A view logged before ``refused`` existed says it by its text alone.
+        if isinstance(data, dict) and "refused" not in data:
+            text = data.get("answer")
+            data = {**data, "refused": data.get("status") == "answered" and is_refusal(text or "")}
+        return data
 
     @model_validator(mode="after")
     def _error_iff_failed(self) -> Answer:

@@ -19,7 +19,7 @@ from api.models import QueryResult
 from entry.client import parse_sse
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from tests.unit.apikit import make_app
-from topics.answers import Answer
+from topics.answers import NOT_IN_DOCUMENTS, Answer
 from topics.base import StageTiming
 from topics.queries import QueryRequest
 from topics.responses import (
@@ -86,7 +86,7 @@ def _failed(request: QueryRequest) -> QueryResponse:
 
 #: The fields every full exit carries (the webhook's trace is a summary, checked apart).
 VIEW = ("request_id", "tenant", "status", "answer", "citations", "evidence", "truncated",
-        "tier", "error", "usage", "cached")  # fmt: skip
+        "tier", "error", "usage", "cached", "refused")  # fmt: skip
 
 
 def _exits(tmp_path: Path, make: Any) -> dict[str, dict[str, Any]]:
@@ -167,6 +167,24 @@ def test_an_answer_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
     assert view.answer is not None and view.answer in printed
     assert "[1] VACUUM — sql-vacuum.html" in printed and "[2] mvcc — mvcc" in printed
     assert "tier small" in printed and "generation-small" in printed
+
+
+def test_a_refusal_says_so_on_every_exit(tmp_path: Path) -> None:
+    """A client tells a refusal from an answer by ``refused``, not by matching its text."""
+
+    def refused(request: QueryRequest) -> QueryResponse:
+        return _answered(request).model_copy(
+            update={"answer": NOT_IN_DOCUMENTS, "citations": (), "truncated": False}
+        )
+
+    out = _exits(tmp_path, refused)
+    for name in ("sync", "sse", "poll", "webhook"):
+        assert out[name]["refused"] is True and out[name]["status"] == "answered", name
+    assert out["openai"]["refused"] is True and out["openai_stream"]["final"]["refused"] is True
+    answered = _exits(tmp_path / "answered", _answered)
+    assert answered["sync"]["refused"] is False and answered["openai"]["refused"] is False
+    logged = {"request_id": "r", "status": "answered", "answer": NOT_IN_DOCUMENTS}
+    assert Answer.model_validate(logged).refused  # a view logged before the field existed
 
 
 def test_a_failure_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ MAX_JOB_FAILURES: Final = 100
 #: is summarised; the query log's times stay in the log).
 WEBHOOK_FIELDS: Final = (
     "request_id", "tenant", "query", "status", "answer", "citations", "evidence", "truncated",
-    "error", "tier", "usage", "cached",
+    "error", "tier", "usage", "cached", "refused",
 )  # fmt: skip
 
 
