@@ -782,3 +782,25 @@ def test_an_example_quoted_already_is_not_quoted_again_with_its_intro() -> None:
     [ev] = EvidenceSelector(None).select([(question, [P(text)])])
     quoted = [s.text for s in ev.spans]
     assert sum(t.count(">>> delta") for t in quoted) == 1, quoted
+
+
+def test_a_one_line_example_that_reads_as_code_is_an_intro_lines_example(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import workers.evidence.select as select
+
+    text = (
+        "The basic usage of this command is:\n\n"
+        "pg_dump dbname > dumpfile\n\n"
+        "The following options are supported:\n\n"
+        "Dump only the data, not the schema\n"
+    )
+    units = segment(text)
+    assert select._example(units, 0) is units[1]  # reads as code: pg_dump
+    assert select._example(units, 2) is None  # a prose item is no example
+    [ev] = EvidenceSelector(None).select([("How do I back up a database?", [P(text)])])
+    usage = next(s for s in ev.spans if s.text.startswith("The basic usage"))
+    assert usage.kind == select.EXAMPLE and usage.text.endswith("pg_dump dbname > dumpfile")
+    assert compose(ev, AnswerPolicy()).text.count("pg_dump dbname > dumpfile") == 1
+    monkeypatch.setattr(select, "LINE_EXAMPLES", False)
+    assert select._example(units, 0) is None

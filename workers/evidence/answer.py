@@ -121,7 +121,7 @@ S = TypeVar("S", bound=Quotable)
 def render_spans(spans: Sequence[Quotable]) -> str:
     """The spans rendered in order (:func:`render_span`), a context already shown by an
     earlier span of the answer (the same term or header row, or a span that quoted that term
-    itself) left out."""
+    itself, as a line of its own: an example line the segmenter took for a term) left out."""
     shown: set[str] = set()
     out = ""
     block = False
@@ -131,7 +131,7 @@ def render_spans(spans: Sequence[Quotable]) -> str:
         out = f"{out}{chr(10) if block or lines else ' '}{piece}" if out else piece
         block = lines  # code keeps its lines: what follows it starts on a line of its own
         shown.add(span.context)
-        shown.add(span.text.partition("\n")[0].strip())
+        shown.update(line.strip() for line in span.text.splitlines())  # a term quoted already
     return out
 
 

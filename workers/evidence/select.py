@@ -436,7 +436,7 @@ class EvidenceSelector:
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
-                    kind=EXAMPLE if first.kind != "code" and last.kind == "code" else first.kind,
+                    kind=EXAMPLE if _is_example(units, per_passage[s.passage]) else first.kind,
                     fit=round(s.fit, 4),
                 )
             )
@@ -540,16 +540,42 @@ def _with_context(unit: Unit, units: list[Unit]) -> list[Unit]:
     return [unit]
 
 
+def _is_example(quoted: list[Unit], units: list[Unit]) -> bool:
+    """Whether ``quoted`` is a line introducing an example and the example."""
+    return len(quoted) == 2 and _example(units, units.index(quoted[0])) is quoted[1]
+
+
 def _example(units: list[Unit], at: int) -> Unit | None:
-    """The code block that ``units[at]``, a line introducing an example ("... a simple policy
-    can be used:"), is quoted with (:func:`_with_context`), or ``None``."""
+    """The example that ``units[at]``, a line introducing it ("... a simple policy can be
+    used:"), is quoted with (:func:`_with_context`): the code block after it, or a one-line term
+    or item of the next block that reads as code (:func:`_code_like`; "The basic usage of this
+    command is:" and ``pg_dump dbname > dumpfile``), of at most :data:`INTRO_CODE_WORDS` words;
+    else ``None``."""
     unit = units[at]
     if unit.kind == "code" or not unit.text.rstrip().endswith(":") or at + 1 >= len(units):
         return None
     after = units[at + 1]
-    if after.kind == "code" and len(after.text.split()) <= INTRO_CODE_WORDS:
+    if len(after.text.split()) > INTRO_CODE_WORDS:
+        return None
+    if after.kind == "code":
         return after
+    if LINE_EXAMPLES and after.kind in ("term", "item") and after.block != unit.block:
+        # A one-line example the manual does not set as code: "pg_dump dbname > dumpfile",
+        # "ALTER TABLE distributors ADD COLUMN address varchar(30);".
+        return after if _code_like(after.text) else None
     return None
+
+
+#: Whether a one-line term or item that reads as code is an intro line's example.
+LINE_EXAMPLES = True
+#: Two upper-case SQL keywords in a row ("ALTER TABLE", "CREATE ROLE").
+_KEYWORDS = re.compile(r"\b[A-Z]{2,}\s+[A-Z]{2,}\b")
+
+
+def _code_like(text: str) -> bool:
+    """Whether a line reads as code: it names an identifier (``pg_dump``, ``os.getcwd()``),
+    runs two SQL keywords together, or holds a shell or statement marker (``$ ``, ``;``)."""
+    return bool(identifiers(text) or _KEYWORDS.search(text) or re.search(r"^\$ |;\s*$", text))
 
 
 #: A line introducing an example fits the answer type as itself and its example together (the
