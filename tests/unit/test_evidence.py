@@ -804,3 +804,22 @@ def test_a_one_line_example_that_reads_as_code_is_an_intro_lines_example(
     assert compose(ev, AnswerPolicy()).text.count("pg_dump dbname > dumpfile") == 1
     monkeypatch.setattr(select, "LINE_EXAMPLES", False)
     assert select._example(units, 0) is None
+
+
+def test_a_ddl_statement_no_passage_writes_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import workers.evidence.select as select
+    from workers.evidence.lexical import statement_names
+
+    assert statement_names("Can CREATE CLUSTER or ALTER  SYSTEM do it? create table") == [
+        "create cluster",
+        "alter system",
+    ]
+    initdb = P("initdb creates a new PostgreSQL database cluster.\n\nUse CREATE\nPOLICY to add.")
+    question = "How do I set up multi-master replication with the CREATE CLUSTER command?"
+    [absent, present] = EvidenceSelector(None).select(
+        [(question, [initdb]), ("How do I add a policy with CREATE POLICY?", [initdb])]
+    )
+    assert absent.missing == ("create cluster",) and compose(absent, AnswerPolicy()).refused
+    assert present.missing == ()  # written across a line break, still written
+    monkeypatch.setattr(select, "STATEMENTS", False)
+    assert EvidenceSelector(None).select([(question, [initdb])])[0].missing == ()

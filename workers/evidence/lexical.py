@@ -104,6 +104,19 @@ def strong_identifiers(text: str) -> list[str]:
     return [name for name in names if len(name) >= 3 and name not in ABBREVIATIONS]
 
 
+#: A DDL statement as the PostgreSQL manual names its reference pages: a verb and its object in
+#: capitals (``CREATE POLICY``, ``ALTER SYSTEM``).
+_STATEMENT = re.compile(r"\b(CREATE|ALTER|DROP)\s+([A-Z]{2,})\b")
+
+
+def statement_names(text: str) -> list[str]:
+    """The DDL statements ``text`` names in capitals, lower-case ("create cluster"): a statement
+    that exists has a reference page under that name, so passages that never write it are
+    about something else (a question about a ``CREATE CLUSTER`` command PostgreSQL does not
+    have)."""
+    return [f"{verb} {noun}".lower() for verb, noun in _STATEMENT.findall(text)]
+
+
 #: A name as prose writes it: a capitalised word (``Paris``, ``MongoDB``), a word with an inner
 #: capital (``iPhone``) or an acronym (``NBA``).
 _NAME = re.compile(r"\b(?:[A-Z][a-z]+[A-Z]?\w*|[a-z]+[A-Z]\w*|[A-Z]{2,}[a-z]?)\b")

@@ -42,6 +42,7 @@ from workers.evidence.lexical import (
     near_word,
     proper_names,
     question_tokens,
+    statement_names,
     strong_identifiers,
     terms,
     type_match,
@@ -334,6 +335,9 @@ class EvidenceSelector:
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
+        if STATEMENTS:
+            flat = " ".join(haystack.split())
+            missing += tuple(n for n in statement_names(own) if n not in flat)
         unknown = tuple(
             n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n)
         ) + tuple(
@@ -444,6 +448,10 @@ class EvidenceSelector:
             words += n_words
         return tuple(chosen)
 
+
+#: Whether a DDL statement the question names in capitals that no passage writes is missing
+#: (:func:`workers.evidence.lexical.statement_names`).
+STATEMENTS = True
 
 #: Share of a question's passages that, holding one of its identifiers, makes the identifier
 #: count for no unit (:attr:`Weights.identifier`): 0.5 put the deadlock_timeout sentence first
