@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,6 +74,16 @@ def env(
     es = Elasticsearch(settings.elasticsearch.url)
     es.indices.delete(index=f"{name}-v*", allow_no_indices=True)
     es.close()
+
+
+def _in_flight(log: str) -> bool:
+    """Whether a worker's log ends with a batch task received and not finished: the kill landed
+    mid-batch. It can land between two batches (the last received one succeeded): then nothing
+    was lost and the next worker finishes the queued batches without the watchdog (one CI run in
+    several, 2026-12-02)."""
+    received = re.findall(r"ingest_batch\[([\w-]+)\] received", log)
+    finished = set(re.findall(r"ingest_batch\[([\w-]+)\] (?:succeeded|failed|raised)", log))
+    return any(task not in finished for task in received)
 
 
 def _files(n: int) -> list[SourceFile]:
@@ -191,7 +202,8 @@ def test_killed_worker_job_finishes_after_restart_without_duplicates(env: Env) -
         assert wait_for(lambda: jobs.progress(sessions, job_id).finished, 300), env.log("w2.log")
         state = jobs.progress(sessions, job_id)
         assert (state.status, state.done, state.failed) == ("succeeded", 40, 0)
-        assert "job.resumed_by_watchdog" in env.log("w2.log")
+        if _in_flight(env.log("w1.log")):  # a batch died with the worker: only the watchdog
+            assert "job.resumed_by_watchdog" in env.log("w2.log")  # could have finished it
         assert _no_duplicate_chunks(env, sessions) == state.chunks
     finally:
         _stop(worker)
