@@ -123,16 +123,16 @@ def render_spans(spans: Sequence[Quotable]) -> str:
     earlier span of the answer (the same term or header row, or a span that quoted that term
     itself, as a line of its own: an example line the segmenter took for a term) left out."""
     shown: set[str] = set()
-    out = ""
-    block = False
+    pieces: list[str] = []
     for span in spans:
         piece = render_span(span, with_context=span.context not in shown)
-        lines = "\n" in piece
-        out = f"{out}{chr(10) if block or lines else ' '}{piece}" if out else piece
-        block = lines  # code keeps its lines: what follows it starts on a line of its own
+        # Code keeps its lines: it starts a line of its own, and so does what follows it.
+        if pieces:
+            pieces.append("\n" if "\n" in piece or "\n" in pieces[-1] else " ")
+        pieces.append(piece)
         shown.add(span.context)
         shown.update(line.strip() for line in span.text.splitlines())  # a term quoted already
-    return out
+    return "".join(pieces)
 
 
 #: Where the line introducing an example ends (its ":" and the line break before the code).
@@ -149,7 +149,8 @@ def render_span(span: Quotable, *, with_context: bool = True) -> str:
     kind = getattr(span, "kind", "sentence")
     cut = INTRO_END.search(text) if kind == EXAMPLE else None
     if cut is not None and text[cut.end() :].strip():
-        text = f"{' '.join(text[: cut.start()].split())}:\n{text[cut.end() :].strip(chr(10))}"
+        intro, example = text[: cut.start()], text[cut.end() :].strip("\n")
+        text = f"{' '.join(intro.split())}:\n{example}"
     elif kind != "code":
         first, sep, rest = text.partition("\n")
         if sep and getattr(span, "kind", "") == "term":

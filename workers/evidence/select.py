@@ -307,10 +307,7 @@ class EvidenceSelector:
         # A follow-up made standalone (workers.conversation) carries its earlier questions as
         # context: what kind of answer is wanted comes from the question alone, and the
         # context's terms count at CONTEXT_WEIGHT of their IDF.
-        own, context = split_context(question)
-        own_terms = terms(own)
-        extra = [t for t in terms(context) if t not in set(own_terms)]
-        q_terms = own_terms + extra
+        own, q_terms, extra = question_terms(question)
         # A name that half the passages hold ("PostgreSQL" in "... before PostgreSQL looks
         # for a deadlock?") is what the whole collection is about, not what the question asks.
         texts = [f"{p.title}\n{p.text}".lower() for p in passages]
@@ -335,9 +332,10 @@ class EvidenceSelector:
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
         missing = tuple(sorted(i for i in strong if i not in haystack))
-        if STATEMENTS:
+        statements = statement_names(own) if STATEMENTS else []
+        if statements:  # written across a line break in a passage counts as written
             flat = " ".join(haystack.split())
-            missing += tuple(n for n in statement_names(own) if n not in flat)
+            missing += tuple(n for n in statements if n not in flat)
         unknown = tuple(
             n for n in dict.fromkeys(proper_names(own)) if not holds_word(haystack, n)
         ) + tuple(
@@ -422,7 +420,7 @@ class EvidenceSelector:
                 break
             if (s.passage, s.unit.start) in used or s.unit.kind == "header":
                 continue  # a header row frames its rows; alone it answers nothing
-            units = _with_context(s.unit, per_passage[s.passage])
+            units, example = _with_context(s.unit, per_passage[s.passage])
             if any((s.passage, u.start) in used for u in units):
                 continue  # its example is quoted already: the same code twice reads as a fault
             n_words = sum(len(u.text.split()) for u in units)
@@ -440,7 +438,7 @@ class EvidenceSelector:
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
-                    kind=EXAMPLE if _is_example(units, per_passage[s.passage]) else first.kind,
+                    kind=EXAMPLE if example else first.kind,
                     fit=round(s.fit, 4),
                 )
             )
@@ -474,6 +472,17 @@ BARE_NAME_CHARS = 6
 #: of the three sets (TaskGroup) and lost none; 1.0 also lifted every "-x" option term of a
 #: command's page above the sentence that names the asked option (docs/evaluation.md).
 TERM_BONUS = 0.5
+
+
+def question_terms(question: str) -> tuple[str, list[str], list[str]]:
+    """``(the question asked, its scoring terms, the terms only its context adds)`` of a
+    question a follow-up may have made standalone (:func:`workers.conversation.split_context`):
+    the asked question's terms first, then the context's other terms."""
+    own, context = split_context(question)
+    own_terms = terms(own)
+    seen = set(own_terms)
+    extra = [t for t in terms(context) if t not in seen]
+    return own, own_terms + extra, extra
 
 
 def subject_name(title: str) -> str:
@@ -531,26 +540,21 @@ def _scored_text(unit: Unit) -> str:
     return f"{unit.context}\n{unit.text}" if unit.context else unit.text
 
 
-def _with_context(unit: Unit, units: list[Unit]) -> list[Unit]:
+def _with_context(unit: Unit, units: list[Unit]) -> tuple[list[Unit], bool]:
     """``unit`` and, when it is too short to stand alone, the next unit of its block; a unit
     that introduces an example ("To create the database demo using the default database
-    server:") takes the code block that follows it (``$ createdb demo``) when it is at most
-    :data:`INTRO_CODE_WORDS` words: the line says what the example does, the example is how."""
+    server:") takes the example that follows it (``$ createdb demo``, :func:`_example`): the
+    line says what the example does, the example is how. The flag says it took an example."""
     intro = unit.text.rstrip().endswith(":")
     if len(unit.text.split()) >= SHORT_UNIT_WORDS and not intro:
-        return [unit]
+        return [unit], False
     at = units.index(unit)
     if at + 1 >= len(units) or unit.kind == "code":
-        return [unit]
+        return [unit], False
     after = units[at + 1]
-    if after.block == unit.block or _example(units, at) is not None:
-        return [unit, after]
-    return [unit]
-
-
-def _is_example(quoted: list[Unit], units: list[Unit]) -> bool:
-    """Whether ``quoted`` is a line introducing an example and the example."""
-    return len(quoted) == 2 and _example(units, units.index(quoted[0])) is quoted[1]
+    if _example(units, at) is not None:
+        return [unit, after], True
+    return ([unit, after] if after.block == unit.block else [unit]), False
 
 
 def _example(units: list[Unit], at: int) -> Unit | None:
@@ -635,8 +639,7 @@ def code_lead(question: str, code: str) -> str:
     lines = [line for line in lines if line and not line.startswith(("#", "--"))]
     if len(lines) < 2:
         return ""
-    own, context = split_context(question)
-    q_terms = terms(own) + [t for t in terms(context) if t not in set(terms(own))]
+    own, q_terms, _ = question_terms(question)
     kind, asked = answer_type(own), question_tokens(question)
     line_terms = [terms(_without_strings(line)) for line in lines]
     weights = idf(line_terms)
