@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from ragstream.retry import RetryPolicy
-from topics.answers import NOT_IN_DOCUMENTS
+from topics.answers import NOT_IN_DOCUMENTS, is_refusal
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
@@ -438,6 +438,6 @@ class Generator:
             # The evidence answer the evidence stage composed (never composed again here).
             cites = citations_of(e.fallback.cited, e.passages)
             return e.fallback.text, cites, e.evidence, "evidence"
-        if judged.text.startswith(NOT_IN_DOCUMENTS):  # "not in the documents" cites nothing
+        if is_refusal(judged.text):  # "not in the documents" cites nothing
             return judged.text, (), renumbered, "refusal"
         return judged.text, citations(judged.text, prompt.passages_used), renumbered, "llm"
