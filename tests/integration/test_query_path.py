@@ -278,16 +278,19 @@ def test_over_long_context_is_budgeted_not_rejected(qp: QueryPath) -> None:
 
 
 def test_deleted_document_never_appears_in_candidates_or_cached_answers(qp: QueryPath) -> None:
-    q1 = _query("What is the largest living wild equid?")
+    # The evidence tier: the small LLM's completion can be cut at the token budget (a truncated
+    # answer is never cached, by design), which failed this test twice in full CI runs.
+    ask = "What is the largest living wild equid?"
+    q1 = _query(ask, route="evidence")
     first = qp.ask([q1])[q1.request_id]
     assert any(c.doc_id == "zebra" for c in first.citations)
-    assert first.cache_keys is not None
+    assert first.cache_keys is not None and not first.truncated, first
     _until_cached(qp, first.cache_keys.exact)  # the delivery pool stores it after the reply
-    q2 = _query("What is the largest living wild equid?")
+    q2 = _query(ask, route="evidence")
     second = qp.ask([q2])[q2.request_id]
     assert any(t.stage == "cache" for t in second.trace)  # an exact cache hit
     qp.kit.pipeline.apply([IngestOp("acme", "zebra", "delete")])
-    q3 = _query("What is the largest living wild equid?")
+    q3 = _query(ask, route="evidence")
     third = qp.ask([q3])[q3.request_id]
     assert not any(t.stage == "cache" for t in third.trace)  # the index version moved on
     assert all(c.doc_id != "zebra" for c in third.citations)
