@@ -633,6 +633,12 @@ class EvidenceSettings(BaseModel):
     #: ``workers.evidence.lexical.is_pointer``): the sample set's answer first 0.7 -> 0.8,
     #: shared and dev unchanged (0.1-0.4 measured the same).
     w_pointer: float = 0.2
+    #: Added to a unit that states a default ("The default is ...", "... defaults to ...",
+    #: "(the default)", a signature's ``timeout=None`` for an asked ``timeout``) when the
+    #: question asks for one (``workers.evidence.select.states_default``): the new user's set
+    #: +1 right and +1 answer first, shared, dev and sample unchanged (0.2 and 0.3 measured the
+    #: same; 0.4: dev answer first -1).
+    w_default_statement: float = 0.2
     #: 5: with 10 passages kept the spans come from more passages (a title line each); the
     #: median evidence prompt of the three question sets is 346 Gemma tokens with 5 spans, 392
     #: with 6 and 469 with 8 (target: at most 400).

@@ -127,6 +127,14 @@ class Weights:
             can use the EXPLAIN command to see what query plan the planner creates ...". 0.1,
             0.2 and 0.4 measured the same (sample answer first 0.7 -> 0.8; shared and dev
             unchanged).
+        default_statement: added to a unit that states a default (:func:`states_default`)
+            when the question asks for one (a focus word "default", or an argument or setting
+            it leaves unspecified: :data:`workers.evidence.lexical.OMITTED_CUES`). Among
+            sentences that share the question's words, the one written as the statement of a
+            default answers it ("The default value is 1000, ..." over "Previously this limit
+            was fixed when you compiled Python, ..."): a surface answer pattern of the question's
+            type (Ravichandran and Hovy 2002, "Learning surface text patterns for a question
+            answering system").
     """
 
     cosine: float = 0.5
@@ -140,6 +148,7 @@ class Weights:
     label: float = 0.0
     value_type: float = 0.0
     pointer: float = 0.2
+    default_statement: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +352,8 @@ class EvidenceSelector:
             for w in uncommon_words(own, self.vocabulary)
             if not holds_word(haystack, w) and not near_word(w, haystack)
         )
+        default_q = DEFAULT_FOCUS in kind.focus
+        q_words = {x.lower() for x in re.findall(r"\w+", own)}
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             subject = subject_name(passage.title)
@@ -382,6 +393,7 @@ class EvidenceSelector:
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
+                    + w.default_statement * (default_q and states_default(unit, q_words))
                 )
                 scored.append(_Scored(unit, pi, score, fit))
         return scored, missing, unknown
@@ -472,6 +484,32 @@ BARE_NAME_CHARS = 6
 #: of the three sets (TaskGroup) and lost none; 1.0 also lifted every "-x" option term of a
 #: command's page above the sentence that names the asked option (docs/evaluation.md).
 TERM_BONUS = 0.5
+#: The stem :func:`workers.evidence.lexical.answer_type` puts in a question's focus when it
+#: asks for a default.
+DEFAULT_FOCUS = "default"
+#: How the manuals state a default: "The default is five minutes", "It defaults to -1",
+#: "``ERROR`` is the default", "By default, ...", "width (default 80)", "A value of zero (the
+#: default) disables the timeout".
+DEFAULT_STATEMENT = re.compile(
+    r"\bdefaults?\s+(?:\w+\s+){0,3}?(?:is|are|was|of)\b|\bdefaults?\s+to\b|\bdefault:|"
+    r"\b(?:is|are)\s+(?:\w+\s+){0,2}?(?:the\s+)?default\b|\bby default\b|\(\s*(?:the\s+)?default\b",
+    re.IGNORECASE,
+)
+#: A keyword argument's default in a signature: ``timeout=None`` in ``subprocess.run(args, *,
+#: ..., timeout=None, ...)``.
+KEYWORD_DEFAULT = re.compile(r"[(,\s*](\w{2,})=(?!=)")
+
+
+def states_default(unit: Unit, asked: set[str]) -> bool:
+    """Whether ``unit`` states a default (:data:`DEFAULT_STATEMENT`), or is a signature (a
+    definition term or list item, not a code example: ``@lru_cache(maxsize=32)`` is one use,
+    not the default) giving a default to an argument the question names (``asked``: its
+    lower-case words)."""
+    if DEFAULT_STATEMENT.search(unit.text):
+        return True
+    if unit.kind not in ("term", "item"):
+        return False
+    return any(m.lower() in asked for m in KEYWORD_DEFAULT.findall(unit.text))
 
 
 def question_terms(question: str) -> tuple[str, list[str], list[str]]:
@@ -507,10 +545,19 @@ def bare_names(identifiers: set[str]) -> set[str]:
     return {p for p in parts if ("_" in p or len(p) >= BARE_NAME_CHARS) and p not in identifiers}
 
 
+#: An identifier of the question counts only as a whole name: ``work_mem`` is not named by
+#: ``autovacuum_work_mem (integer) / It defaults to -1, ...`` (a new user's "What is the default
+#: work_mem?" was answered with that other setting's default).
+WHOLE_IDENTIFIERS = True
+
+
 def _names(low: str, head: str, identifiers: set[str], bare: set[str]) -> float:
     """1.0 when a unit (``low``) or its definition term (``head``), both lower-case, holds one
     of the question's ``identifiers`` or, as a whole word, one of their ``bare`` names."""
-    if any(i in low or i in head for i in identifiers):
+    if WHOLE_IDENTIFIERS:
+        if any(holds_word(low, i) or holds_word(head, i) for i in identifiers):
+            return 1.0
+    elif any(i in low or i in head for i in identifiers):
         return 1.0
     return 1.0 if any(holds_word(low, n) or holds_word(head, n) for n in bare) else 0.0
 

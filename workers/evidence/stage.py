@@ -243,6 +243,7 @@ def build_evidence_stage(
             label=settings.w_label,
             value_type=settings.w_value_type,
             pointer=settings.w_pointer,
+            default_statement=settings.w_default_statement,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,

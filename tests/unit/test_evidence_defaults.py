@@ -1,0 +1,86 @@
+"""Questions for a default: the sentence stating the default leads; an identifier counts only
+as a whole name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from workers.evidence import select
+from workers.evidence.segment import Unit
+from workers.evidence.select import EvidenceSelector, Weights, states_default
+
+
+@dataclass(frozen=True)
+class P:
+    text: str
+    title: str = ""
+    chunk_id: str = "c"
+    doc_id: str = "d"
+
+
+RECURSION = (
+    "Previously this limit was fixed when you compiled Python, but in 2.0 the maximum "
+    "recursion depth can be read and modified using sys.getrecursionlimit() and "
+    "sys.setrecursionlimit(). The default value is 1000, and a rough maximum value for a given "
+    "platform can be found by running a new script."
+)
+
+
+def _unit(text: str, kind: str = "sentence") -> Unit:
+    return Unit(text=text, start=0, end=len(text), kind=kind, block=0)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The default is five minutes (5min).",
+        "It defaults to -1, indicating that the value of maintenance_work_mem is used.",
+        "The default value is 1000, and a rough maximum value can be found.",
+        "A value of zero (the default) disables the timeout.",
+        "width (default 80) specifies the desired maximum number of characters per line.",
+        "By default, NAMEDATALEN is 64 so the maximum identifier length is 63 bytes.",
+        "In PostgreSQL the default is ordinarily READ COMMITTED.",
+    ],
+)
+def test_statements_of_a_default_are_recognised(text: str) -> None:
+    assert states_default(_unit(text), set())
+
+
+def test_a_signature_states_the_default_of_an_asked_argument_and_an_example_does_not() -> None:
+    signature = "subprocess.run(args, *, stdin=None, capture_output=False, timeout=None)"
+    assert states_default(_unit(signature, "term"), {"timeout"})
+    assert not states_default(_unit(signature, "term"), {"maxsize"})
+    example = "@lru_cache(maxsize=32)\ndef get_pep(num):"
+    assert not states_default(_unit(example, "code"), {"maxsize"})
+    assert not states_default(_unit("This parameter controls the default level."), set())
+
+
+def _lead(question: str, text: str, weight: float) -> str:
+    selector = EvidenceSelector(None, Weights(default_statement=weight))
+    [evidence] = selector.select([(question, [P(text)])])
+    return evidence.spans[0].text
+
+
+def test_the_statement_of_the_default_leads_a_question_for_a_default() -> None:
+    question = "What is the default recursion limit in Python?"
+    # Lexical scores only here (no embedder): 0.5 bridges what the served selector's cosine
+    # similarity narrows (there 0.2 suffices, docs/evaluation.md).
+    assert _lead(question, RECURSION, 0.0).startswith("Previously")  # without the rule
+    assert _lead(question, RECURSION, 0.5).startswith("The default value is 1000")
+    # A question that does not ask for a default is not moved.
+    other = "How can the recursion limit be read and modified in Python?"
+    assert _lead(other, RECURSION, 0.5).startswith("Previously")
+
+
+def test_an_identifier_counts_only_as_a_whole_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    head = "autovacuum_work_mem (integer)"
+    other = "it defaults to -1, indicating that the value of maintenance_work_mem should be used."
+    named = "either form overrides whatever setting might exist for work_mem in postgresql.conf."
+    ids = {"work_mem"}
+    assert select._names(other, head, ids, set()) == 0.0
+    assert select._names(named, "", ids, set()) == 1.0
+    assert select._names("see work_mem.", "", ids, set()) == 1.0
+    monkeypatch.setattr(select, "WHOLE_IDENTIFIERS", False)  # the substring match it replaces
+    assert select._names(other, head, ids, set()) == 1.0
