@@ -84,3 +84,23 @@ def test_an_identifier_counts_only_as_a_whole_name(monkeypatch: pytest.MonkeyPat
     assert select._names("see work_mem.", "", ids, set()) == 1.0
     monkeypatch.setattr(select, "WHOLE_IDENTIFIERS", False)  # the substring match it replaces
     assert select._names(other, head, ids, set()) == 1.0
+
+
+def test_a_sentence_about_a_default_is_not_the_statement_of_one() -> None:
+    text = "This parameter controls the default isolation level of each new transaction."
+    assert not states_default(_unit(text), set())
+    assert states_default(_unit("leaving the maxsize at its default value of 128"), set())
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What transaction isolation level does a new transaction get unless told otherwise?",
+        "Unless you specify one, which encoding does open() use?",
+    ],
+)
+def test_unless_told_otherwise_asks_for_a_default(question: str) -> None:
+    from workers.evidence.lexical import answer_type
+
+    assert select.DEFAULT_FOCUS in answer_type(question).focus
+    assert select.DEFAULT_FOCUS not in answer_type("What does it return unless it fails?").focus

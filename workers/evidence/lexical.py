@@ -280,7 +280,8 @@ OMITTED_CUES = re.compile(
     r"(pass|give|specify|set|say|choose|change|provide|supply)\w*|"
     r"without\s+(passing|giving|specifying|setting|choosing|changing|providing|supplying)|"
     r"(is|are)\s+(not|never)\s+(passed|given|specified|set|supplied|provided)|omit\w*|"
-    r"give[sn]? no|with no\s+\w+\s+(given|specified)|unspecified)",
+    r"give[sn]? no|with no\s+\w+\s+(given|specified)|unspecified|"
+    r"unless\s+(\w+\s+){0,3}?(otherwise|specif\w*|giv\w*|set|told|ask\w*|pass\w*|choos\w*))",
     re.IGNORECASE,
 )
 #: Words that name what kind of value is asked for; a unit that repeats one is about that value.

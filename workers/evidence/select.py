@@ -491,7 +491,8 @@ DEFAULT_FOCUS = "default"
 #: "``ERROR`` is the default", "By default, ...", "width (default 80)", "A value of zero (the
 #: default) disables the timeout".
 DEFAULT_STATEMENT = re.compile(
-    r"\bdefaults?\s+(?:\w+\s+){0,3}?(?:is|are|was|of)\b|\bdefaults?\s+to\b|\bdefault:|"
+    r"\bdefaults?\s+(?:\w+\s+){0,3}?(?:is|are|was)\b|\bdefault\s+value\s+of\b|\bdefaults?\s+to\b|"
+    r"\bdefault:|"
     r"\b(?:is|are)\s+(?:\w+\s+){0,2}?(?:the\s+)?default\b|\bby default\b|\(\s*(?:the\s+)?default\b",
     re.IGNORECASE,
 )
