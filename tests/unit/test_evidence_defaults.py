@@ -104,3 +104,20 @@ def test_unless_told_otherwise_asks_for_a_default(question: str) -> None:
 
     assert select.DEFAULT_FOCUS in answer_type(question).focus
     assert select.DEFAULT_FOCUS not in answer_type("What does it return unless it fails?").focus
+
+
+def test_a_field_line_of_a_page_is_no_definition_term(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.evidence import segment as seg
+
+    text = (
+        "Source code: Lib/json/tool.py\n\n"
+        "The json.tool module provides a simple command line interface to pretty-print JSON."
+    )
+    sentence = next(u for u in seg.segment(text) if u.text.startswith("The json.tool"))
+    assert sentence.head == ""  # the field does not frame the paragraph after it
+    monkeypatch.setattr(seg, "FIELD_LINES", False)
+    sentence = next(u for u in seg.segment(text) if u.text.startswith("The json.tool"))
+    assert sentence.head == "Source code: Lib/json/tool.py"
+    monkeypatch.setattr(seg, "FIELD_LINES", True)
+    term = seg.segment("checkpoint_timeout (integer)\n\nThe default is five minutes.")
+    assert term[1].head == "checkpoint_timeout (integer)"  # a real term still heads

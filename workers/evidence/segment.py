@@ -117,11 +117,19 @@ def _is_term(lines: list[tuple[int, str]]) -> bool:
     line = lines[0][1].rstrip()
     if TERM_ONE_SENTENCE and _SENTENCE_END.search(line):
         return False  # "Base class for ... subclasses of int. (Notes)": prose, not a term
+    if FIELD_LINES and _FIELD.match(line):
+        return False  # "Source code: Lib/json/tool.py": a field of the page, not a term
     return len(line.split()) <= MAX_TERM_WORDS and not line.endswith((".", ":", "!", "?"))
 
 
 #: Whether a line holding a sentence end ("... subclasses of int. (Notes)") is never a term.
 TERM_ONE_SENTENCE = True
+#: Whether a field line of a page ("Source code: Lib/copy.py", "Availability: Unix, not
+#: Emscripten") is never a term: as one it headed the next paragraph's sentences, and answers
+#: read "Source code: Lib/json/tool.py / The json.tool module provides ...".
+FIELD_LINES = True
+#: A field line: a capitalised label of one to three words, a colon, a value.
+_FIELD = re.compile(r"^[A-Z][a-z]+(?: [a-z]+){0,2}: \S")
 
 
 def split_sentences(line: str) -> list[tuple[int, int]]:
