@@ -121,3 +121,27 @@ def test_a_field_line_of_a_page_is_no_definition_term(monkeypatch: pytest.Monkey
     monkeypatch.setattr(seg, "FIELD_LINES", True)
     term = seg.segment("checkpoint_timeout (integer)\n\nThe default is five minutes.")
     assert term[1].head == "checkpoint_timeout (integer)"  # a real term still heads
+
+
+def test_a_see_also_box_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workers.evidence import segment as seg
+
+    text = (
+        "The csv module reads and writes sequences.\n\n"
+        "See also\n\n"
+        "PEP 305 - CSV File API\n\n"
+        "The Python Enhancement Proposal which proposed this addition to Python.\n\n"
+        "Module Contents\n\n"
+        "The csv module defines the following functions."
+    )
+    quoted = [u.text for u in seg.segment(text)]
+    assert quoted == [
+        "The csv module reads and writes sequences.",
+        "Module Contents",
+        "The csv module defines the following functions.",
+    ]
+    # A box of prose alone loses only that prose.
+    prose = "See also\n\nThe tutorial explains it.\n\nThe module defines two functions."
+    assert [u.text for u in seg.segment(prose)] == ["The module defines two functions."]
+    monkeypatch.setattr(seg, "SEE_ALSO_BOXES", False)
+    assert "PEP 305 - CSV File API" in [u.text for u in seg.segment(text)]

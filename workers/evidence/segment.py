@@ -163,6 +163,12 @@ def split_sentences(line: str) -> list[tuple[int, int]]:
 
 #: Whether a bare parenthetical joins the sentence before it (:func:`split_sentences`).
 ATTACH_PARENTHETICALS = True
+#: Whether a "See also" box (the heading, the title of the document it points to and that
+#: title's description) is left out of the units: it describes another document ("PEP 305 -
+#: CSV File API / The Python Enhancement Proposal which proposed this addition to Python." led
+#: the answer to "How do I read a CSV file line by line?").
+SEE_ALSO_BOXES = True
+_SEE_ALSO = re.compile(r"see also:?", re.IGNORECASE)
 
 
 def _code_units(lines: list[tuple[int, str]], text: str, block_no: int) -> list[Unit]:
@@ -193,8 +199,18 @@ def segment(text: str) -> list[Unit]:
     block_no = -1
     after_term = False
     head = ""
+    box = 0  # blocks of a "See also" box still to skip
     for base, block in _blocks(text):
         lines = _lines(block, base)
+        if SEE_ALSO_BOXES:
+            if _SEE_ALSO.fullmatch(block.strip()):
+                box = 2  # the reference's title and its description
+                continue
+            if box:
+                box -= 1
+                if box and not _is_term(lines):
+                    box = 0  # no title line: the box holds prose (or nothing more)
+                continue
         if not after_term:
             block_no += 1
             head = ""
