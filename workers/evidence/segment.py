@@ -26,6 +26,7 @@ traced back exactly (``text[start:end] == unit.text``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 #: Abbreviations after which a full stop does not end a sentence (lower-case, without the dot).
@@ -189,6 +190,22 @@ def _code_units(lines: list[tuple[int, str]], text: str, block_no: int) -> list[
     return units
 
 
+def _content_blocks(text: str) -> Iterator[tuple[int, str]]:
+    """The blocks of ``text`` (:func:`_blocks`) without its "See also" boxes
+    (:data:`SEE_ALSO_BOXES`)."""
+    box = 0  # blocks of a "See also" box still to skip
+    for base, block in _blocks(text):
+        if SEE_ALSO_BOXES and _SEE_ALSO.fullmatch(block.strip()):
+            box = 2  # the reference's title and its description
+            continue
+        if box:
+            box -= 1
+            if box and not _is_term(_lines(block, base)):
+                box = 0  # no title line: the box holds prose (or nothing more)
+            continue
+        yield base, block
+
+
 def segment(text: str) -> list[Unit]:
     """Split ``text`` (a chunk's text) into evidence units, in reading order.
 
@@ -199,18 +216,8 @@ def segment(text: str) -> list[Unit]:
     block_no = -1
     after_term = False
     head = ""
-    box = 0  # blocks of a "See also" box still to skip
-    for base, block in _blocks(text):
+    for base, block in _content_blocks(text):
         lines = _lines(block, base)
-        if SEE_ALSO_BOXES:
-            if _SEE_ALSO.fullmatch(block.strip()):
-                box = 2  # the reference's title and its description
-                continue
-            if box:
-                box -= 1
-                if box and not _is_term(lines):
-                    box = 0  # no title line: the box holds prose (or nothing more)
-                continue
         if not after_term:
             block_no += 1
             head = ""
