@@ -597,9 +597,12 @@ def test_a_value_answer_opens_with_the_value_statement_of_its_lead_passage() -> 
                  context="checkpoint_timeout (integer)", fit=0.0)  # fmt: skip
     value = Span(1, "c", "d", 41, 80, "The default is five minutes (5min).", 1.8,
                  context="checkpoint_timeout (integer)", fit=1.0)  # fmt: skip
-    other = Span(2, "e", "d", 0, 30, "The default is one minute (1min).", 1.9, fit=1.0)
+    other = Span(2, "e", "x", 0, 30, "The default is one minute (1min).", 1.9, fit=1.0)
     assert value_first((about, value)) == (value, about)
-    assert value_first((about, other)) == (about, other)  # another passage: no support of the lead
+    assert value_first((about, other)) == (about, other)  # another document: no support
+    # The next chunk of the lead's document states it: it leads.
+    nxt = Span(2, "e", "d", 0, 30, "The default is five minutes (5min).", 1.9, fit=1.0)
+    assert value_first((about, nxt)) == (nxt, about)
     assert value_first((value, about)) == (value, about)
     passages = [P("checkpoint_timeout (integer)\n\nMaximum time between automatic WAL "
                   "checkpoints, in seconds. The default is five minutes (5min).")]  # fmt: skip

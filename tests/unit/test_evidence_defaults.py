@@ -145,3 +145,25 @@ def test_a_see_also_box_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [u.text for u in seg.segment(prose)] == ["The module defines two functions."]
     monkeypatch.setattr(seg, "SEE_ALSO_BOXES", False)
     assert "PEP 305 - CSV File API" in [u.text for u in seg.segment(text)]
+
+
+def test_a_question_for_an_option_leads_with_the_span_that_names_one() -> None:
+    from workers.evidence.answer import AnswerPolicy, compose
+
+    intro = P(
+        "pg_dumpall backs up each database in a given cluster, and also preserves cluster-wide "
+        "data such as role and tablespace definitions.",
+        chunk_id="a",
+        doc_id="backup-dump",
+    )
+    option = P(
+        "Cluster-wide data can be dumped alone using the pg_dumpall --globals-only option.",
+        chunk_id="b",
+        doc_id="backup-dump",
+    )
+    question = "Which pg_dumpall option backs up just the role and tablespace definitions?"
+    [ev] = EvidenceSelector(None).select([(question, [intro, option])])
+    assert ev.leads_with_value
+    assert ev.spans[0].text.startswith("pg_dumpall backs up")  # the best span ...
+    answer = compose(ev, AnswerPolicy(max_spans=2, max_words=200, value_spans=2))
+    assert answer.text.startswith("Cluster-wide data can be dumped alone")  # ... does not lead

@@ -237,7 +237,7 @@ def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
 
 
 def value_first(spans: tuple[S, ...]) -> tuple[S, ...]:
-    """``spans`` (an answer's, best first) with the first one of the lead's passage that fits
+    """``spans`` (an answer's, best first) with the first one of the lead's document that fits
     the asked kind of value better than the lead moved to the front.
 
     The lead span says what the answer is about; a definition's best span is often its
@@ -245,13 +245,17 @@ def value_first(spans: tuple[S, ...]) -> tuple[S, ...]:
     checkpoints.") and the value the question asks for comes in the next sentence of the same
     definition ("The default is five minutes (5min)."). The reader should meet the value first;
     the same spans are quoted, only their order changes. The fit is the selector's answer-type
-    match (:attr:`workers.evidence.select.Span.fit`; 0 for spans that do not carry one).
+    match (:attr:`workers.evidence.select.Span.fit`; 0 for spans that do not carry one). The
+    lead's document, not only its passage: the spans that follow a lead are its document's
+    (:func:`supports`), and the statement is often in the next chunk ("width / (default: 70)
+    The maximum length of wrapped lines." under ``textwrap.wrap``'s signature; shared answer
+    first +1, the other sets unchanged).
     """
     if len(spans) < 2:
         return spans
     lead = spans[0]
     fit = getattr(lead, "fit", 0.0)
     for i, span in enumerate(spans[1:], start=1):
-        if span.n == lead.n and getattr(span, "fit", 0.0) > fit:
+        if _doc(span) == _doc(lead) and getattr(span, "fit", 0.0) > fit:
             return (span, *spans[:i], *spans[i + 1 :])
     return spans

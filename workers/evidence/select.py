@@ -209,8 +209,9 @@ class Evidence:
             selector's vocabulary, :func:`workers.evidence.lexical.uncommon_words`) that no
             passage holds as a word.
         leads_with_value: the question asks for a value and not for a name or a way ("How
-            much disk space does my database take?" asks for a way): its answer opens with
-            the statement of the value (:func:`workers.evidence.answer.value_first`).
+            much disk space does my database take?" asks for a way), or for an option or a flag
+            (the fit then asks for an option token, ``--globals-only``): its answer opens with
+            the span that states it (:func:`workers.evidence.answer.value_first`).
     """
 
     spans: tuple[Span, ...]
@@ -304,7 +305,7 @@ class EvidenceSelector:
                     relevance=round(max(knn), 4) if knn else None,
                     unknown_names=unknown,
                     asks_value=kind.value,
-                    leads_with_value=kind.value and not kind.name,
+                    leads_with_value=(kind.value and not kind.name) or kind.named in OPTION_KINDS,
                 )
             )
         return out
@@ -484,6 +485,10 @@ BARE_NAME_CHARS = 6
 #: of the three sets (TaskGroup) and lost none; 1.0 also lifted every "-x" option term of a
 #: command's page above the sentence that names the asked option (docs/evaluation.md).
 TERM_BONUS = 0.5
+#: The kinds of a "which <kind>" question whose answer is an option token: its answer opens
+#: with the span that holds one (``leads_with_value``: "Cluster-wide data can be dumped alone
+#: using the pg_dumpall --globals-only option." before the paragraph introducing pg_dumpall).
+OPTION_KINDS = ("option", "flag")
 #: The stem :func:`workers.evidence.lexical.answer_type` puts in a question's focus when it
 #: asks for a default.
 DEFAULT_FOCUS = "default"
