@@ -1,24 +1,15 @@
-"""Questions for a default: the sentence stating the default leads; an identifier counts only
-as a whole name."""
+"""Issue 22, fifth pass: the sentence stating a default leads a question for one; an identifier
+counts only as a whole name; a question for an option opens with the span naming one; "See
+also" boxes and a page's field lines are no evidence."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 
+from tests.unit.test_evidence import P
 from workers.evidence import select
 from workers.evidence.segment import Unit
 from workers.evidence.select import EvidenceSelector, Weights, states_default
-
-
-@dataclass(frozen=True)
-class P:
-    text: str
-    title: str = ""
-    chunk_id: str = "c"
-    doc_id: str = "d"
-
 
 RECURSION = (
     "Previously this limit was fixed when you compiled Python, but in 2.0 the maximum "

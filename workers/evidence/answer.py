@@ -247,9 +247,9 @@ def value_first(spans: tuple[S, ...]) -> tuple[S, ...]:
     the same spans are quoted, only their order changes. The fit is the selector's answer-type
     match (:attr:`workers.evidence.select.Span.fit`; 0 for spans that do not carry one). The
     lead's document, not only its passage: the spans that follow a lead are its document's
-    (:func:`supports`), and the statement is often in the next chunk ("width / (default: 70)
-    The maximum length of wrapped lines." under ``textwrap.wrap``'s signature; shared answer
-    first +1, the other sets unchanged).
+    (:func:`supports`), and the statement is often in the next chunk ("Cluster-wide data can be
+    dumped alone using the pg_dumpall --globals-only option." after the chunk introducing
+    pg_dumpall: shared answer first +1, the other sets unchanged).
     """
     if len(spans) < 2:
         return spans
