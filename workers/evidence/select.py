@@ -559,13 +559,12 @@ WHOLE_IDENTIFIERS = True
 
 def _names(low: str, head: str, identifiers: set[str], bare: set[str]) -> float:
     """1.0 when a unit (``low``) or its definition term (``head``), both lower-case, holds one
-    of the question's ``identifiers`` or, as a whole word, one of their ``bare`` names."""
-    if WHOLE_IDENTIFIERS:
-        if any(holds_word(low, i) or holds_word(head, i) for i in identifiers):
-            return 1.0
-    elif any(i in low or i in head for i in identifiers):
+    of the question's ``identifiers`` or one of their ``bare`` names, each as a whole word
+    (:data:`WHOLE_IDENTIFIERS`)."""
+    if not WHOLE_IDENTIFIERS and any(i in low or i in head for i in identifiers):
         return 1.0
-    return 1.0 if any(holds_word(low, n) or holds_word(head, n) for n in bare) else 0.0
+    names = identifiers | bare if WHOLE_IDENTIFIERS else bare
+    return 1.0 if any(holds_word(low, n) or holds_word(head, n) for n in names) else 0.0
 
 
 def _declared(named: str, unit: Unit) -> float:
