@@ -158,3 +158,53 @@ def test_a_question_for_an_option_leads_with_the_span_that_names_one() -> None:
     assert ev.spans[0].text.startswith("pg_dumpall backs up")  # the best span ...
     answer = compose(ev, AnswerPolicy(max_spans=2, max_words=200, value_spans=2))
     assert answer.text.startswith("Cluster-wide data can be dumped alone")  # ... does not lead
+
+
+SMTP_CONNECT = (
+    "SMTP.connect(host='localhost', port=0)\n\n"
+    "Connect to a host on a given port. "
+    "The defaults are to connect to the local host at the standard SMTP port (25)."
+)
+
+
+def test_a_signature_default_counts_less_than_a_stated_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    signature = _unit("SMTP.connect(host='localhost', port=0)", "term")
+    stated = _unit("The defaults are to connect to the local host at the SMTP port (25).")
+    assert states_default(signature, {"port"}) == select.SIGNATURE_DEFAULT < 1.0
+    assert states_default(stated, {"port"}) == 1.0
+    question = "Which port does SMTP.connect use when I don't pass a port?"
+    assert _lead(question, SMTP_CONNECT, 0.5).startswith("The defaults are")
+    monkeypatch.setattr(select, "SIGNATURE_DEFAULT", 1.0)  # the rule off: the signature leads
+    assert _lead(question, SMTP_CONNECT, 0.5).startswith("SMTP.connect(")
+
+
+ISOLATION = (
+    "SERIALIZABLE is the default transaction isolation level in the standard. "
+    "In PostgreSQL the default is ordinarily READ COMMITTED, but you can change it."
+)
+
+
+def test_a_sentence_about_the_standard_does_not_lead_unless_the_standard_is_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from workers.evidence import lexical
+
+    question = "Which isolation level does a new transaction get by default?"
+    assert lexical.about_standard(ISOLATION.split(". ", maxsplit=1)[0], question)
+    assert not lexical.about_standard("It is specified in the SQL standard.", question)
+    assert not lexical.about_standard("Output is always in the standard form.", question)
+    # Lexical scores only, a passage of two sentences: the first holds more of the question's
+    # words, so the penalty is shown at 0.5 (the served pointer weight 0.2 with the cosine and
+    # the whole compatibility note decides the manual's case, docs/evaluation.md).
+    selector = EvidenceSelector(None, Weights(default_statement=0.2, pointer=0.5))
+
+    def lead(q: str) -> str:
+        [evidence] = selector.select([(q, [P(ISOLATION)])])
+        return evidence.spans[0].text
+
+    assert lead(question).startswith("In PostgreSQL")
+    assert lead("Which isolation level is the default in the SQL standard?").startswith("SERIAL")
+    monkeypatch.setattr(select, "about_standard", lambda text, question: False)  # the rule off
+    assert lead(question).startswith("SERIALIZABLE")

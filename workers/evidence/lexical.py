@@ -167,6 +167,32 @@ def is_pointer(text: str) -> bool:
     return _POINTER.search(text) is not None
 
 
+#: A sentence about what the SQL standard says rather than what the system does: "SERIALIZABLE
+#: is the default transaction isolation level in the standard." beside "In PostgreSQL the
+#: default is ordinarily READ COMMITTED" (the PostgreSQL manual's compatibility notes set the
+#: two side by side). Not "is specified in the SQL standard" (:data:`_CONFORMS`), which says the
+#: system follows it, nor "in the standard form".
+_STANDARD = re.compile(
+    r"\b(?:in|by|according to|per) the (?:SQL )?standard\b(?!\s+(?:form|library|input|output))"
+    r"|\bthe (?:SQL )?standard (?:says|requires|specifies|allows|defines|mandates)\b",
+    re.IGNORECASE,
+)
+_CONFORMS = re.compile(
+    r"\b(?:specified|defined|described|included|listed|required|present|mentioned)\s+"
+    r"(?:in|by)\s+the\s+(?:SQL\s+)?standard\b",
+    re.IGNORECASE,
+)
+
+
+def about_standard(text: str, question: str) -> bool:
+    """Whether ``text`` tells what the SQL standard says (:data:`_STANDARD`, not
+    :data:`_CONFORMS`) when ``question`` does not ask about the standard: it answers for another
+    subject than the one asked about."""
+    if "standard" in question.lower() or _CONFORMS.search(text):
+        return False
+    return _STANDARD.search(text) is not None
+
+
 def known_word(word: str, vocabulary: frozenset[str]) -> bool:
     """Whether ``word`` (lower-case) or its base form is in ``vocabulary``: the word itself,
     the word without an inflection of :data:`_INFLECTIONS` (plus a final "e", or less a doubled

@@ -32,6 +32,7 @@ import numpy.typing as npt
 
 from workers.conversation import split_context
 from workers.evidence.lexical import (
+    about_standard,
     answer_type,
     coverage,
     declares,
@@ -126,7 +127,9 @@ class Weights:
             nothing, and led the answer to "How can I see the execution plan ...?" before "You
             can use the EXPLAIN command to see what query plan the planner creates ...". 0.1,
             0.2 and 0.4 measured the same (sample answer first 0.7 -> 0.8; shared and dev
-            unchanged).
+            unchanged). Subtracted too from a sentence about what the SQL standard says when the
+            question does not ask about the standard
+            (:func:`workers.evidence.lexical.about_standard`).
         default_statement: added to a unit that states a default (:func:`states_default`)
             when the question asks for one (a focus word "default", or an argument or setting
             it leaves unspecified: :data:`workers.evidence.lexical.OMITTED_CUES`). Among
@@ -387,14 +390,14 @@ class EvidenceSelector:
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
                     + w.identifier * _names(low, head, q_ids, bare)
-                    - w.pointer * is_pointer(unit.text)
+                    - w.pointer * (is_pointer(unit.text) or about_standard(unit.text, own))
                     + w.rank / (1 + pi)
                     + (w.answer_type + value_only) * fit
                     + w.block * block_cover[unit.block]
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
                     + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
-                    + w.default_statement * (default_q and states_default(unit, q_words))
+                    + w.default_statement * (states_default(unit, q_words) if default_q else 0.0)
                 )
                 scored.append(_Scored(unit, pi, score, fit))
         return scored, missing, unknown
@@ -504,18 +507,22 @@ DEFAULT_STATEMENT = re.compile(
 #: A keyword argument's default in a signature: ``timeout=None`` in ``subprocess.run(args, *,
 #: ..., timeout=None, ...)``.
 KEYWORD_DEFAULT = re.compile(r"[(,\s*](\w{2,})=(?!=)")
+#: A signature's default counts this share of a sentence's: ``port=0`` only shows a value,
+#: "The defaults are to connect ... at the standard SMTP port (25)" says what it means.
+SIGNATURE_DEFAULT = 0.5
 
 
-def states_default(unit: Unit, asked: set[str]) -> bool:
+def states_default(unit: Unit, asked: set[str]) -> float:
     """Whether ``unit`` states a default (:data:`DEFAULT_STATEMENT`), or is a signature (a
     definition term or list item, not a code example: ``@lru_cache(maxsize=32)`` is one use,
     not the default) giving a default to an argument the question names (``asked``: its
     lower-case words)."""
     if DEFAULT_STATEMENT.search(unit.text):
-        return True
+        return 1.0
     if unit.kind not in ("term", "item"):
-        return False
-    return any(m.lower() in asked for m in KEYWORD_DEFAULT.findall(unit.text))
+        return 0.0
+    hit = any(m.lower() in asked for m in KEYWORD_DEFAULT.findall(unit.text))
+    return SIGNATURE_DEFAULT if hit else 0.0
 
 
 def question_terms(question: str) -> tuple[str, list[str], list[str]]:
