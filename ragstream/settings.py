@@ -639,6 +639,12 @@ class EvidenceSettings(BaseModel):
     #: +1 right and +1 answer first, shared, dev and sample unchanged (0.2 and 0.3 measured the
     #: same; 0.4: dev answer first -1).
     w_default_statement: float = 0.2
+    #: Subtracted from a unit of a release-notes page ("What's New in Python 2.7", "E.1.
+    #: Release 15.20") when the question does not ask about versions or changes
+    #: (``workers.evidence.select.Weights.release_notes``): dev +1 right and +1 answer first
+    #: (how-to 5 -> 6 of 12), new user +1 right, shared and sample unchanged; 0.1: dev
+    #: unchanged; 0.3: new user -1 answer first; 0.4: shared -2 right.
+    w_release_notes: float = 0.2
     #: 5: with 10 passages kept the spans come from more passages (a title line each); the
     #: median evidence prompt of the three question sets is 346 Gemma tokens with 5 spans, 392
     #: with 6 and 469 with 8 (target: at most 400).

@@ -184,6 +184,43 @@ _CONFORMS = re.compile(
 )
 
 
+#: The first part of a navigation page's title (an index or a table of contents: "Index",
+#: "Index - P", "Python Documentation contents", "Python Module Index"): lists of names and
+#: links that state nothing.
+_NAVIGATION = re.compile(
+    r"^(?:Index(?:\s+[\u2013-]\s+\S+)?|.*\bDocumentation contents|.*\bModule Index|"
+    r"Table of Contents)$",
+    re.IGNORECASE,
+)
+#: The first part of a release-notes page's title ("What's New in Python 2.4", "E.1. Release
+#: 15.20"): what changed in one version, long ago for most of them.
+_RELEASE_NOTES = re.compile(r"^(?:What.s New\b|(?:[A-Z]\.\d+\.\s+)?Release \d)", re.IGNORECASE)
+#: A question about versions or changes ("Which class introduced in Python 3.11 ...?", "What
+#: changed in ...?"): release notes answer it. Not "changes" alone: "changing the copy also
+#: changes the original" asks how things are.
+_VERSION_CUES = re.compile(
+    r"\d+\.\d+|\b(?:new|newer|older|versions?|introduced|added|deprecated|since|removed|"
+    r"releases?|history|(?:what|has|have)\s+changed|changed\s+in)\b",
+    re.IGNORECASE,
+)
+
+
+def is_navigation(title: str) -> bool:
+    """Whether a passage's ``title`` (headings joined by " > ") is a navigation page's
+    (:data:`_NAVIGATION`)."""
+    return _NAVIGATION.search(title.split(" > ", 1)[0].strip()) is not None
+
+
+def is_release_notes(title: str) -> bool:
+    """Whether a passage's ``title`` is a release-notes page's (:data:`_RELEASE_NOTES`)."""
+    return _RELEASE_NOTES.search(title.split(" > ", 1)[0].strip()) is not None
+
+
+def asks_about_versions(question: str) -> bool:
+    """Whether ``question`` asks about versions or changes (:data:`_VERSION_CUES`)."""
+    return _VERSION_CUES.search(question) is not None
+
+
 def about_standard(text: str, question: str) -> bool:
     """Whether ``text`` tells what the SQL standard says (:data:`_STANDARD`, not
     :data:`_CONFORMS`) when ``question`` does not ask about the standard: it answers for another

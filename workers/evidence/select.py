@@ -34,12 +34,15 @@ from workers.conversation import split_context
 from workers.evidence.lexical import (
     about_standard,
     answer_type,
+    asks_about_versions,
     coverage,
     declares,
     holds_word,
     identifiers,
     idf,
+    is_navigation,
     is_pointer,
+    is_release_notes,
     near_word,
     proper_names,
     question_tokens,
@@ -138,6 +141,15 @@ class Weights:
             was fixed when you compiled Python, ..."): a surface answer pattern of the question's
             type (Ravichandran and Hovy 2002, "Learning surface text patterns for a question
             answering system").
+        release_notes: subtracted from a unit of a release-notes page ("What's New in Python
+            2.7", "E.1. Release 15.20": :func:`workers.evidence.lexical.is_release_notes`) when
+            the question does not ask about versions or changes
+            (:func:`workers.evidence.lexical.asks_about_versions`). Release notes tell what
+            changed in one version, in the words of that time ("The getopt module closely
+            resembles the C library's getopt() function, ...", "Python now supports three
+            different modules for parsing command-line arguments"); the reference page answers
+            a question about how things are (a document-type prior of the kind web search
+            gives its page types).
     """
 
     cosine: float = 0.5
@@ -152,6 +164,7 @@ class Weights:
     value_type: float = 0.0
     pointer: float = 0.2
     default_statement: float = 0.0
+    release_notes: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,10 +370,14 @@ class EvidenceSelector:
             if not holds_word(haystack, w) and not near_word(w, haystack)
         )
         default_q = DEFAULT_FOCUS in kind.focus
+        dated = w.release_notes if not asks_about_versions(own) else 0.0
         q_words = {x.lower() for x in re.findall(r"\w+", own)}
         scored: list[_Scored] = []
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
+            if SKIP_NAVIGATION and is_navigation(passage.title):
+                continue  # an index or a table of contents states nothing
             subject = subject_name(passage.title)
+            old = dated if is_release_notes(passage.title) else 0.0
             title_terms = terms(passage.title)
             blocks: dict[int, list[str]] = {}
             for ui, unit in enumerate(plist):
@@ -398,6 +415,7 @@ class EvidenceSelector:
                     + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
                     + w.default_statement * (states_default(unit, q_words) if default_q else 0.0)
+                    - old
                 )
                 scored.append(_Scored(unit, pi, score, fit))
         return scored, missing, unknown
@@ -492,6 +510,11 @@ TERM_BONUS = 0.5
 #: with the span that holds one (``leads_with_value``: "Cluster-wide data can be dumped alone
 #: using the pg_dumpall --globals-only option." before the paragraph introducing pg_dumpall).
 OPTION_KINDS = ("option", "flag")
+#: Whether the units of a navigation page (an index, a table of contents:
+#: :func:`workers.evidence.lexical.is_navigation`) are left out of the evidence: "csv — CSV File
+#: Reading and Writing" of the contents page led "How do I read a CSV file line by line?" once
+#: the release notes' ``csv.reader`` example no longer did.
+SKIP_NAVIGATION = True
 #: The stem :func:`workers.evidence.lexical.answer_type` puts in a question's focus when it
 #: asks for a default.
 DEFAULT_FOCUS = "default"

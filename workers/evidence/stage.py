@@ -244,6 +244,7 @@ def build_evidence_stage(
             value_type=settings.w_value_type,
             pointer=settings.w_pointer,
             default_statement=settings.w_default_statement,
+            release_notes=settings.w_release_notes,
         ),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,

@@ -1,0 +1,89 @@
+"""Issue 22, sixth pass: release notes yield to the reference page unless the question asks
+about versions, and navigation pages (indexes, tables of contents) are no evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_evidence import P
+from workers.evidence import select
+from workers.evidence.lexical import asks_about_versions, is_navigation, is_release_notes
+from workers.evidence.select import EvidenceSelector, Weights
+
+
+@pytest.mark.parametrize(
+    ("title", "navigation", "release"),
+    [
+        ("Index > C", True, False),
+        ("Index \u2013 P", True, False),
+        ("Python Documentation contents", True, False),
+        ("Python Module Index", True, False),
+        ("dataclasses \u2014 Data Classes > Module contents", False, False),
+        ("11.1. Introduction > Indexes", False, False),
+        ("What\u2019s New in Python 2.7 > PEP 389: The argparse Module", False, True),
+        ("E.1. Release 15.20 > E.1.2. Changes", False, True),
+        ("argparse \u2014 Parser for command-line options", False, False),
+    ],
+)
+def test_page_kinds_are_read_from_the_first_heading(
+    title: str, navigation: bool, release: bool
+) -> None:
+    assert is_navigation(title) is navigation
+    assert is_release_notes(title) is release
+
+
+@pytest.mark.parametrize(
+    ("question", "versions"),
+    [
+        ("Which enum base class introduced in Python 3.11 creates members?", True),
+        ("What changed in the csv module?", True),
+        ("Which module was deprecated in favour of argparse?", True),
+        ("How do I parse command line arguments in a Python script?", False),
+        ("I copied a list, but changing the copy also changes the original. How?", False),
+    ],
+)
+def test_questions_about_versions(question: str, versions: bool) -> None:
+    assert asks_about_versions(question) is versions
+
+
+#: The same sentence on two pages, the release notes retrieved first: only the page kind differs.
+SENTENCE = (
+    "In a script, parse_args() will typically be called with no arguments, and the "
+    "ArgumentParser will determine the command-line arguments from sys.argv."
+)
+ARGPARSE = P(SENTENCE, title="argparse \u2014 Python parser", chunk_id="a", doc_id="argparse")
+WHATS_NEW = P(SENTENCE, title="What\u2019s New in Python 2.7 > PEP 389", doc_id="whatsnew")
+
+
+def _lead(question: str, passages: list[P], weight: float) -> select.Span:
+    selector = EvidenceSelector(None, Weights(release_notes=weight))
+    [evidence] = selector.select([(question, passages)])
+    return evidence.spans[0]
+
+
+def test_release_notes_yield_to_the_reference_page_unless_versions_are_asked() -> None:
+    question = "How do I parse command line arguments in a Python script?"
+    passages = [WHATS_NEW, ARGPARSE]  # the release notes retrieved first
+    assert _lead(question, passages, 0.0).doc_id == "whatsnew"
+    assert _lead(question, passages, 0.2).doc_id == "argparse"
+    dated = "How were command line arguments parsed in Python 2.7?"
+    assert _lead(dated, passages, 0.2).doc_id == "whatsnew"
+
+
+def test_a_navigation_page_is_no_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
+    contents = P(
+        "csv \u2014 CSV File Reading and Writing\nModule Contents\nreader()\nwriter()",
+        title="Python Documentation contents",
+        doc_id="contents",
+    )
+    page = P(
+        "The csv module\u2019s reader and writer objects read and write sequences.",
+        title="csv \u2014 CSV File Reading and Writing",
+        doc_id="csv",
+    )
+    question = "How do I read a CSV file with the csv module reader?"
+    [evidence] = EvidenceSelector(None, Weights()).select([(question, [contents, page])])
+    assert all(span.doc_id == "csv" for span in evidence.spans)
+    monkeypatch.setattr(select, "SKIP_NAVIGATION", False)  # the rule off: the contents quoted
+    [evidence] = EvidenceSelector(None, Weights()).select([(question, [contents, page])])
+    assert any(span.doc_id == "contents" for span in evidence.spans)
