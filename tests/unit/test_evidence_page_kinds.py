@@ -1,5 +1,6 @@
 """Issue 22, sixth pass: release notes yield to the reference page unless the question asks
-about versions, and navigation pages (indexes, tables of contents) are no evidence."""
+about versions, navigation pages (indexes, tables of contents) are no evidence, and a name
+in a format placeholder (``{msecs:03d}``) is a name."""
 
 from __future__ import annotations
 
@@ -87,3 +88,25 @@ def test_a_navigation_page_is_no_evidence(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(select, "SKIP_NAVIGATION", False)  # the rule off: the contents quoted
     [evidence] = EvidenceSelector(None, Weights()).select([(question, [contents, page])])
     assert any(span.doc_id == "contents" for span in evidence.spans)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "For example: a placeholder of {msecs:03d} would format a millisecond value of 4 as 004.",
+        "The record's time is written with %(asctime)s in the format string.",
+        "With a template, use the form ${attrname} instead.",
+    ],
+)
+def test_a_name_in_a_format_placeholder_is_a_name(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from workers.evidence import lexical
+
+    question = "Which LogRecord attribute holds the milliseconds of the record's time?"
+    kind = lexical.answer_type(question)
+    asked = lexical.question_tokens(question)
+    assert lexical.type_match(kind, text, lexical.terms(text), False, asked) == 1.0
+    assert lexical.type_match(kind, "A dict such as {1: 2} is no field.", [], False, asked) == 0.0
+    monkeypatch.setattr(lexical, "PLACEHOLDER_NAMES", False)  # the rule off: no name found
+    assert lexical.type_match(kind, text, lexical.terms(text), False, asked) == 0.0

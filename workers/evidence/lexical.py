@@ -366,6 +366,15 @@ _REFERENCE = re.compile(
     r"[\s\xa0-]*\d+(?:\.\d+)*",
     re.IGNORECASE,
 )
+#: A name inside a format placeholder: ``{msecs:03d}``, ``{attrname}``, ``%(asctime)s``,
+#: ``${name}`` (str.format, printf-style and string.Template fields): code naming a field.
+_PLACEHOLDER = re.compile(
+    r"\{([a-z_]\w*)(?:[:!][^{}\s]*)?\}|%\(([a-z_]\w*)\)[-#0 +]*\d*(?:\.\d+)?[a-z]|"
+    r"\$\{([a-z_]\w*)\}",
+    re.IGNORECASE,
+)
+#: Whether :func:`type_match` counts the names inside format placeholders as names.
+PLACEHOLDER_NAMES = True
 #: Most words of a table row's first cell that still make it a name of its own.
 LABEL_NAME_WORDS = 3
 #: Whether :func:`type_match` counts SQL keywords as names.
@@ -475,6 +484,8 @@ def type_match(
         }
         if SQL_KEYWORDS:
             names |= {k.lower() for k in _KEYWORD.findall(text)}
+        if PLACEHOLDER_NAMES:
+            names |= {n.lower() for m in _PLACEHOLDER.findall(text) for n in m if n}
         if label and len(label.split()) <= LABEL_NAME_WORDS:
             names.add(label.lower().strip())
         if subject and holds_word(text.lower(), subject):
