@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from workers.evidence.lexical import STOPWORDS
+from workers.evidence.lexical import NAME_CUES, STOPWORDS
 
 #: Separates the rewritten question from the earlier questions it follows.
 CONTEXT_MARKER = " | context: "
@@ -79,6 +79,10 @@ _TOPIC_FORMS = (
         re.I,
     ),
 )
+#: "which one" / "what one": the kind of thing the earlier question asked for stands in for
+#: "one" ("And which one changes it?" after "Which function of the os module returns ...?" asks
+#: for a function).
+_ONE = re.compile(r"\b(which|what)\s+one\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z_][\w.\-]*")
 #: Function and question words (the evidence stage's stop words and a few of conversation).
 _FUNCTION_WORDS = STOPWORDS | {"ok", "okay", "please", "thanks"}
@@ -119,6 +123,13 @@ def topic_of(question: str) -> str:
     return ""
 
 
+def kind_asked(question: str) -> str:
+    """The kind of thing a "which <kind>" question asks for (``function``, ``option``, ...:
+    :data:`workers.evidence.lexical.NAME_CUES`), lower-case; else ""."""
+    match = NAME_CUES.search(question)
+    return (match[3] or "").lower() if match else ""
+
+
 def split_context(text: str) -> tuple[str, str]:
     """``(question, context)`` of a rewritten question (``context`` "" when there is none)."""
     question, _, context = text.partition(CONTEXT_MARKER)
@@ -146,6 +157,9 @@ def standalone_question(history: Sequence[str], question: str) -> str:
         return asked
     rewritten = _LEADING.sub("", question, count=1) or question
     rewritten = rewritten[:1].upper() + rewritten[1:]
+    kind = next((k for k in map(kind_asked, reversed(earlier)) if k), "")
+    if kind:
+        rewritten = _ONE.sub(lambda m: f"{m[1]} {kind}", rewritten, count=1)
     topic = next((t for t in map(topic_of, reversed(earlier)) if t), "")
     if topic:
         rewritten = _REPLACEABLE.sub(lambda _m: topic, rewritten, count=1)

@@ -7,6 +7,7 @@ import pytest
 from workers.conversation import (
     CONTEXT_MARKER,
     is_follow_up,
+    kind_asked,
     split_context,
     standalone_question,
     topic_of,
@@ -71,3 +72,29 @@ def test_topics_of_the_common_question_forms() -> None:
     assert topic_of("What does the VACUUM command do?") == "the VACUUM command"
     assert topic_of("How do I create a database from the shell?") == "a database from the shell"
     assert topic_of("Is this a question?") == ""
+
+
+def test_which_one_asks_for_the_kind_the_earlier_question_named() -> None:
+    earlier = "Which function of the os module returns the current working directory as a string?"
+    rewritten = standalone_question([earlier], "And which one changes it?")
+    assert rewritten.startswith("Which function changes it?")
+    assert kind_asked("Which pg_dumpall option dumps only roles?") == "option"
+    # An earlier question that named no kind leaves "one" as it is.
+    assert standalone_question(["How do I create a database?"], "Which one is faster?").startswith(
+        "Which one is faster?"
+    )
+
+
+def test_a_code_lead_weighs_a_follow_ups_context_less_than_what_it_asks() -> None:
+    from workers.evidence.select import code_lead
+
+    code = (
+        ">>> import os\n"
+        ">>> os.getcwd()      # Return the current working directory\n"
+        "'C:\\\\Python311'\n"
+        ">>> os.chdir('/server/accesslogs')   # Change current working directory\n"
+    )
+    asked = "Which function of the os module returns the current working directory as a string?"
+    assert code_lead(asked, code).startswith("os.getcwd()")
+    follow_up = f"Which function changes it?{CONTEXT_MARKER}{asked}"
+    assert code_lead(follow_up, code).startswith("os.chdir(")

@@ -709,7 +709,9 @@ def code_lead(question: str, code: str) -> str:
     (:func:`workers.evidence.lexical.type_match`: a name the question does not hold); the best,
     first on ties, whitespace collapsed ("" when longer than :data:`LEAD_WORDS` words).
     Sample set answer first 8/10 -> 10/10 (``os.getcwd``, ``csv.reader``); shared and dev
-    unchanged.
+    unchanged. A follow-up's context terms weigh :data:`CONTEXT_WEIGHT` of their IDF ("Which
+    function changes it? | context: Which function ... returns the current working directory
+    ...?" leads with ``os.chdir(...)``, not ``os.getcwd()``).
     """
     raw = [line.strip() for line in code.splitlines() if line.strip()]
     interactive = any(line.startswith(">>>") for line in raw)
@@ -721,10 +723,13 @@ def code_lead(question: str, code: str) -> str:
     lines = [line for line in lines if line and not line.startswith(("#", "--"))]
     if len(lines) < 2:
         return ""
-    own, q_terms, _ = question_terms(question)
+    own, q_terms, extra = question_terms(question)
     kind, asked = answer_type(own), question_tokens(question)
     line_terms = [terms(_without_strings(line)) for line in lines]
     weights = idf(line_terms)
+    if extra:  # a follow-up's context counts less than what it asks, as in the selector
+        default = max(weights.values(), default=1.0)
+        weights.update({t: CONTEXT_WEIGHT * weights.get(t, default) for t in set(extra)})
     scores = [
         coverage(q_terms, t, weights) + type_match(kind, line, t, False, asked)
         for line, t in zip(lines, line_terms, strict=True)
