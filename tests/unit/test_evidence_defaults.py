@@ -88,6 +88,7 @@ def test_a_sentence_about_a_default_is_not_the_statement_of_one() -> None:
     [
         "What transaction isolation level does a new transaction get unless told otherwise?",
         "Unless you specify one, which encoding does open() use?",
+        "Which port does SMTP.connect use when I pass a host but no port?",
     ],
 )
 def test_unless_told_otherwise_asks_for_a_default(question: str) -> None:
@@ -95,6 +96,8 @@ def test_unless_told_otherwise_asks_for_a_default(question: str) -> None:
 
     assert select.DEFAULT_FOCUS in answer_type(question).focus
     assert select.DEFAULT_FOCUS not in answer_type("What does it return unless it fails?").focus
+    no_default = "Why does it print a warning but no traceback when it fails?"
+    assert select.DEFAULT_FOCUS not in answer_type(no_default).focus
 
 
 def test_a_field_line_of_a_page_is_no_definition_term(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -337,13 +337,14 @@ NAME_CUES = re.compile(
     re.IGNORECASE,
 )
 #: Questions that leave an argument or a setting unspecified ask for its default ("if I don't
-#: pass width", "without choosing a format", "out of the box", "when rel_tol is not passed").
+#: pass width", "without choosing a format", "out of the box", "when rel_tol is not passed", "a
+#: host but no port?").
 OMITTED_CUES = re.compile(
     r"\b(out of the box|(do not|don't|doesn't|does not|never|didn't|did not)\s+(\w+\s+)?"
     r"(pass|give|specify|set|say|choose|change|provide|supply)\w*|"
     r"without\s+(passing|giving|specifying|setting|choosing|changing|providing|supplying)|"
     r"(is|are)\s+(not|never)\s+(passed|given|specified|set|supplied|provided)|omit\w*|"
-    r"give[sn]? no|with no\s+\w+\s+(given|specified)|unspecified|"
+    r"give[sn]? no|with no\s+\w+\s+(given|specified)|but no\s+\w+\s*[?,]|unspecified|"
     r"unless\s+(\w+\s+){0,3}?(otherwise|specif\w*|giv\w*|set|told|ask\w*|pass\w*|choos\w*))",
     re.IGNORECASE,
 )
