@@ -4,6 +4,8 @@ in a format placeholder (``{msecs:03d}``) is a name."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from tests.unit.test_evidence import P
@@ -110,3 +112,42 @@ def test_a_name_in_a_format_placeholder_is_a_name(
     assert lexical.type_match(kind, "A dict such as {1: 2} is no field.", [], False, asked) == 0.0
     monkeypatch.setattr(lexical, "PLACEHOLDER_NAMES", False)  # the rule off: no name found
     assert lexical.type_match(kind, text, lexical.terms(text), False, asked) == 0.0
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A passage with a retrieval score, as the rerank pool's candidates carry one."""
+
+    text: str
+    score: float
+    title: str = ""
+    chunk_id: str = "c"
+    doc_id: str = "d"
+
+
+def test_near_tied_passages_share_their_rank_bonus(monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b, c = Scored("a", 0.0290), Scored("b", 0.0286), Scored("c", 0.0200)
+    bonuses = select.rank_bonuses([a, b, c])
+    assert bonuses[0] == bonuses[1] == pytest.approx((1 + 1 / 2) / 2)
+    assert bonuses[2] == pytest.approx(1 / 3)
+    assert select.rank_bonuses([b, a, c]) == bonuses  # swapped near ties: the same bonuses
+    assert select.rank_bonuses([P("x"), P("y")]) == [1.0, 0.5]  # no scores: positions
+    monkeypatch.setattr(select, "RANK_TIE", 0.0)  # the rule off: positions again
+    assert select.rank_bonuses([a, b, c]) == pytest.approx([1.0, 0.5, 1 / 3])
+
+
+def test_the_answer_does_not_turn_on_the_order_of_near_tied_passages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    question = "How do I parse command line arguments in a Python script?"
+    better = Scored("The argparse module parses command line arguments.", 0.0290, doc_id="a")
+    other = Scored("In a script, parse_args() is called with no arguments.", 0.0288, doc_id="b")
+
+    def leads() -> list[str]:
+        selector = EvidenceSelector(None, Weights())
+        orders = ([better, other], [other, better])
+        return [selector.select([(question, order)])[0].spans[0].doc_id for order in orders]
+
+    assert leads() == ["a", "a"]
+    monkeypatch.setattr(select, "RANK_TIE", 0.0)  # the rule off: whichever came first leads
+    assert leads() == ["a", "b"]
