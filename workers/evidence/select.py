@@ -554,7 +554,8 @@ def rank_bonuses(passages: Sequence[PassageLike]) -> list[float]:
     which came first. Before, a swap of two near-tied passages changed 3 of the shared set's 30
     answers, 1 of the dev set's and 1 of the new user's (all losses; every adjacent pair within
     3% of each other swapped in turn on the same passages); with 0.02, only one shared answer
-    (right either way, stated third) still changes. Passages without a float ``score`` keep
+    still changes (the root logger's level: WARNING stated third in one order, not at all in
+    the other). Passages without a float ``score`` keep
     ``1 / (1 + position)``.
 
     Returns:
