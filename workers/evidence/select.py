@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -349,11 +349,8 @@ class EvidenceSelector:
         asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
-        default = max(weights.values(), default=1.0)
-        if extra:
-            weights.update({t: CONTEXT_WEIGHT * weights.get(t, default) for t in set(extra)})
-        cues = {t for t in q_terms if t in CUE_TERMS}
-        weights.update({t: CUE_WEIGHT * weights.get(t, default) for t in cues})
+        _scale(weights, extra, CONTEXT_WEIGHT)
+        _scale(weights, (t for t in q_terms if t in CUE_TERMS), CUE_WEIGHT)
         haystack = "\n".join(texts)
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
@@ -371,17 +368,14 @@ class EvidenceSelector:
         )
         default_q = DEFAULT_FOCUS in kind.focus
         q_words = {x.lower() for x in re.findall(r"\w+", own)}
+        dated = w.release_notes if not asks_about_versions(own) else 0.0
         scored: list[_Scored] = []
         rank_bonus = rank_bonuses(passages)
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
             if SKIP_NAVIGATION and is_navigation(passage.title):
                 continue  # an index or a table of contents states nothing
             subject = subject_name(passage.title)
-            old = (
-                w.release_notes
-                if is_release_notes(passage.title) and not asks_about_versions(own)
-                else 0.0
-            )
+            old = dated if is_release_notes(passage.title) else 0.0
             title_terms = terms(passage.title)
             blocks: dict[int, list[str]] = {}
             for ui, unit in enumerate(plist):
@@ -590,6 +584,13 @@ def states_default(unit: Unit, asked: set[str]) -> float:
     return SIGNATURE_DEFAULT if hit else 0.0
 
 
+def _scale(weights: dict[str, float], words: Iterable[str], share: float) -> None:
+    """Multiply the IDF ``weights`` of ``words`` by ``share``, in place; a word without one
+    takes the highest IDF first (a word no unit holds is as rare as the rarest)."""
+    default = max(weights.values(), default=1.0)
+    weights.update({t: share * weights.get(t, default) for t in set(words)})
+
+
 def question_terms(question: str) -> tuple[str, list[str], list[str]]:
     """``(the question asked, its scoring terms, the terms only its context adds)`` of a
     question a follow-up may have made standalone (:func:`workers.conversation.split_context`):
@@ -769,9 +770,7 @@ def code_lead(question: str, code: str) -> str:
     kind, asked = answer_type(own), question_tokens(question)
     line_terms = [terms(_without_strings(line)) for line in lines]
     weights = idf(line_terms)
-    if extra:  # a follow-up's context counts less than what it asks, as in the selector
-        default = max(weights.values(), default=1.0)
-        weights.update({t: CONTEXT_WEIGHT * weights.get(t, default) for t in set(extra)})
+    _scale(weights, extra, CONTEXT_WEIGHT)  # a follow-up's context counts less, as above
     scores = [
         coverage(q_terms, t, weights) + type_match(kind, line, t, False, asked)
         for line, t in zip(lines, line_terms, strict=True)
