@@ -826,3 +826,24 @@ def test_a_ddl_statement_no_passage_writes_is_missing(monkeypatch: pytest.Monkey
     assert present.missing == ()  # written across a line break, still written
     monkeypatch.setattr(select, "STATEMENTS", False)
     assert EvidenceSelector(None).select([(question, [initdb])])[0].missing == ()
+
+
+def test_a_code_lead_takes_the_whole_statement_a_line_continues() -> None:
+    from workers.evidence.select import _statements, code_lead
+
+    code = (
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        'parser.add_argument("-v", "--verbose", help="increase output verbosity (or not)",\n'
+        '                    action="store_true")\n'
+        "args = parser.parse_args()"
+    )
+    question = "Which argument of add_argument makes an option a flag that stores True?"
+    # Cut at the line end, the lead would stop short of the asked argument.
+    assert code_lead(question, code) == (
+        'parser.add_argument("-v", "--verbose", help="increase output verbosity (or not)",'
+        ' action="store_true")'
+    )
+    # Brackets inside string literals do not hold a statement open.
+    assert _statements(['print("(")', "x = 1"]) == ['print("(")', "x = 1"]
+    assert _statements(["f(a,", "  b)", "g()"]) == ["f(a,   b)", "g()"]
