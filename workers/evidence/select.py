@@ -796,7 +796,8 @@ def _statements(lines: list[str]) -> list[str]:
             out[-1] = f"{out[-1]} {line}"
         else:
             out.append(line)
-        depth = max(0, depth + sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}"))
+        opened = sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+        depth = max(0, depth + opened)
     return out
 
 
