@@ -8,6 +8,7 @@ import pytest
 
 from tests.unit.test_evidence import P
 from workers.evidence import select
+from workers.evidence.answer import AnswerPolicy, compose
 from workers.evidence.segment import Unit
 from workers.evidence.select import EvidenceSelector, Weights, states_default
 
@@ -89,6 +90,9 @@ def test_a_sentence_about_a_default_is_not_the_statement_of_one() -> None:
         "What transaction isolation level does a new transaction get unless told otherwise?",
         "Unless you specify one, which encoding does open() use?",
         "Which port does SMTP.connect use when I pass a host but no port?",
+        "If I never touch checkpoint_timeout, how often does PostgreSQL force a checkpoint?",
+        "How much disk cache does the planner assume when effective_cache_size was never set?",
+        "How many connections does a stock PostgreSQL server allow?",
     ],
 )
 def test_unless_told_otherwise_asks_for_a_default(question: str) -> None:
@@ -211,3 +215,59 @@ def test_a_sentence_about_the_standard_does_not_lead_unless_the_standard_is_aske
     assert lead("Which isolation level is the default in the SQL standard?").startswith("SERIAL")
     monkeypatch.setattr(select, "about_standard", lambda text, question: False)  # the rule off
     assert lead(question).startswith("SERIALIZABLE")
+
+
+#: The served weights of the unit score (``evidence.w_*`` settings).
+SERVED = Weights(label=0.4, value_type=0.3, default_statement=0.2, release_notes=0.2)
+#: A definition cut by the chunker: the second chunk starts inside the first one's overlap,
+#: after the term, and holds the default.
+CACHE_TERM = "effective_cache_size (integer)\n\n"
+CACHE_HEAD = (
+    "Sets the planner's assumption about the effective size of the disk cache that is "
+    "available to a single query. This is factored into estimates of the cost of using an "
+    "index; a higher value makes it more likely index scans will be used. "
+)
+CACHE_TAIL = (
+    "The system also does not assume data remains in the disk cache between queries. "
+    "If this value is specified without units, it is taken as blocks. "
+)
+CACHE_NEXT = "The default is 4 gigabytes (4GB). (If BLCKSZ is not 8kB, the default value scales.)"
+
+
+def test_a_passage_continuing_another_takes_its_definition_term(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    question = (
+        "How much disk cache does the planner assume when effective_cache_size was never set?"
+    )
+    first = P(CACHE_TERM + CACHE_HEAD + CACHE_TAIL, chunk_id="a", doc_id="runtime-config-query")
+    second = P(CACHE_TAIL + CACHE_NEXT, chunk_id="b", doc_id="runtime-config-query")
+    units = select.carry_heads(
+        [first, second], [select.segment(first.text), select.segment(second.text)]
+    )
+    assert {u.head for u in units[1]} == {"effective_cache_size (integer)"}
+    [ev] = EvidenceSelector(None, SERVED).select([(question, [first, second])])
+    assert compose(ev, AnswerPolicy()).text.startswith(
+        "effective_cache_size (integer) / The default is 4 gigabytes (4GB)."
+    )
+    # Another document's passage, or a one-line example over the overlap, lends no head.
+    other = P(second.text, chunk_id="b", doc_id="elsewhere")
+    assert not any(
+        u.head
+        for u in select.carry_heads(
+            [first, other], [select.segment(first.text), select.segment(other.text)]
+        )[1]
+    )
+    example = P("The basic usage is:\n\npsql -X -f dumpfile postgres\n\n" + CACHE_TAIL, doc_id="d2")
+    after = P(CACHE_TAIL + CACHE_NEXT, chunk_id="b", doc_id="d2")
+    assert not any(
+        u.head
+        for u in select.carry_heads(
+            [example, after], [select.segment(example.text), select.segment(after.text)]
+        )[1]
+    )
+    monkeypatch.setattr(select, "CARRY_HEADS", False)
+    [ev] = EvidenceSelector(None, SERVED).select([(question, [first, second])])
+    assert not compose(ev, AnswerPolicy()).text.startswith(
+        "effective_cache_size (integer) / The default"
+    )

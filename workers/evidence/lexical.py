@@ -338,12 +338,17 @@ NAME_CUES = re.compile(
 )
 #: Questions that leave an argument or a setting unspecified ask for its default ("if I don't
 #: pass width", "without choosing a format", "out of the box", "when rel_tol is not passed", "a
-#: host but no port?").
+#: host but no port?", "if I never touch checkpoint_timeout", "when effective_cache_size was
+#: never set", "a stock server").
 OMITTED_CUES = re.compile(
     r"\b(out of the box|(do not|don't|doesn't|does not|never|didn't|did not)\s+(\w+\s+)?"
-    r"(pass|give|specify|set|say|choose|change|provide|supply)\w*|"
-    r"without\s+(passing|giving|specifying|setting|choosing|changing|providing|supplying)|"
-    r"(is|are)\s+(not|never)\s+(passed|given|specified|set|supplied|provided)|omit\w*|"
+    r"(pass|give|specify|set|say|choose|change|provide|supply|touch|modify|configure|alter|"
+    r"adjust|tune|override)\w*|"
+    r"without\s+(passing|giving|specifying|setting|choosing|changing|providing|supplying|"
+    r"touching|modifying|configuring|adjusting|tuning)|"
+    r"(is|are|was|were|has been|have been)\s+(not|never)\s+(passed|given|specified|set|"
+    r"supplied|provided|changed|touched|modified|configured|adjusted|tuned)|omit\w*|"
+    r"\bstock\b|fresh(ly)? install\w*|"
     r"give[sn]? no|with no\s+\w+\s+(given|specified)|but no\s+\w+\s*[?,]|unspecified|"
     r"unless\s+(\w+\s+){0,3}?(otherwise|specif\w*|giv\w*|set|told|ask\w*|pass\w*|choos\w*))",
     re.IGNORECASE,

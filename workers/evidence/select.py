@@ -292,7 +292,9 @@ class EvidenceSelector:
         Raises:
             Whatever the embedder raises (a transient model-server error, say).
         """
-        units = [[segment(p.text) for p in passages] for _, passages in batch]
+        units = [
+            carry_heads(passages, [segment(p.text) for p in passages]) for _, passages in batch
+        ]
         scored = [
             self._lexical(question, passages, per_passage)
             for (question, passages), per_passage in zip(batch, units, strict=True)
@@ -531,6 +533,56 @@ KEYWORD_DEFAULT = re.compile(r"[(,\s*](\w{2,})=(?!=)")
 #: A signature's default counts this share of a sentence's: ``port=0`` only shows a value,
 #: "The defaults are to connect ... at the standard SMTP port (25)" says what it means.
 SIGNATURE_DEFAULT = 0.5
+
+
+#: Characters of a passage's start looked for in another passage of its document
+#: (:func:`carry_heads`): enough to be unique in a chunk, short of the chunker's overlap.
+CONTINUATION_CHARS = 48
+#: A one-line example the segmenter reads as a term (``psql -X -f dumpfile postgres``,
+#: ``wal_level = logical``, ``ALTER TABLE ... ;``): no definition, so not carried as a head.
+_EXAMPLE_HEAD = re.compile(r"^[a-z][\w.-]*(?: \S+)*? (?:-{1,2}\w|[>|] )|^\S+ = \S|;\s*$")
+#: Whether a passage that continues another retrieved passage of its document takes that
+#: passage's definition term as the head of its leading units (:func:`carry_heads`).
+CARRY_HEADS = True
+
+
+def carry_heads(passages: Sequence[PassageLike], per_passage: list[list[Unit]]) -> list[list[Unit]]:
+    """``per_passage`` with the leading units of a passage that continues another one given the
+    definition term they are under.
+
+    Chunks overlap (``chunking.overlap_tokens``), and a chunk that starts inside a definition's
+    description has lost its term: "The default is 4 gigabytes (4GB)." with no
+    ``effective_cache_size (integer)`` over it, while the chunk before it, retrieved too, holds
+    the term. A passage whose first :data:`CONTINUATION_CHARS` characters occur inside another
+    passage of the same document continues it; its units before its own first term, when they
+    have no head, take the head (or the term) of the unit of the other passage where the
+    overlap begins.
+
+    Returns:
+        A list of the same shape; passages without such a predecessor keep their units.
+    """
+    if not CARRY_HEADS:
+        return per_passage
+    out = list(per_passage)
+    for bi, b in enumerate(passages):
+        key = b.text.lstrip()[:CONTINUATION_CHARS]
+        if len(key) < CONTINUATION_CHARS or not per_passage[bi] or per_passage[bi][0].head:
+            continue
+        for ai, a in enumerate(passages):
+            pos = a.text.find(key) if ai != bi and a.doc_id == b.doc_id else -1
+            if pos <= 0:
+                continue
+            at = [u for u in per_passage[ai] if u.start <= pos]
+            head = (at[-1].text if at[-1].kind == "term" else at[-1].head) if at else ""
+            if head and not _EXAMPLE_HEAD.search(head):
+                lead: list[Unit] = []
+                for u in per_passage[bi]:
+                    if u.kind == "term" or u.head:
+                        break
+                    lead.append(replace(u, head=head))
+                out[bi] = lead + per_passage[bi][len(lead) :]
+            break
+    return out
 
 
 #: Passages whose retrieval scores (RRF) are within this share of each other are near ties:
