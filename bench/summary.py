@@ -40,7 +40,11 @@ TARGETS: dict[str, tuple[str, float]] = {
     "eval.absent_refusal_rate": (">=", 0.9),
     "eval.off_topic_refusal_rate": (">=", 0.9),
     "eval.false_refusal_rate": ("<=", 0.05),
-    "eval.answer_latency_p50_ms": ("<=", 150.0),
+    # Issue 22: fresh evidence-tier answers end to end through the API, one at a time, on a
+    # quiet stack (``api-evidence-shared.json``). ``eval.answer_latency_p50_ms`` is reported
+    # beside it: the in-process evaluation answers 16 questions a batch, so it is no per-answer
+    # latency through the API.
+    "query.api_evidence_p50_ms": ("<=", 150.0),
     # Issue 26: fresh evidence-tier answers through the API at p99 <= 1 s, no cache answering.
     "query.api_sustainable_rate_per_s": (">=", 60.0),
     "query.evidence.ratio_to_floor": ("<=", 1.3),
@@ -271,6 +275,13 @@ def build_summary(directory: Path) -> dict[str, Any]:
         if api.get("measured"):  # `ragstream bench api`, run beside the gateway
             summary["query"]["api_exact_cache_hit_p50_ms"] = api["latency_ms"]["p50"]
     summary["query"].update(api_load_numbers(api_path))
+    summary["query"]["api_evidence_p50_ms"] = api_tier_p50(directory / API_TIERS_FILE, "evidence")
+    if summary["query"]["api_evidence_p50_ms"] is None:
+        notes.append(
+            f"query.api_evidence_p50_ms: {API_TIERS_FILE} missing (ragstream bench api --tiers "
+            "evidence --questions ../shared/eval/questions.jsonl --limit 30 --out DIR/"
+            f"{API_TIERS_FILE}, beside a running gateway)"
+        )
     if summary["query"].get("api_exact_cache_hit_p50_ms") is None:
         notes.append(
             "query.api_exact_cache_hit_p50_ms: not measured (needs a running gateway: "
@@ -283,6 +294,20 @@ def build_summary(directory: Path) -> dict[str, Any]:
         summary["targets"][key] = {"target": f"{op} {bound:g}", "value": value, "met": met}
     summary["notes"] = notes
     return summary
+
+
+#: ``ragstream bench api --tiers evidence`` over the shared set, written beside the benchmarks.
+API_TIERS_FILE = "api-evidence-shared.json"
+
+
+def api_tier_p50(path: Path, tier: str) -> float | None:
+    """From ``ragstream bench api --tiers``'s JSON: the p50 in ms of ``tier``'s fresh answers
+    through the API, or ``None`` when the file or the tier is missing."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    p50 = data.get("tier_latency", {}).get(tier, {}).get("p50")
+    return float(p50) if p50 is not None else None
 
 
 def api_load_numbers(api_path: Path) -> dict[str, float | None]:

@@ -502,5 +502,11 @@ def test_summary_json_has_the_issue_22_keys_and_targets(tmp_path: Path) -> None:
     assert t["eval.factual_words_p50"] == {"target": "<= 40", "value": 30.0, "met": True}
     assert t["eval.off_topic_refusal_rate"]["met"] is False  # 0.75 < 0.9
     assert t["eval.false_refusal_rate"]["target"] == "<= 0.05"
-    assert t["eval.answer_latency_p50_ms"]["target"] == "<= 150"
+    assert "eval.answer_latency_p50_ms" not in t  # a batch in-process: no API latency
+    assert t["query.api_evidence_p50_ms"] == {"target": "<= 150", "value": None, "met": None}
     assert t["eval.absent_refusal_rate"]["met"] is None  # no absent question: not measured
+    (tmp_path / "api-evidence-shared.json").write_text(
+        json.dumps({"tier_latency": {"evidence": {"p50": 101.6, "p95": 135.9}}})
+    )
+    t = build_summary(tmp_path)["targets"]
+    assert t["query.api_evidence_p50_ms"] == {"target": "<= 150", "value": 101.6, "met": True}
