@@ -572,15 +572,12 @@ def carry_heads(passages: Sequence[PassageLike], per_passage: list[list[Unit]]) 
             pos = a.text.find(key) if ai != bi and a.doc_id == b.doc_id else -1
             if pos <= 0:
                 continue
-            at = [u for u in per_passage[ai] if u.start <= pos]
-            head = (at[-1].text if at[-1].kind == "term" else at[-1].head) if at else ""
+            at = next((u for u in reversed(per_passage[ai]) if u.start <= pos), None)
+            head = "" if at is None else at.text if at.kind == "term" else at.head
             if head and not _EXAMPLE_HEAD.search(head):
-                lead: list[Unit] = []
-                for u in per_passage[bi]:
-                    if u.kind == "term" or u.head:
-                        break
-                    lead.append(replace(u, head=head))
-                out[bi] = lead + per_passage[bi][len(lead) :]
+                units = per_passage[bi]
+                n = next((i for i, u in enumerate(units) if u.kind == "term" or u.head), len(units))
+                out[bi] = [replace(u, head=head) for u in units[:n]] + units[n:]
             break
     return out
 
