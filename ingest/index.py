@@ -14,6 +14,7 @@ failure of its document. Nothing is silently dropped.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Iterable, Sequence
@@ -91,6 +92,12 @@ class EmbeddingModelUnavailableError(EmbeddingModelMismatchError):
 #: The document's readers on each chunk (``docs/permissions.md``): missing or empty means
 #: everyone of the tenant; the searches filter on it with a ``terms`` clause.
 ACL_FIELDS: dict[str, Any] = {"principals": {"type": "keyword"}}
+
+
+def chunk_id(tenant: str, doc_id: str, version: int, chunk_no: int) -> str:
+    """Deterministic chunk ``_id``: 32 hex digits of SHA-256 over its coordinates."""
+    key = f"{tenant}\0{doc_id}\0{version}\0{chunk_no}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def mapping(

@@ -33,7 +33,7 @@ import numpy as np
 import structlog
 
 from ingest.acl import Row, set_readers
-from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError
+from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError, chunk_id
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
 from ingest.outcome import IngestOutcome, Status
@@ -112,12 +112,6 @@ def content_hash(parsed: ParsedDocument, op: IngestOp, chunking: str = "") -> st
         default=str,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def chunk_id(tenant: str, doc_id: str, version: int, chunk_no: int) -> str:
-    """Deterministic chunk ``_id``: 32 hex digits of SHA-256 over its coordinates."""
-    key = f"{tenant}\0{doc_id}\0{version}\0{chunk_no}"
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 class IngestPipeline:

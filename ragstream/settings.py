@@ -576,6 +576,13 @@ class RetrievalSettings(BaseModel):
     title_boost: float = Field(default=0.5, ge=0)
     stemmed_boost: float = Field(default=1.0, ge=0)
     stemmed_title_boost: float = Field(default=0.0, ge=0)
+    #: Context expansion: each of the first ``preceding_top`` fused candidates whose text
+    #: continues a definition of the chunk before it gets that chunk's part from the term on
+    #: (``Candidate.preceding``, at most ``preceding_chars`` characters; one ``mget`` a batch;
+    #: 0 turns it off). It put ``work_mem``'s "The default value is four megabytes (4MB)."
+    #: first where "hash_mem_multiplier ... 2.0" was (docs/evaluation.md, eighth pass).
+    preceding_chars: int = Field(default=1200, ge=0)
+    preceding_top: int = Field(default=12, ge=0)
 
 
 class RerankSettings(BaseModel):

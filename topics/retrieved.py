@@ -10,13 +10,31 @@ from topics.base import Contract, Event
 from topics.queries import QueryRequest
 
 
+class Preceding(Contract):
+    """The end of the chunk before a candidate's chunk, from the definition term whose
+    description the candidate's text continues (chunks overlap, so a chunk that starts inside a
+    description has lost its term; :func:`workers.evidence.segment.continued_definition`).
+
+    ``text`` is ``chunk.text[start:start + len(text)]`` of the chunk ``chunk_id``, and the
+    candidate's text (after its leading whitespace) goes on where it ends; the first
+    ``overlap`` characters of the candidate's text are at the end of that chunk too.
+    """
+
+    chunk_id: str
+    start: int = Field(ge=0)
+    text: str
+    overlap: int = Field(ge=0)
+
+
 class Candidate(Contract):
     """One retrieved chunk with its provenance and scores.
 
     ``score`` is the fused (RRF) score; ``bm25_rank``/``knn_rank`` are 1-based ranks in each
     list, ``None`` when the chunk was not in it; ``bm25_score``/``knn_score`` are the raw
     Elasticsearch scores of those lists (BM25, unbounded; kNN cosine as ``(1 + cos) / 2`` in
-    [0, 1]), ``None`` when absent; ``rerank_score`` is set by the rerank stage.
+    [0, 1]), ``None`` when absent; ``rerank_score`` is set by the rerank stage; ``preceding`` is
+    the part of the chunk before it that its text continues, when retrieval fetched it
+    (``retrieval.preceding_chars``).
     """
 
     chunk_id: str
@@ -31,6 +49,7 @@ class Candidate(Contract):
     knn_score: float | None = None
     rerank_score: float | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    preceding: Preceding | None = None
 
 
 class RetrievedCandidates(Event):

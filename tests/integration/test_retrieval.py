@@ -214,3 +214,28 @@ def test_no_index_yet_is_no_model_mismatch(kit: Kit, unique_name: Callable[[str]
     # A fresh deployment starts the retrieval pool before the first ingest creates the index.
     retriever = HybridRetriever(kit.es, unique_name("noindex"), RetrievalSettings())
     retriever.check_model("all-MiniLM-L6-v2@x", 384)  # no error: nothing to compare with
+
+
+def test_a_chunk_inside_a_definition_carries_the_part_before_it_from_the_term(kit: Kit) -> None:
+    sentences = " ".join(
+        f"Workload {i} of the scheduler keeps its queue in memory until the budget is spent."
+        for i in range(40)
+    )
+    text = f"# Memory\n\nMemory budget (integer)\n\n{sentences} The default is 64 megabytes."
+    _ingest(kit, "acme", {"budget": (text, {"team": "db"})})
+    chunks = {c["chunk_id"]: c for c in kit.chunks("acme", "budget")}
+    assert len(chunks) >= 3  # the description runs over several chunks
+    [found] = _search(kit, [_request("What is the default memory budget of the scheduler?")])
+    no = {c.chunk_id: chunks[c.chunk_id]["chunk_no"] for c in found}
+    assert sorted(no.values())[:3] == [0, 1, 2]
+    second = next(c for c in found if no[c.chunk_id] == 1)
+    p = second.preceding
+    assert p is not None
+    before = chunks[p.chunk_id]
+    assert before["chunk_no"] == 0
+    assert before["text"][p.start : p.start + len(p.text)] == p.text
+    assert p.text.startswith("Memory budget (integer)")
+    rest = before["text"][p.start + len(p.text) :].rstrip()
+    assert len(rest) == p.overlap and second.text.lstrip().startswith(rest)
+    # The chunk before the third holds no term: the third is read as it is.
+    assert all(c.preceding is None for c in found if no[c.chunk_id] != 1)

@@ -252,3 +252,72 @@ def segment(text: str) -> list[Unit]:
                             Unit(start, start + len(piece), piece, kind, "", block_no, head)
                         )
     return units
+
+
+#: Characters of a chunk's start looked for in the chunk before it, or in another passage of
+#: its document (:func:`continued_definition`, :func:`workers.evidence.select.carry_heads`):
+#: enough to be unique in a chunk, short of the chunker's overlap (``chunking.overlap_tokens``,
+#: 32 tokens, about 130 characters).
+CONTINUATION_CHARS = 48
+#: A one-line example the segmenter reads as a term (``psql -X -f dumpfile postgres``,
+#: ``wal_level = logical``, ``ALTER TABLE ... ;``): it defines nothing, so no description
+#: continues under it.
+EXAMPLE_TERM = re.compile(r"^[a-z][\w.-]*(?: \S+)*? (?:-{1,2}\w|[>|] )|^\S+ = \S|;\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """Where a chunk continues the description of a definition term of the chunk before it.
+
+    Attributes:
+        start: offset in the earlier chunk's text of the definition term.
+        end: offset in the earlier chunk's text where the chunk's own text begins (the overlap
+            of the two chunks starts there).
+        overlap: characters of the chunk's text, after its leading whitespace, that the earlier
+            chunk holds too (from ``end`` to its end).
+    """
+
+    start: int
+    end: int
+    overlap: int
+
+
+def continued_definition(previous: str, text: str, max_chars: int) -> Continuation | None:
+    """The part of ``previous`` (the text of the chunk before ``text`` in its document) that
+    ``text`` continues: from the last definition term before ``text`` begins to where it begins.
+
+    Chunks overlap (``chunking.overlap_tokens``), so a chunk that starts inside a description
+    has lost its term and the description's first sentences: the chunk "files. ... The default
+    value is four megabytes (4MB)." without ``work_mem (integer)`` and "Sets the base maximum
+    amount of memory ...". Read together with this part, the chunk is whole again (the context
+    expansion of small-to-big retrieval, e.g. LlamaIndex's sentence-window retriever, bounded
+    here by the manual's own structure, a definition term).
+
+    Args:
+        previous: the earlier chunk's text.
+        text: the chunk's text.
+        max_chars: the longest part returned (characters); a longer one gives ``None``.
+
+    Returns:
+        The part's offsets, or ``None``: ``text``'s first :data:`CONTINUATION_CHARS` characters
+        are not in ``previous`` after its start, ``previous`` does not end with the same
+        characters ``text`` starts with, ``text`` starts with a term or no term comes before
+        it, the term is a one-line example (:data:`EXAMPLE_TERM`), or the part is too long.
+    """
+    body = text.lstrip()
+    key = body[:CONTINUATION_CHARS]
+    if len(key) < CONTINUATION_CHARS:
+        return None
+    end = previous.find(key, 1)
+    while end > 0 and not body.startswith(previous[end:].rstrip()):
+        end = previous.find(key, end + 1)  # the phrase recurs: the overlap is a later one
+    if end <= 0:
+        return None
+    tail = previous[end:].rstrip()
+    units = segment(previous)
+    if any(u.start == end and u.kind == "term" for u in units):
+        return None  # the chunk starts with a term of its own
+    term = next((u for u in reversed(units) if u.kind == "term" and u.start < end), None)
+    if term is None or end - term.start > max_chars or EXAMPLE_TERM.search(term.text):
+        return None
+    return Continuation(term.start, end, len(tail))

@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +52,7 @@ from workers.evidence.lexical import (
     type_match,
     uncommon_words,
 )
-from workers.evidence.segment import Unit, segment
+from workers.evidence.segment import CONTINUATION_CHARS, EXAMPLE_TERM, Unit, segment
 
 Vectors = npt.NDArray[np.float32]
 
@@ -292,9 +292,8 @@ class EvidenceSelector:
         Raises:
             Whatever the embedder raises (a transient model-server error, say).
         """
-        units = [
-            carry_heads(passages, [segment(p.text) for p in passages]) for _, passages in batch
-        ]
+        batch = [(question, read_whole(passages)) for question, passages in batch]
+        units = [carry_heads(passages, [_units(p) for p in passages]) for _, passages in batch]
         scored = [
             self._lexical(question, passages, per_passage)
             for (question, passages), per_passage in zip(batch, units, strict=True)
@@ -462,13 +461,16 @@ class EvidenceSelector:
                 continue
             p = passages[s.passage]
             first, last = units[0], units[-1]
+            origin = _origin(p, first.start, last.end)
+            if origin is None:
+                continue  # across the end of the chunk before: no one chunk holds it whole
             chosen.append(
                 Span(
                     n=s.passage + 1,
-                    chunk_id=p.chunk_id,
+                    chunk_id=origin[0],
                     doc_id=p.doc_id,
-                    start=first.start,
-                    end=last.end,
+                    start=origin[1],
+                    end=origin[2],
                     text=p.text[first.start : last.end],
                     score=round(s.score, 4),
                     context=first.context or (first.head if QUOTE_HEAD else ""),
@@ -535,12 +537,91 @@ KEYWORD_DEFAULT = re.compile(r"[(,\s*](\w{2,})=(?!=)")
 SIGNATURE_DEFAULT = 0.5
 
 
-#: Characters of a passage's start looked for in another passage of its document
-#: (:func:`carry_heads`): enough to be unique in a chunk, short of the chunker's overlap.
-CONTINUATION_CHARS = 48
-#: A one-line example the segmenter reads as a term (``psql -X -f dumpfile postgres``,
-#: ``wal_level = logical``, ``ALTER TABLE ... ;``): no definition, so not carried as a head.
-_EXAMPLE_HEAD = re.compile(r"^[a-z][\w.-]*(?: \S+)*? (?:-{1,2}\w|[>|] )|^\S+ = \S|;\s*$")
+#: Whether a passage is read with the part of the chunk before it that it continues
+#: (``Candidate.preceding``, set by retrieval; :func:`read_whole`).
+READ_PRECEDING = True
+
+
+@dataclass(frozen=True, slots=True)
+class WholePassage:
+    """A passage read with its ``preceding`` part before its text (:func:`read_whole`).
+
+    Attributes:
+        passage: the passage (a :class:`topics.retrieved.Candidate`); what this does not
+            define is read from it.
+        text: the preceding part's text, then the passage's text without its leading
+            whitespace (the manual's text without a break).
+        preceding: the passage's ``preceding`` (:class:`topics.retrieved.Preceding`).
+        shift: characters of leading whitespace of the passage's own text.
+    """
+
+    passage: PassageLike
+    text: str
+    preceding: Any
+    shift: int
+
+    @property
+    def chunk_id(self) -> str:
+        return self.passage.chunk_id
+
+    @property
+    def doc_id(self) -> str:
+        return self.passage.doc_id
+
+    @property
+    def title(self) -> str:
+        return self.passage.title
+
+    def __getattr__(self, name: str) -> Any:  # score, knn_score, ... of the passage
+        return getattr(self.passage, name)
+
+
+def read_whole(passages: Sequence[PassageLike]) -> list[PassageLike]:
+    """``passages``, each read with the part of the chunk before it that its text continues (its
+    ``preceding``, :class:`topics.retrieved.Preceding`) when it has one and that chunk is not
+    one of ``passages`` (:func:`carry_heads` then gives its units their term, and the same
+    sentences are not read twice).
+
+    Every quote keeps its place (:func:`_origin`): a unit of the preceding part is quoted from
+    the chunk before, with offsets into that chunk's text; a unit that runs past that chunk's
+    end is not quoted.
+    """
+    if not READ_PRECEDING:
+        return list(passages)
+    ids = {p.chunk_id for p in passages}
+    out: list[PassageLike] = []
+    for p in passages:
+        preceding = getattr(p, "preceding", None)
+        if preceding is None or not preceding.text or preceding.chunk_id in ids:
+            out.append(p)
+            continue
+        body = p.text.lstrip()
+        out.append(WholePassage(p, preceding.text + body, preceding, len(p.text) - len(body)))
+    return out
+
+
+def _units(passage: PassageLike) -> list[Unit]:
+    units = segment(passage.text)
+    if isinstance(passage, WholePassage):
+        return [u for u in units if _origin(passage, u.start, u.end) is not None]
+    return units
+
+
+def _origin(passage: PassageLike, start: int, end: int) -> tuple[str, int, int] | None:
+    """``(chunk_id, start, end)`` of the characters ``[start, end)`` of ``passage.text`` in
+    the chunk that holds them; ``None`` when they run from the preceding part past the end of
+    the chunk before (neither chunk holds them whole)."""
+    if not isinstance(passage, WholePassage):
+        return passage.chunk_id, start, end
+    cut = len(passage.preceding.text)
+    if start >= cut:
+        return passage.passage.chunk_id, start - cut + passage.shift, end - cut + passage.shift
+    if end > cut + passage.preceding.overlap:
+        return None
+    at = passage.preceding.start
+    return passage.preceding.chunk_id, at + start, at + end
+
+
 #: Whether a passage that continues another retrieved passage of its document takes that
 #: passage's definition term as the head of its leading units (:func:`carry_heads`).
 CARRY_HEADS = True
@@ -574,7 +655,7 @@ def carry_heads(passages: Sequence[PassageLike], per_passage: list[list[Unit]]) 
                 continue
             at = next((u for u in reversed(per_passage[ai]) if u.start <= pos), None)
             head = "" if at is None else at.text if at.kind == "term" else at.head
-            if head and not _EXAMPLE_HEAD.search(head):
+            if head and not EXAMPLE_TERM.search(head):
                 units = per_passage[bi]
                 n = next((i for i, u in enumerate(units) if u.kind == "term" or u.head), len(units))
                 out[bi] = [replace(u, head=head) for u in units[:n]] + units[n:]

@@ -3,7 +3,10 @@
 Per query, two searches go into the same ``_msearch``: a BM25 ``match`` over text and title, and
 an approximate kNN (HNSW, cosine) over ``embedding``, both with the tenant and request filters.
 The two ranked lists are fused client-side with reciprocal rank fusion (Cormack, Clarke &
-Büttcher 2009), keyed by ``chunk_id`` (the Elasticsearch ``_id``).
+Büttcher 2009), keyed by ``chunk_id`` (the Elasticsearch ``_id``). Then ONE ``_mget`` reads the
+chunks before the first fused candidates, so a candidate that starts inside a definition's
+description carries the part of the chunk before it from the term on (``Candidate.preceding``,
+:func:`workers.evidence.segment.continued_definition`).
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ import numpy.typing as npt
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from ingest.index import check_index_model
+from ingest.index import check_index_model, chunk_id
 from ragstream.errors import PermanentError, TransientError, transient_http_status
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
-from topics.retrieved import Candidate
+from topics.retrieved import Candidate, Preceding
+from workers.evidence.segment import continued_definition
 from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
 
@@ -118,10 +122,75 @@ class HybridRetriever:
                 for a filter value the field cannot parse or a vector of the wrong dimension;
                 names the request.
         """
-        return [
+        pairs = self.search_pairs(queries, vectors)
+        found = [
             self.fuse(query, hits(bm25), hits(knn))
-            for query, (bm25, knn) in zip(queries, self.search_pairs(queries, vectors), strict=True)
+            for query, (bm25, knn) in zip(queries, pairs, strict=True)
         ]
+        sources = {h["_id"]: h.get("_source") or {} for b, k in pairs for h in hits(b) + hits(k)}
+        return self.with_preceding(found, sources)
+
+    def with_preceding(
+        self, found: list[list[Candidate]], sources: Mapping[str, Mapping[str, Any]]
+    ) -> list[list[Candidate]]:
+        """``found`` with ``preceding`` set on each of every query's first
+        ``retrieval.preceding_top`` candidates whose text continues a definition of the chunk
+        before it in its document (same tenant, document and version, ``chunk_no - 1``; so the
+        same readers), even when that chunk is a candidate too (the rerank stage may not keep
+        it). ONE ``_mget`` for the batch, of the ``text`` field only.
+
+        Args:
+            found: per query, its fused candidates, best first.
+            sources: the ``_source`` of every hit by ``_id`` (``tenant``, ``doc_id``,
+                ``version``, ``chunk_no``).
+
+        Raises:
+            TransientError: Elasticsearch unreachable, timed out or overloaded.
+            PermanentError: Elasticsearch refused the ``_mget``.
+        """
+        s = self.settings
+        if s.preceding_chars <= 0 or s.preceding_top <= 0:
+            return found
+        wanted: dict[tuple[int, int], str] = {}
+        for qi, candidates in enumerate(found):
+            for ci, c in enumerate(candidates[: s.preceding_top]):
+                prev = _previous_id(sources.get(c.chunk_id) or {})
+                if prev is not None:
+                    wanted[qi, ci] = prev
+        if not wanted:
+            return found
+        texts = self._texts(sorted(set(wanted.values())))
+        out = [list(candidates) for candidates in found]
+        for (qi, ci), prev in wanted.items():
+            text = texts.get(prev, "")
+            c = out[qi][ci]
+            part = continued_definition(text, c.text, s.preceding_chars) if text else None
+            if part is not None:
+                preceding = Preceding(
+                    chunk_id=prev,
+                    start=part.start,
+                    text=text[part.start : part.end],
+                    overlap=part.overlap,
+                )
+                out[qi][ci] = c.model_copy(update={"preceding": preceding})
+        return out
+
+    def _texts(self, ids: list[str]) -> dict[str, str]:
+        index = (self.target and self.target()) or self.alias
+        try:
+            resp = self.es.mget(index=index, ids=ids, source_includes=["text"])
+        except ApiError as exc:
+            status = exc.meta.status
+            if transient_http_status(status):
+                raise TransientError(f"elasticsearch mget failed ({status}): {exc}") from exc
+            raise PermanentError(f"elasticsearch refused mget ({status}): {exc}") from exc
+        except TransportError as exc:
+            raise TransientError(f"elasticsearch mget failed: {exc}") from exc
+        return {
+            d["_id"]: str(d["_source"].get("text", ""))
+            for d in resp.body["docs"]
+            if d.get("found") and d.get("_source")
+        }
 
     def search_pairs(
         self, queries: Sequence[QueryRequest], vectors: npt.NDArray[np.floating[Any]]
@@ -246,6 +315,16 @@ def _reason(response: Mapping[str, Any]) -> str:
         cause = (error.get("root_cause") or [error])[0]
         return f"{cause.get('type', 'error')}: {cause.get('reason', '')}"[:500]
     return str(error)[:500]
+
+
+def _previous_id(source: Mapping[str, Any]) -> str | None:
+    """The ``_id`` of the chunk before the chunk of ``source`` in its document, or ``None`` (the
+    first chunk, or a source without its coordinates)."""
+    tenant, doc_id = source.get("tenant"), source.get("doc_id")
+    version, chunk_no = source.get("version"), source.get("chunk_no")
+    if not tenant or not doc_id or not isinstance(version, int) or not isinstance(chunk_no, int):
+        return None
+    return chunk_id(str(tenant), str(doc_id), version, chunk_no - 1) if chunk_no > 0 else None
 
 
 def _candidate(
