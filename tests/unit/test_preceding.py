@@ -47,8 +47,18 @@ def test_the_part_a_chunk_continues_runs_from_the_last_term_before_it() -> None:
         (CACHE_HEAD + CACHE_TAIL, NEXT, 1200),  # no term before it
         ("The basic usage is:\n\npsql -X -f dumpfile postgres\n\n" + CACHE_TAIL, NEXT, 1200),
         (PREVIOUS + "More words.", NEXT, 1200),  # the chunk before does not end as it starts
+        ("Note\n\n" + CACHE_HEAD + CACHE_TAIL, NEXT, 1200),  # a box's title is no term
     ],
-    ids=["too-long", "not-continued", "short", "own-term", "no-term", "example", "no-overlap"],
+    ids=[
+        "too-long",
+        "not-continued",
+        "short",
+        "own-term",
+        "no-term",
+        "example",
+        "no-overlap",
+        "admonition",
+    ],
 )
 def test_no_part_is_found_unless_the_chunk_continues_a_definition(
     previous: str, text: str, max_chars: int

@@ -265,6 +265,13 @@ CONTINUATION_CHARS = 48
 EXAMPLE_TERM = re.compile(r"^[a-z][\w.-]*(?: \S+)*? (?:-{1,2}\w|[>|] )|^\S+ = \S|;\s*$")
 
 
+#: Titles of the manuals' admonition boxes (Sphinx and DocBook): the segmenter reads them as
+#: terms, but a box is a part of a description, not a definition of its own.
+ADMONITIONS = frozenset(
+    {"Note", "Warning", "Tip", "Caution", "Important", "Hint", "Attention", "Danger", "See also"}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Continuation:
     """Where a chunk continues the description of a definition term of the chunk before it.
@@ -302,7 +309,8 @@ def continued_definition(previous: str, text: str, max_chars: int) -> Continuati
         The part's offsets, or ``None``: ``text``'s first :data:`CONTINUATION_CHARS` characters
         are not in ``previous`` after its start, ``previous`` does not end with the same
         characters ``text`` starts with, ``text`` starts with a term or no term comes before
-        it, the term is a one-line example (:data:`EXAMPLE_TERM`), or the part is too long.
+        it (an admonition's title, "Note", is no term: :data:`ADMONITIONS`), the term is a
+        one-line example (:data:`EXAMPLE_TERM`), or the part is too long.
     """
     body = text.lstrip()
     key = body[:CONTINUATION_CHARS]
@@ -317,7 +325,14 @@ def continued_definition(previous: str, text: str, max_chars: int) -> Continuati
     units = segment(previous)
     if any(u.start == end and u.kind == "term" for u in units):
         return None  # the chunk starts with a term of its own
-    term = next((u for u in reversed(units) if u.kind == "term" and u.start < end), None)
+    term = next(
+        (
+            u
+            for u in reversed(units)
+            if u.kind == "term" and u.start < end and u.text.strip() not in ADMONITIONS
+        ),
+        None,
+    )
     if term is None or end - term.start > max_chars or EXAMPLE_TERM.search(term.text):
         return None
     return Continuation(term.start, end, len(tail))
