@@ -88,8 +88,9 @@ def retrieval_stage(  # noqa: PLR0917 - typer options
         Path(".local/bench/retrieval_stage.json"), help="Where to write the JSON."
     ),
 ) -> None:
-    """Time the retrieval stage (query embedding + BM25/kNN _msearch + RRF fusion) for one
-    query at a time on the retrieval pool's components, read-only; p50/p95 per stage."""
+    """Time the retrieval stage (query embedding + BM25/kNN _msearch + RRF fusion + the chunks
+    before the candidates) for one query at a time on the retrieval pool's components,
+    read-only; p50/p95 per stage."""
     from bench.query.questions import load_questions
     from bench.query.run import machine
     from bench.query.stage_latency import measure_retrieval_stage

@@ -194,8 +194,8 @@ def query_numbers(data: dict[str, Any]) -> dict[str, Any]:
 
 def retrieval_stage_p50(data: dict[str, Any] | None) -> float | None:
     """From ``retrieval_stage.json`` of ``ragstream bench retrieval-stage``: the p50 (ms) of
-    the retrieval stage (embed + ``_msearch`` + fusion) for one query at a time; ``None``
-    without the file."""
+    the retrieval stage (embed + ``_msearch`` + fusion + the chunks before) for one query at a
+    time; ``None`` without the file."""
     if not data:
         return None
     value = data["stages"]["total"].get("p50")

@@ -45,7 +45,9 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 #: Stages in pipeline order.
-STAGES = ("embed", "caches_route", "msearch", "fusion", "rerank", "evidence", "llm")
+STAGES = (
+    "embed", "caches_route", "msearch", "fusion", "preceding", "rerank", "evidence", "llm"
+)  # fmt: skip
 #: The services each stage calls, whose CPU counts in its cost beside this process's (the
 #: embedding cache and the answer caches are in Redis; ``rerank`` calls the LLM server when
 #: the reranker is the LLM, :func:`measure_floor` adds it). Other services' CPU meanwhile is
@@ -250,11 +252,11 @@ def pool_embedder(embedder: Any, threads: int) -> Iterator[tuple[Any, int]]:
 def _query_stages(
     p: SequentialPipeline, requests: list[QueryRequest], timer: _Timer, embed_threads: int
 ) -> int:
-    """Embed, caches and route, msearch, fusion, rerank and evidence, each for all requests;
-    the query embedder's thread count."""
+    """Embed, caches and route, msearch, fusion, the chunks before (context expansion), rerank
+    and evidence, each for all requests; the query embedder's thread count."""
     from workers.evidence.stage import promote_identifiers
     from workers.rerank.select import select_top_k
-    from workers.retrieval.hybrid import hits
+    from workers.retrieval.hybrid import hits, sources_of
 
     with pool_embedder(p.embedder, embed_threads) as (embedder, threads):
         vectors = timer.timed("embed", lambda r: embedder.embed([r.query]), requests)
@@ -274,6 +276,11 @@ def _query_stages(
         "fusion",
         lambda x: p.retriever.fuse(x[0], hits(x[1][0]), hits(x[1][1])),
         list(zip(requests, responses, strict=True)),
+    )
+    fused = timer.timed(
+        "preceding",
+        lambda x: p.retriever.with_preceding([x[1]], sources_of([x[0]]))[0],
+        list(zip(responses, fused, strict=True)),
     )
 
     def rerank(x: tuple[QueryRequest, Any]) -> Any:

@@ -13,6 +13,7 @@ this is the stage's latency, not the pool's throughput (``bench query`` measures
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 import uuid
@@ -26,7 +27,7 @@ from bench.stats import percentiles
 from ragstream.settings import Settings
 
 #: Stages in order; ``total`` is their sum per query.
-STAGES = ("embed", "msearch", "fusion", "total")
+STAGES = ("embed", "msearch", "fusion", "preceding", "total")
 
 
 @dataclass
@@ -35,12 +36,12 @@ class StageLatency:
 
     samples: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in STAGES})
 
-    def add(self, embed_ms: float, msearch_ms: float, fusion_ms: float) -> None:
+    def add(
+        self, embed_ms: float, msearch_ms: float, fusion_ms: float, preceding_ms: float = 0.0
+    ) -> None:
         """Record one query's stage times; ``total`` is their sum."""
-        for stage, ms in zip(
-            STAGES, (embed_ms, msearch_ms, fusion_ms, embed_ms + msearch_ms + fusion_ms),
-            strict=True,
-        ):  # fmt: skip
+        times = (embed_ms, msearch_ms, fusion_ms, preceding_ms)
+        for stage, ms in zip(STAGES, (*times, sum(times)), strict=True):
             self.samples[stage].append(ms)
 
     def summary(self) -> dict[str, dict[str, float]]:
@@ -60,12 +61,17 @@ def time_queries(
     embed: Callable[[Any], Any],
     search: Callable[[Any, Any], Any],
     fuse: Callable[[Any, Any], Any],
+    *,
     clock: Callable[[], float] = time.perf_counter,
+    expand: Callable[[Any, Any], Any] | None = None,
 ) -> StageLatency:
-    """Run ``embed``, ``search`` and ``fuse`` for each query in turn, timing each call.
+    """Run ``embed``, ``search``, ``fuse`` and ``expand`` for each query in turn, timing each
+    call.
 
     ``embed(query) -> vectors``, ``search(query, vectors) -> responses``,
-    ``fuse(query, responses) -> candidates``; ``clock`` returns seconds.
+    ``fuse(query, responses) -> candidates``, ``expand(responses, candidates)`` (the chunks
+    before, :meth:`workers.retrieval.hybrid.HybridRetriever.with_preceding`; ``None``: 0 ms);
+    ``clock`` returns seconds.
     """
     out = StageLatency()
     for q in queries:
@@ -74,9 +80,12 @@ def time_queries(
         t1 = clock()
         responses = search(q, vectors)
         t2 = clock()
-        fuse(q, responses)
+        candidates = fuse(q, responses)
         t3 = clock()
-        out.add((t1 - t0) * 1000, (t2 - t1) * 1000, (t3 - t2) * 1000)
+        if expand is not None:
+            expand(responses, candidates)
+        t4 = clock() if expand is not None else t3
+        out.add(*((b - a) * 1000 for a, b in itertools.pairwise((t0, t1, t2, t3, t4))))
     return out
 
 
@@ -107,7 +116,7 @@ def measure_retrieval_stage(
     from bench.query.questions import unique_query
     from topics.queries import QueryRequest
     from workers.pools.components import build_retrieval_components
-    from workers.retrieval.hybrid import hits
+    from workers.retrieval.hybrid import hits, sources_of
 
     if n < 1 or not questions:
         raise ValueError(f"need n >= 1 and questions (n={n}, {len(questions)} questions)")
@@ -136,10 +145,13 @@ def measure_retrieval_stage(
     def fuse(q: QueryRequest, pair: Any) -> Any:
         return retriever.fuse(q, hits(pair[0]), hits(pair[1]))
 
+    def expand(pair: Any, candidates: Any) -> Any:
+        return retriever.with_preceding([candidates], sources_of([pair]))
+
     requests = [request(i) for i in range(warmup + n)]
     try:
-        time_queries(requests[:warmup], embed, search, fuse)
-        timed = time_queries(requests[warmup:], embed, search, fuse)
+        time_queries(requests[:warmup], embed, search, fuse, expand=expand)
+        timed = time_queries(requests[warmup:], embed, search, fuse, expand=expand)
     finally:
         client = redis.Redis.from_url(settings.redis.url, socket_timeout=5)
         keys = list(client.scan_iter(match=prefix + "*", count=1000))

@@ -90,6 +90,7 @@ class FakePipeline:
         retriever = SimpleNamespace(
             search_pairs=lambda qs, v: self._log("msearch", [({"hits": {"hits": []}},) * 2]),
             fuse=lambda q, b, k: self._log("fusion", _candidates(q)),
+            with_preceding=lambda found, sources: self._log("preceding", found),
         )
         self.embedder = SimpleNamespace(embed=lambda texts: self._log("embed", [[0.0, 1.0]]))
         self.retriever = retriever
@@ -139,8 +140,11 @@ def test_measure_floor_times_every_stage_of_the_mode_in_order() -> None:
     assert floor["core_ms"] == round(sum(s["core_ms"] for s in floor["stages"]), 1)
     assert floor["llm_calls"] == 0 and floor["llm_answered"] is None
     # each stage ran all its calls before the next began
-    order = [c for c in p.calls if c in {"embed", "msearch", "fusion", "evidence"}]
-    assert order == ["embed"] * 3 + ["msearch"] * 3 + ["fusion"] * 3 + ["evidence"] * 3
+    order = [c for c in p.calls if c in {"embed", "msearch", "fusion", "preceding", "evidence"}]
+    assert (
+        order
+        == ["embed"] * 3 + ["msearch"] * 3 + ["fusion"] * 3 + ["preceding"] * 3 + ["evidence"] * 3
+    )
     # the evidence stage saw each request with its reranked top K
     [(request, top, tier)] = p.batches[-1]
     assert len(top) == request.top_k == 5 and tier == "small"

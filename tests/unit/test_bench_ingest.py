@@ -108,23 +108,27 @@ def test_the_edit_lands_in_the_text_the_parser_keeps(page: str) -> None:
 
 
 def test_each_stage_of_each_query_is_timed_on_its_own() -> None:
-    ticks: Iterator[float] = iter([0.0, 0.010, 0.030, 0.0305, 1.0, 1.012, 1.040, 1.0402])
+    ticks: Iterator[float] = iter(
+        [0.0, 0.010, 0.030, 0.0305, 0.0325, 1.0, 1.012, 1.040, 1.0402, 1.0442]
+    )
     calls: list[str] = []
     timed = time_queries(
         ["q1", "q2"],
         embed=lambda q: calls.append(f"embed {q}") or [q],
         search=lambda q, v: calls.append(f"search {q} {v}") or "hits",
-        fuse=lambda q, r: calls.append(f"fuse {q} {r}"),
+        fuse=lambda q, r: calls.append(f"fuse {q} {r}") or "found",
         clock=lambda: next(ticks),
+        expand=lambda r, c: calls.append(f"expand {r} {c}"),
     )
-    assert calls == ["embed q1", "search q1 ['q1']", "fuse q1 hits",
-                     "embed q2", "search q2 ['q2']", "fuse q2 hits"]  # fmt: skip
+    assert calls == ["embed q1", "search q1 ['q1']", "fuse q1 hits", "expand hits found",
+                     "embed q2", "search q2 ['q2']", "fuse q2 hits",
+                     "expand hits found"]  # fmt: skip
     s = {k: [round(v, 3) for v in vs] for k, vs in timed.samples.items()}
     assert s == {"embed": [10.0, 12.0], "msearch": [20.0, 28.0], "fusion": [0.5, 0.2],
-                 "total": [30.5, 40.2]}  # fmt: skip
+                 "preceding": [2.0, 4.0], "total": [32.5, 44.2]}  # fmt: skip
     summary = timed.summary()
     assert set(summary) == set(STAGES)
-    assert summary["total"]["p50"] == 30.5 and summary["total"]["max"] == 40.2
+    assert summary["total"]["p50"] == 32.5 and summary["total"]["max"] == 44.2
     assert summary["embed"]["mean"] == 11.0
 
 

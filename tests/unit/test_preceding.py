@@ -137,31 +137,37 @@ class _Resp:
 
 
 class ChunkEs:
-    """``msearch`` finds chunk 1 and chunk 0 of two documents; ``mget`` reads chunk texts."""
+    """``msearch`` finds chunk 1 of "conf" and chunk 0 of "other" (and chunk 0 of "conf" with
+    ``hit_before``); ``mget`` reads chunk texts."""
 
-    def __init__(self, chunks: dict[str, str], fail: Exception | None = None) -> None:
+    def __init__(
+        self, chunks: dict[str, str], fail: Exception | None = None, hit_before: bool = False
+    ) -> None:
         self.chunks = chunks
         self.fail = fail
         self.mgets: list[list[str]] = []
+        found = [("conf", 3, 1, NEXT), ("other", 1, 0, NEXT)]
+        if hit_before:
+            found.append(("conf", 3, 0, PREVIOUS))
+        self.hits = [
+            {
+                "_id": chunk_id("acme", doc, version, no),
+                "_source": {
+                    "tenant": "acme",
+                    "doc_id": doc,
+                    "version": version,
+                    "chunk_no": no,
+                    "text": text,
+                },
+            }
+            for doc, version, no, text in found
+        ]
 
     def msearch(self, searches: list[dict[str, Any]]) -> _Resp:
-        hits = [{"_id": cid, "_source": src} for cid, src in self.sources().items() if src["text"]]
-        return _Resp({"responses": [{"hits": {"hits": hits}}, {"hits": {"hits": []}}]})
+        return _Resp({"responses": [{"hits": {"hits": self.hits}}, {"hits": {"hits": []}}]})
 
-    def sources(self) -> dict[str, dict[str, Any]]:
-        found = {chunk_id("acme", "conf", 3, 1): NEXT, chunk_id("acme", "other", 1, 0): NEXT}
-        return {
-            cid: {
-                "tenant": "acme",
-                "doc_id": "conf" if cid == chunk_id("acme", "conf", 3, 1) else "other",
-                "version": 3 if cid == chunk_id("acme", "conf", 3, 1) else 1,
-                "chunk_no": 1 if cid == chunk_id("acme", "conf", 3, 1) else 0,
-                "text": text,
-            }
-            for cid, text in found.items()
-        }
-
-    def mget(self, index: str, ids: list[str], source_includes: list[str]) -> _Resp:
+    def mget(self, index: str, ids: list[str], source_includes: list[str], realtime: bool) -> _Resp:
+        assert source_includes == ["text"] and not realtime
         self.mgets.append(ids)
         if self.fail is not None:
             raise self.fail
@@ -189,6 +195,13 @@ def test_retrieval_reads_the_chunks_before_its_candidates_in_one_mget() -> None:
         off, "chunks", RetrievalSettings(preceding_chars=0)
     ).search_batch([_query()], np.zeros((1, 4), np.float32))
     assert off.mgets == []
+    # The chunk before is a hit of the same searches: its text is taken from there.
+    found_too = ChunkEs({}, hit_before=True)
+    [found] = HybridRetriever(  # type: ignore[arg-type]
+        found_too, "chunks", RetrievalSettings()
+    ).search_batch([_query()], np.zeros((1, 4), np.float32))
+    assert found_too.mgets == []
+    assert next(c for c in found if c.doc_id == "conf" and c.preceding is not None)
 
 
 def test_a_failed_mget_is_a_transient_error() -> None:

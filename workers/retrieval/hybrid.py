@@ -127,8 +127,7 @@ class HybridRetriever:
             self.fuse(query, hits(bm25), hits(knn))
             for query, (bm25, knn) in zip(queries, pairs, strict=True)
         ]
-        sources = {h["_id"]: h.get("_source") or {} for b, k in pairs for h in hits(b) + hits(k)}
-        return self.with_preceding(found, sources)
+        return self.with_preceding(found, sources_of(pairs))
 
     def with_preceding(
         self, found: list[list[Candidate]], sources: Mapping[str, Mapping[str, Any]]
@@ -137,7 +136,9 @@ class HybridRetriever:
         ``retrieval.preceding_top`` candidates whose text continues a definition of the chunk
         before it in its document (same tenant, document and version, ``chunk_no - 1``; so the
         same readers), even when that chunk is a candidate too (the rerank stage may not keep
-        it). ONE ``_mget`` for the batch, of the ``text`` field only.
+        it). The text of a chunk the searches found is taken from their hits; ONE ``_mget`` for
+        the batch reads the others (the ``text`` field only, as of the last refresh, as the
+        searches saw the index).
 
         Args:
             found: per query, its fused candidates, best first.
@@ -159,7 +160,11 @@ class HybridRetriever:
                     wanted[qi, ci] = prev
         if not wanted:
             return found
-        texts = self._texts(sorted(set(wanted.values())))
+        # Half of them are hits of the same searches already: their text is here.
+        texts = {i: str(sources[i].get("text", "")) for i in set(wanted.values()) if i in sources}
+        missing = sorted(set(wanted.values()) - texts.keys())
+        if missing:
+            texts.update(self._texts(missing))
         out = [list(candidates) for candidates in found]
         for (qi, ci), prev in wanted.items():
             text = texts.get(prev, "")
@@ -178,7 +183,8 @@ class HybridRetriever:
     def _texts(self, ids: list[str]) -> dict[str, str]:
         index = (self.target and self.target()) or self.alias
         try:
-            resp = self.es.mget(index=index, ids=ids, source_includes=["text"])
+            # Not realtime: what the searches saw (the last refresh), without a refresh forced.
+            resp = self.es.mget(index=index, ids=ids, source_includes=["text"], realtime=False)
         except ApiError as exc:
             status = exc.meta.status
             if transient_http_status(status):
@@ -315,6 +321,14 @@ def _reason(response: Mapping[str, Any]) -> str:
         cause = (error.get("root_cause") or [error])[0]
         return f"{cause.get('type', 'error')}: {cause.get('reason', '')}"[:500]
     return str(error)[:500]
+
+
+def sources_of(
+    pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+) -> dict[str, Mapping[str, Any]]:
+    """The ``_source`` of every hit of ``(bm25, knn)`` responses (:meth:`HybridRetriever.
+    search_pairs`), by ``_id``: what :meth:`HybridRetriever.with_preceding` reads."""
+    return {h["_id"]: h.get("_source") or {} for b, k in pairs for h in hits(b) + hits(k)}
 
 
 def _previous_id(source: Mapping[str, Any]) -> str | None:
