@@ -30,6 +30,7 @@ import pytest
 
 from api.ops import WORKER_COMMAND
 from entry.supervisor import parse_procfile
+from ingest.index import chunk_id
 from ragstream.celery_app import configure_celery
 from ragstream.settings import PROJECT_ROOT, get_settings
 from tests.integration.stack import RAGSTREAM, Stack, free_port, get_json, make_stack, wait_for
@@ -448,3 +449,62 @@ def test_operators_inspect_and_replay_a_dead_letter(stack: Stack) -> None:
     )
     assert again.json()["replayed"] == 0  # the replay group remembers: never twice
     assert get_json(f"{url}/v1/ops/dlq/nope.dlq", op)[0] == 404
+
+
+def test_a_passage_quoted_with_the_chunk_before_shows_both_chunks(
+    stack: Stack, browser: Any
+) -> None:
+    # A definition long enough for three chunks; the second continues it (context expansion).
+    sentences = " ".join(
+        f"Workload {i} of the scheduler keeps its queue in memory until the budget is spent."
+        for i in range(30)
+    )
+    text = f"# Memory\n\nMemory budget (integer)\n\n{sentences} The default is 64 megabytes."
+    url = stack.apis[0].url
+    key = stack.keys["op"]
+    r = httpx.post(
+        f"{url}/v1/documents",
+        json={"doc_id": "budget", "text": text, "content_type": "text/markdown"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert r.status_code == 202, r.text
+    wait_for(
+        lambda: get_json(f"{url}/v1/documents/budget", key)[1].get("status") == "indexed",
+        timeout_s=120,
+        what="document budget indexed",
+    )
+    doc = get_json(f"{url}/v1/documents/budget", key)[1]
+    tenant = get_json(f"{url}/v1/me", key)[1]["tenant"]
+    first, second = (chunk_id(tenant, "budget", doc["version"], n) for n in (0, 1))
+    texts = [get_json(f"{url}/v1/chunks/{c}", key)[1]["text"] for c in (first, second)]
+    # The term from the chunk before, a sentence from the passage itself: as the evidence
+    # selector quotes a passage read with its preceding part.
+    term = "Memory budget (integer)"
+    own = texts[1].index("Workload 20")
+    evidence = [
+        {"n": 1, "chunk_id": first, "start": texts[0].index(term),
+         "end": texts[0].index(term) + len(term)},
+        {"n": 1, "chunk_id": second, "start": own, "end": texts[1].index(".", own) + 1},
+    ]  # fmt: skip
+    result = {
+        "citations": [{"n": 1, "chunk_id": second, "doc_id": "budget", "title": "Memory"}],
+        "evidence": evidence,
+    }
+    driver = browser
+    driver.get(f"{url}/")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(key)
+    driver.find_element(By.ID, "signin").click()
+    wait(driver, lambda d: d.find_element(By.ID, "question").is_displayed(), "the Ask page")
+    driver.execute_script("openPassage(arguments[0], 1)", result)
+    marks = wait(
+        driver,
+        lambda d: len(m := d.find_elements(By.CSS_SELECTOR, "#passage-text mark")) == 2 and m,
+        "two highlighted spans",
+    )
+    assert [m.text for m in marks] == [term, texts[1][own : texts[1].index(".", own) + 1]]
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#passage-text hr.chunk-break")) == 1
+    meta = driver.find_element(By.ID, "passage-meta").text
+    assert "chunks 0, 1" in meta, meta
+    no_console_errors(driver, "a passage of two chunks")

@@ -317,21 +317,31 @@ async function openPassage(result, n) {
   const text = $("#passage-text");
   text.replaceChildren();
   try {
-    const chunk = await api(`/v1/chunks/${encodeURIComponent(citation.chunk_id)}`);
-    const spans = (result.evidence || [])
-      .filter((s) => s.chunk_id === chunk.chunk_id)
-      .map((s) => [s.start, s.end])
-      .sort((a, b) => a[0] - b[0]);
-    let at = 0;
-    for (const [start, end] of spans) {
-      if (start < at || end > chunk.text.length || end <= start) continue;
-      text.append(chunk.text.slice(at, start), el("mark", { class: "evidence-span", text: chunk.text.slice(start, end) }));
-      at = end;
-    }
-    text.append(chunk.text.slice(at));
+    // A passage read with the part of the chunk before it (context expansion) has spans quoted
+    // from that chunk too: both chunks are shown, in document order.
+    const ids = [...new Set([citation.chunk_id,
+      ...(result.evidence || []).filter((s) => s.n === n).map((s) => s.chunk_id)])];
+    const chunks = (await Promise.all(ids.map((id) => api(`/v1/chunks/${encodeURIComponent(id)}`))))
+      .sort((a, b) => a.chunk_no - b.chunk_no);
+    chunks.forEach((chunk, i) => {
+      if (i > 0) text.append(el("hr", { class: "chunk-break" }));
+      const spans = (result.evidence || [])
+        .filter((s) => s.chunk_id === chunk.chunk_id)
+        .map((s) => [s.start, s.end])
+        .sort((a, b) => a[0] - b[0]);
+      let at = 0;
+      for (const [start, end] of spans) {
+        if (start < at || end > chunk.text.length || end <= start) continue;
+        text.append(chunk.text.slice(at, start), el("mark", { class: "evidence-span", text: chunk.text.slice(start, end) }));
+        at = end;
+      }
+      text.append(chunk.text.slice(at));
+    });
     const mark = text.querySelector("mark");
     if (mark) mark.scrollIntoView({ block: "center" });
-    $("#passage-meta").textContent = `${chunk.doc_id} · chunk ${chunk.chunk_no} · version ${chunk.version}${chunk.source ? " · " + chunk.source : ""}`;
+    const chunk = chunks.find((c) => c.chunk_id === citation.chunk_id) || chunks[0];
+    const numbers = chunks.map((c) => c.chunk_no).join(", ");
+    $("#passage-meta").textContent = `${chunk.doc_id} · chunk${chunks.length > 1 ? "s" : ""} ${numbers} · version ${chunk.version}${chunk.source ? " · " + chunk.source : ""}`;
     const link = $("#passage-doc");
     link.href = /^https?:\/\//.test(chunk.source) ? chunk.source : `/console/kb?doc=${encodeURIComponent(chunk.doc_id)}`;
     link.onclick = link.href.includes("/console/kb") ? (e) => { e.preventDefault(); go(link.getAttribute("href")); } : null;
