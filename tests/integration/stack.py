@@ -217,3 +217,21 @@ def wait_for(
 def get_json(url: str, key: str) -> tuple[int, Any]:
     r = httpx.get(url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
     return r.status_code, r.json()
+
+
+def index_document(url: str, key: str, doc_id: str, text: str, **fields: Any) -> dict[str, Any]:
+    """``POST /v1/documents`` a Markdown document (``fields``: more of the body, ``readers``)
+    and wait up to 120 s for it to be ``indexed``; its record (``GET /v1/documents/{id}``)."""
+    body = {"doc_id": doc_id, "text": text, "content_type": "text/markdown", **fields}
+    r = httpx.post(
+        f"{url}/v1/documents", json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    )
+    assert r.status_code == 202, r.text
+    record: dict[str, Any] = wait_for(
+        lambda: (
+            (d := get_json(f"{url}/v1/documents/{doc_id}", key)[1]).get("status") == "indexed" and d
+        ),
+        timeout_s=120,
+        what=f"document {doc_id} indexed",
+    )
+    return record

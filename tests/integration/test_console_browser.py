@@ -33,7 +33,15 @@ from entry.supervisor import parse_procfile
 from ingest.index import chunk_id
 from ragstream.celery_app import configure_celery
 from ragstream.settings import PROJECT_ROOT, get_settings
-from tests.integration.stack import RAGSTREAM, Stack, free_port, get_json, make_stack, wait_for
+from tests.integration.stack import (
+    RAGSTREAM,
+    Stack,
+    free_port,
+    get_json,
+    index_document,
+    make_stack,
+    wait_for,
+)
 from tests.integration.test_api_docs_browser import CHROMEDRIVER, CHROMIUM, FLAGS
 
 pytestmark = [
@@ -107,21 +115,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.keys["op"] = s.key(s.name + "-console", role="operator", rate_per_minute=0)
         url = s.apis[0].url
         for doc_id, text in DOCS.items():
-            r = httpx.post(
-                f"{url}/v1/documents",
-                json={"doc_id": doc_id, "text": text, "content_type": "text/markdown"},
-                headers={"Authorization": f"Bearer {s.keys['op']}"},
-                timeout=30,
-            )
-            assert r.status_code == 202, r.text
-        for doc_id in DOCS:
-            wait_for(
-                lambda d=doc_id: (
-                    get_json(f"{url}/v1/documents/{d}", s.keys["op"])[1].get("status") == "indexed"
-                ),
-                timeout_s=120,
-                what=f"document {doc_id} indexed",
-            )
+            index_document(url, s.keys["op"], doc_id, text)
         yield s
     finally:
         if worker.poll() is None:
@@ -462,19 +456,7 @@ def test_a_passage_quoted_with_the_chunk_before_shows_both_chunks(
     text = f"# Memory\n\nMemory budget (integer)\n\n{sentences} The default is 64 megabytes."
     url = stack.apis[0].url
     key = stack.keys["op"]
-    r = httpx.post(
-        f"{url}/v1/documents",
-        json={"doc_id": "budget", "text": text, "content_type": "text/markdown"},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    )
-    assert r.status_code == 202, r.text
-    wait_for(
-        lambda: get_json(f"{url}/v1/documents/budget", key)[1].get("status") == "indexed",
-        timeout_s=120,
-        what="document budget indexed",
-    )
-    doc = get_json(f"{url}/v1/documents/budget", key)[1]
+    doc = index_document(url, key, "budget", text)
     tenant = get_json(f"{url}/v1/me", key)[1]["tenant"]
     first, second = (chunk_id(tenant, "budget", doc["version"], n) for n in (0, 1))
     texts = [get_json(f"{url}/v1/chunks/{c}", key)[1]["text"] for c in (first, second)]

@@ -18,7 +18,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.integration.stack import RAGSTREAM, Stack, get_json, make_stack, wait_for
+from tests.integration.stack import RAGSTREAM, Stack, index_document, make_stack
 
 DOC = (
     "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum launcher "
@@ -46,23 +46,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         s.keys["eng"] = s.key(s.name + "-acme", principals=["group:eng"])
         url, admin = s.apis[0].url, s.keys["admin"]
         for doc_id, text, readers in (("vacuum", DOC, None), ("secret", SECRET, ["group:eng"])):
-            body: dict[str, Any] = {"doc_id": doc_id, "text": text, "content_type": "text/markdown"}
-            if readers:
-                body["readers"] = readers
-            r = httpx.post(
-                f"{url}/v1/documents",
-                json=body,
-                headers={"Authorization": f"Bearer {admin}"},
-                timeout=30,
-            )
-            assert r.status_code == 202, r.text
-            wait_for(
-                lambda d=doc_id: (
-                    get_json(f"{url}/v1/documents/{d}", admin)[1].get("status") == "indexed"
-                ),
-                timeout_s=120,
-                what=f"{doc_id} indexed",
-            )
+            index_document(url, admin, doc_id, text, **({"readers": readers} if readers else {}))
         yield s
     finally:
         s.close()

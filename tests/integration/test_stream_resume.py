@@ -21,7 +21,14 @@ from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.db.models import QueryLog
 from ragstream.settings import Settings
 from tests.integration.pacer import Pacer
-from tests.integration.stack import QUERY_POOLS, Stack, get_json, make_stack, wait_for
+from tests.integration.stack import (
+    QUERY_POOLS,
+    Stack,
+    get_json,
+    index_document,
+    make_stack,
+    wait_for,
+)
 
 DOC = (
     "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. In normal operation, tuples "
@@ -62,18 +69,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, pacer: Pacer) -> Iterator[St
         s.keys["acme"] = s.key(s.name + "-acme")
         s.keys["globex"] = s.key(s.name + "-globex")
         url, key = s.apis[0].url, s.keys["acme"]
-        r = httpx.post(
-            f"{url}/v1/documents",
-            json={"doc_id": "vacuum", "text": DOC, "content_type": "text/markdown"},
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=30,
-        )
-        assert r.status_code == 202, r.text
-        wait_for(
-            lambda: get_json(f"{url}/v1/documents/vacuum", key)[1].get("status") == "indexed",
-            timeout_s=120,
-            what="document indexed",
-        )
+        index_document(url, key, "vacuum", DOC)
         yield s
     finally:
         s.close()

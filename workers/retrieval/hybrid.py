@@ -11,7 +11,8 @@ description carries the part of the chunk before it from the term on (``Candidat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -182,16 +183,9 @@ class HybridRetriever:
 
     def _texts(self, ids: list[str]) -> dict[str, str]:
         index = (self.target and self.target()) or self.alias
-        try:
-            # Not realtime: what the searches saw (the last refresh), without a refresh forced.
+        # Not realtime: what the searches saw (the last refresh), without a refresh forced.
+        with es_errors("mget"):
             resp = self.es.mget(index=index, ids=ids, source_includes=["text"], realtime=False)
-        except ApiError as exc:
-            status = exc.meta.status
-            if transient_http_status(status):
-                raise TransientError(f"elasticsearch mget failed ({status}): {exc}") from exc
-            raise PermanentError(f"elasticsearch refused mget ({status}): {exc}") from exc
-        except TransportError as exc:
-            raise TransientError(f"elasticsearch mget failed: {exc}") from exc
         return {
             d["_id"]: str(d["_source"].get("text", ""))
             for d in resp.body["docs"]
@@ -239,15 +233,8 @@ class HybridRetriever:
 
     def _msearch(self, searches: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
         self.msearch_calls += 1
-        try:  # traced by the Elasticsearch client itself (a span per request, when on)
+        with es_errors("msearch"):  # traced by the client itself (a span per request, when on)
             resp = self.es.msearch(searches=searches)
-        except ApiError as exc:
-            status = exc.meta.status
-            if transient_http_status(status):
-                raise TransientError(f"elasticsearch msearch failed ({status}): {exc}") from exc
-            raise PermanentError(f"elasticsearch refused msearch ({status}): {exc}") from exc
-        except TransportError as exc:
-            raise TransientError(f"elasticsearch msearch failed: {exc}") from exc
         responses: list[Mapping[str, Any]] = list(resp.body["responses"])
         if len(responses) != len(searches) // 2:
             raise TransientError(
@@ -278,6 +265,26 @@ class HybridRetriever:
             _candidate(chunk_id, score, sources[chunk_id], ranks, raw)
             for chunk_id, score in fused[: query.top_n]
         ]
+
+
+@contextlib.contextmanager
+def es_errors(call: str) -> Iterator[None]:
+    """Map the Elasticsearch client's errors of ``call`` (``msearch``, ``mget``) to ours.
+
+    Raises:
+        TransientError: unreachable, timed out, or an HTTP status that may pass on retry
+            (408/429/5xx, :func:`ragstream.errors.transient_http_status`).
+        PermanentError: any other HTTP status (400: a request Elasticsearch cannot run).
+    """
+    try:
+        yield
+    except ApiError as exc:
+        status = exc.meta.status
+        if transient_http_status(status):
+            raise TransientError(f"elasticsearch {call} failed ({status}): {exc}") from exc
+        raise PermanentError(f"elasticsearch refused {call} ({status}): {exc}") from exc
+    except TransportError as exc:
+        raise TransientError(f"elasticsearch {call} failed: {exc}") from exc
 
 
 def check_responses(
