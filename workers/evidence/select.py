@@ -84,6 +84,20 @@ class Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> Vectors: ...
 
 
+class PrecedingLike(Protocol):
+    """What the selector reads of a passage's ``preceding`` part
+    (a :class:`topics.retrieved.Preceding`)."""
+
+    @property
+    def chunk_id(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def overlap(self) -> int: ...
+
+
 class PassageLike(Protocol):
     """What the selector reads of a passage (a :class:`topics.retrieved.Candidate`)."""
 
@@ -557,7 +571,7 @@ class WholePassage:
 
     passage: PassageLike
     text: str
-    preceding: Any
+    preceding: PrecedingLike
     shift: int
 
     @property
