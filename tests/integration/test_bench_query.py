@@ -106,7 +106,7 @@ def _check_costs(mode: dict[str, Any], rate: dict[str, Any]) -> None:
     """The floor's stages and the core-ms per request at the operating point are there and sane."""
     floor = mode["floor"]
     stages = [s["stage"] for s in floor["stages"]]
-    expected = ["embed", "caches_route", "msearch", "fusion", "rerank", "evidence"]
+    expected = ["embed", "caches_route", "msearch", "fusion", "preceding", "rerank", "evidence"]
     assert stages == expected + (["llm"] if mode["mode"] == "full" else [])
     for s in floor["stages"]:
         assert s["calls"] == (1 if s["stage"] == "llm" else 2) and s["wall_ms"] > 0
