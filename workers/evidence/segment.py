@@ -212,9 +212,18 @@ def definition_terms(text: str) -> list[tuple[int, str]]:
     out = []
     for base, block in _content_blocks(text):
         lines = _lines(block, base)
-        if not _is_code(lines, block) and not _is_table(lines) and _is_term(lines):
+        if _block_kind(lines, block) == "term":
             out.append(lines[0])
     return out
+
+
+def _block_kind(lines: list[tuple[int, str]], block: str) -> str:
+    """``code``, ``table``, ``term`` or ``prose``: how :func:`segment` splits the block."""
+    if _is_code(lines, block):
+        return "code"
+    if _is_table(lines):
+        return "table"
+    return "term" if _is_term(lines) else "prose"
 
 
 def segment(text: str) -> list[Unit]:
@@ -233,9 +242,10 @@ def segment(text: str) -> list[Unit]:
             block_no += 1
             head = ""
         after_term = False
-        if _is_code(lines, block):
+        shape = _block_kind(lines, block)
+        if shape == "code":
             units.extend(_code_units(lines, text, block_no))
-        elif _is_table(lines):
+        elif shape == "table":
             # A table cut by chunking starts with the tail of a cell, not its header row: a
             # first line without cells is no header, and the rows are quoted without one.
             first = lines[0][1]
@@ -245,7 +255,7 @@ def segment(text: str) -> list[Unit]:
             units.extend(
                 Unit(off, off + len(line), line, "row", header, block_no) for off, line in lines[1:]
             )
-        elif _is_term(lines):
+        elif shape == "term":
             offset, line = lines[0]
             units.append(Unit(offset, offset + len(line), line, "term", "", block_no))
             after_term = True
