@@ -32,6 +32,18 @@ class PromptTooLongError(PermanentError):
     code = "PROMPT_TOO_LONG"
 
 
+class MalformedGenerationError(PermanentError):
+    """The LLM server answered with something the OpenAI API does not define: a stream chunk that
+    is not JSON, not an object, or whose ``choices`` are not a list of objects.
+
+    Permanent (the same request would get the same answer, and tokens may already have been
+    streamed, so it is never retried); the generator answers with the evidence answer when the
+    event carries one, else a ``BACKEND_UNAVAILABLE`` error response: never an ``INTERNAL`` 500.
+    """
+
+    code = "BACKEND_UNAVAILABLE"
+
+
 class RequestCancelledError(PermanentError):
     """The request was cancelled (its client disconnected) and its generation stopped."""
 

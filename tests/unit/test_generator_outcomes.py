@@ -16,6 +16,7 @@ from topics.queries import QueryRequest
 from topics.reranked import FallbackAnswer, RerankedPassages
 from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
+from workers.errors import MalformedGenerationError
 from workers.evidence.answer import AnswerPolicy, quote
 from workers.generation.backend import GenerationRequest, GenerationResult, OnTokenFor
 from workers.generation.generator import Generator
@@ -187,3 +188,31 @@ def test_white_space_before_the_first_character_is_not_streamed() -> None:
     finish()
     assert sent == [(1, "The", False), (2, " answer", False), (3, " is 42.", False), (4, "", True)]
     assert "".join(t for _, t, _ in sent) == "The answer is 42."
+
+
+class MalformedBackend(Backend):
+    """Fails every request as the OpenAI-compatible backend does on an undecodable chunk."""
+
+    async def generate_many(
+        self,
+        requests: Sequence[GenerationRequest],
+        on_token_for: OnTokenFor | None = None,
+        cancel_for: object = None,
+    ) -> list[GenerationResult | Exception]:
+        return [MalformedGenerationError("malformed stream chunk: 'data: {'") for _ in requests]
+
+
+def test_a_malformed_generation_response_is_the_evidence_answer_not_a_500() -> None:
+    response = _answer(_generator(MalformedBackend("")), _event())
+    assert response.status == "answered" and response.error is None
+    assert "128MB" in response.answer and response.answer.endswith("[1]")
+    detail = response.trace[-1].detail
+    assert detail["outcome"] == "evidence" and detail["finish"] == "malformed"
+
+
+def test_a_malformed_generation_response_without_evidence_is_a_typed_error() -> None:
+    event = _event().model_copy(update={"evidence": (), "fallback": None})
+    response = _answer(_generator(MalformedBackend("")), event)
+    assert response.status == "failed" and response.error is not None
+    assert response.error.code == "BACKEND_UNAVAILABLE"
+    assert "malformed" in response.error.message

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from workers.errors import BackendUnavailableError
+from workers.errors import BackendUnavailableError, MalformedGenerationError, code_of
 from workers.generation.backend import GenerationRequest
 from workers.generation.openai_compat import OpenAICompatibleBackend
 from workers.generation.prompt import Prompt
@@ -59,3 +59,42 @@ def test_a_stalled_stream_is_a_transient_error() -> None:
     backend = _backend(first_delay=0.0, gap=3.0, n=3)
     with pytest.raises(BackendUnavailableError, match=r"no token for 1\.0s after 1 tokens"):
         asyncio.run(backend.generate(_request()))
+
+
+def _backend_sending(*chunks: bytes) -> OpenAICompatibleBackend:
+    async def stream() -> AsyncIterator[bytes]:
+        yield b'data: {"choices": [{"text": "w0 ", "finish_reason": null}]}\n\n'
+        for chunk in chunks:
+            yield chunk
+        yield b"data: [DONE]\n\n"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return OpenAICompatibleBackend("http://llm", "m", "completion", [], 64, client=client)
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b'data: {"choices": [{"text": "w1"\n\n',  # cut JSON
+        b"data: [1, 2]\n\n",  # not an object
+        b'data: {"choices": "w1"}\n\n',  # choices not a list of objects
+        b'data: {"choices": [{"text": 7}]}\n\n',  # text not a string
+        b'data: {"choices": [{"text": ""}], "usage": [3]}\n\n',  # usage not an object
+    ],
+)
+def test_a_chunk_not_in_the_apis_shape_is_a_typed_malformed_error(chunk: bytes) -> None:
+    backend = _backend_sending(chunk)
+    with pytest.raises(MalformedGenerationError, match="malformed stream chunk") as raised:
+        asyncio.run(backend.generate(_request()))
+    assert code_of(raised.value) == "BACKEND_UNAVAILABLE"
+
+
+def test_a_well_formed_stream_after_the_checks_still_reads() -> None:
+    backend = _backend_sending(
+        b'data: {"choices": [{"text": "w1", "finish_reason": "length"}]}\n\n'
+    )
+    result = asyncio.run(backend.generate(_request()))
+    assert result.text == "w0 w1" and result.finish_reason == "length"

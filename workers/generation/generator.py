@@ -17,7 +17,9 @@ completion is replaced by the evidence answer (the one the evidence stage compos
 the event: never composed again here), one cut at its token limit is kept up to its last
 whole sentence and marked ``truncated`` (or replaced by the evidence answer when no sentence is
 whole). A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
-silently cut question.
+silently cut question. A response not in the OpenAI API's shape (:class:`~workers.errors.
+MalformedGenerationError`) is answered with the evidence answer (``finish`` ``malformed`` in the
+trace), or with a ``BACKEND_UNAVAILABLE`` error when there is none.
 
 Cancellation (:mod:`workers.cancel`): a request whose client disconnected is not generated, and
 one in flight is stopped within :data:`CANCEL_POLL_S` (its HTTP stream to the LLM server is
@@ -47,6 +49,7 @@ from workers.caches import CacheKeys
 from workers.citations import citations, citations_of
 from workers.errors import (
     BackendUnavailableError,
+    MalformedGenerationError,
     PromptTooLongError,
     code_of,
     error_response,
@@ -192,6 +195,12 @@ class Generator:
                 out[i] = Emit(RESPONSES, self._answer(e, None, None, started, t0))
                 continue
             result = results[i]
+            if isinstance(result, MalformedGenerationError) and e.fallback and e.evidence:
+                # Nothing usable came back: the evidence answer, as for an empty completion.
+                log.warning(
+                    "generation.malformed", request_id=e.request.request_id, error=str(result)
+                )
+                result = GenerationResult(e.request.request_id, "", 0, 0, "malformed", None, 0.0)
             if isinstance(result, BaseException):
                 msg = f"{type(result).__name__}: {result}"
                 code = code_of(result)

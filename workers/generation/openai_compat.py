@@ -5,7 +5,8 @@ Streams Server-Sent Events from ``/v1/completions`` (completion style) or
 (``stream_options.include_usage``). Errors are translated here: connection failures, timeouts,
 408, 429 and 5xx (:func:`~ragstream.errors.transient_http_status`) are
 :class:`BackendUnavailableError` (transient), a 400 about the context size is
-:class:`PromptTooLongError`, other 4xx a :class:`PermanentError`. Nothing is retried here.
+:class:`PromptTooLongError`, other 4xx a :class:`PermanentError`, a chunk that is not the API's
+shape a :class:`MalformedGenerationError`. Nothing is retried here.
 Closing the stream (e.g. on cancellation) makes llama.cpp stop the request's slot.
 """
 
@@ -22,7 +23,7 @@ from opentelemetry.trace import SpanKind
 
 from ragstream import tracing
 from ragstream.errors import ConfigurationError, PermanentError, transient_http_status
-from workers.errors import BackendUnavailableError, PromptTooLongError
+from workers.errors import BackendUnavailableError, MalformedGenerationError, PromptTooLongError
 from workers.generation.backend import (
     CancelFor,
     GenerationRequest,
@@ -141,15 +142,34 @@ class OpenAICompatibleBackend:
             raise ConfigurationError(f"a {prompt.style} prompt sent to a {self.style} backend")
         return body
 
-    def _piece(self, chunk: dict[str, Any]) -> tuple[str, str | None]:
-        """The text and finish reason of one streamed chunk."""
-        choices = chunk.get("choices") or [{}]
-        choice = choices[0]
-        if self.style == "chat":
-            text = (choice.get("delta") or {}).get("content") or ""
-        else:
-            text = choice.get("text") or ""
-        return text, choice.get("finish_reason")
+    def _piece(self, data: str) -> tuple[str, str | None, dict[str, Any]]:
+        """The text, finish reason and decoded object of one streamed chunk's ``data``.
+
+        Raises:
+            MalformedGenerationError: ``data`` is not JSON, or not an object with a list of
+                choice objects (``delta.content`` / ``text`` strings) as the OpenAI API defines.
+        """
+        try:
+            chunk = json.loads(data)
+            if not isinstance(chunk, dict):
+                raise TypeError(f"a {type(chunk).__name__}, not an object")
+            if _stream_error(chunk) is not None:
+                return "", None, chunk
+            choice = (chunk.get("choices") or [{}])[0]
+            if self.style == "chat":
+                text = (choice.get("delta") or {}).get("content") or ""
+            else:
+                text = choice.get("text") or ""
+            finish = choice.get("finish_reason")
+            if not isinstance(text, str) or not isinstance(finish, str | None):
+                raise TypeError("text and finish_reason must be strings")
+            if not isinstance(chunk.get("usage"), dict | None):
+                raise TypeError("usage must be an object")
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError) as exc:
+            raise MalformedGenerationError(
+                f"POST {self.url}: malformed stream chunk ({exc}): {data[:200]!r}"
+            ) from exc
+        return text, finish, chunk
 
     async def generate(
         self, request: GenerationRequest, on_token: OnToken | None = None
@@ -161,6 +181,7 @@ class OpenAICompatibleBackend:
                 of ``token_gap_s`` between chunks, 429 or 5xx.
             PromptTooLongError: HTTP 400 about the context size.
             PermanentError: Any other 4xx, or an error event in the stream.
+            MalformedGenerationError: A stream chunk not in the OpenAI API's shape.
         """
         body = self.body(request)
         started = time.perf_counter()
@@ -240,10 +261,9 @@ class OpenAICompatibleBackend:
             data = line[5:].strip()
             if data == "[DONE]":
                 break
-            chunk = json.loads(data)
+            text, finish, chunk = self._piece(data)
             if (error := _stream_error(chunk)) is not None:
                 _raise_for_status(error, data, self.url)
-            text, finish = self._piece(chunk)
             state.usage = chunk.get("usage") or state.usage
             state.finish_reason = finish or state.finish_reason
             if text:
