@@ -193,8 +193,16 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     assert "ms" in turn.find_element(By.CSS_SELECTOR, ".latency").text
     stages = [td.text for td in turn.find_elements(By.CSS_SELECTOR, ".trace tr td:first-child")]
     assert stages[:3] == ["retrieval", "rerank", "evidence"], stages
-    result = get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]
-    assert result["status"] == "answered"
+    # The query log records the answer from the response topic, beside the stream that showed
+    # it: it reads answered soon after, not necessarily at once.
+    wait_for(
+        lambda: (
+            get_json(f"{url}/v1/queries?limit=1", stack.keys["op"])[1]["items"][0]["status"]
+            == "answered"
+        ),
+        timeout_s=30,
+        what="the query log to record the answer",
+    )
 
     # A citation opens its passage with the evidence span highlighted at its offsets.
     cite = answer.find_elements(By.CSS_SELECTOR, "a.cite")

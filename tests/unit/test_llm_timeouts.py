@@ -12,6 +12,7 @@ import pytest
 
 from workers.errors import BackendUnavailableError, MalformedGenerationError, code_of
 from workers.generation.backend import GenerationRequest
+from workers.generation.llamacpp_tokens import ServerTokenCounter
 from workers.generation.openai_compat import OpenAICompatibleBackend
 from workers.generation.prompt import Prompt
 
@@ -98,3 +99,28 @@ def test_a_well_formed_stream_after_the_checks_still_reads() -> None:
     )
     result = asyncio.run(backend.generate(_request()))
     assert result.text == "w0 w1" and result.finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>busy</html>", b'{"error": "no model"}', b'{"tokens": 7}', b"[1, 2]"],
+    ids=["not-json", "no-tokens", "tokens-not-a-list", "not-an-object"],
+)
+def test_a_tokenize_answer_without_a_token_list_is_a_typed_malformed_error(body: bytes) -> None:
+    counter = ServerTokenCounter("http://llm")
+    counter._client = httpx.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+    )
+    with pytest.raises(MalformedGenerationError, match="no token list") as caught:
+        counter.count(["How do I change it?"])
+    assert code_of(caught.value) == "BACKEND_UNAVAILABLE"
+
+
+def test_a_tokenize_answer_with_a_token_list_is_counted() -> None:
+    counter = ServerTokenCounter("http://llm")
+    counter._client = httpx.Client(
+        transport=httpx.MockTransport(
+            lambda request: httpx.Response(200, json={"tokens": [1, 2, 3]})
+        )
+    )
+    assert counter.count(["a b", "c"]) == [3, 3]

@@ -226,7 +226,7 @@ class Generator:
                 continue
             try:
                 prompts[i], shown[i] = self._prompt(e)
-            except PromptTooLongError as exc:
+            except (PromptTooLongError, MalformedGenerationError) as exc:
                 stage = f"generation-{self.tier}"
                 out[i] = Emit(RESPONSES, error_response(e, code_of(exc), str(exc), stage))
         return prompts, shown

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import structlog
 
-from workers.errors import BackendUnavailableError
+from workers.errors import BackendUnavailableError, MalformedGenerationError
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +61,12 @@ class ServerTokenCounter:
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise BackendUnavailableError(f"POST {self.base_url}/tokenize failed: {exc}") from exc
-        return len(response.json()["tokens"])
+        try:
+            return len(response.json()["tokens"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise MalformedGenerationError(
+                f"POST {self.base_url}/tokenize: no token list in {response.text[:200]!r}"
+            ) from exc
 
     def count(self, texts: Sequence[str]) -> list[int]:
         """Return the token count of each text (server tokenizer, BOS included).
@@ -74,6 +79,7 @@ class ServerTokenCounter:
 
         Raises:
             BackendUnavailableError: The server cannot be reached or answers an error.
+            MalformedGenerationError: Its answer holds no ``tokens`` list.
         """
         keys = [hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts]
         with self._lock:
