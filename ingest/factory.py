@@ -202,4 +202,5 @@ def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -
         DocumentRegistry(sessions),
         IndexVersions(client),
         parse_options=ParseOptions.from_settings(settings.ingest),
+        definitions=settings.ingest.definitions,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,54 @@ class EmbeddingModelUnavailableError(EmbeddingModelMismatchError):
 #: everyone of the tenant; the searches filter on it with a ``terms`` clause.
 ACL_FIELDS: dict[str, Any] = {"principals": {"type": "keyword"}}
 
+#: ``entry`` of a definition entry (a chunk has none): what chunk searches leave out
+#: (:data:`CHUNKS_ONLY`) and definition searches keep.
+DEFINITION_ENTRY = "definition"
+#: The fields of a definition entry (:mod:`ingest.parsers.definitions`) beside the chunk
+#: fields it shares (``title`` = its name, ``text`` = signature, summary and example):
+#: ``definition.keys`` are its lookup keys (:func:`definition_keys`).
+DEFINITION_FIELDS: dict[str, Any] = {
+    "entry": {"type": "keyword"},
+    "definition": {
+        "properties": {
+            "name": {"type": "keyword", "ignore_above": 256},
+            "keys": {"type": "keyword", "ignore_above": 256},
+            "kind": {"type": "keyword"},
+            "signature": {"type": "keyword", "index": False, "doc_values": False},
+            "summary": {"type": "keyword", "index": False, "doc_values": False},
+            "example": {"type": "keyword", "index": False, "doc_values": False},
+            "anchor": {"type": "keyword", "index": False, "doc_values": False},
+        }
+    },
+}
+#: A filter clause keeping chunks only (no definition entry): every passage search adds it.
+CHUNKS_ONLY: dict[str, Any] = {"bool": {"must_not": {"term": {"entry": DEFINITION_ENTRY}}}}
+#: A filter clause keeping definition entries only.
+DEFINITIONS_ONLY: dict[str, Any] = {"term": {"entry": DEFINITION_ENTRY}}
+_CALL_PARENS = re.compile(r"\s*\(\s*\)\s*$")
+
+
+def definition_keys(name: str) -> list[str]:
+    """The lookup keys of a documented or proposed name: lower-cased, a trailing ``()`` and
+    surrounding backquotes removed, whitespace collapsed; for a dotted name also its last part
+    (``os.makedirs`` → ``os.makedirs``, ``makedirs``), so ``makedirs()`` finds ``os.makedirs``.
+
+    Returns:
+        One or two keys, most specific first; empty for an empty name.
+    """
+    key = " ".join(_CALL_PARENS.sub("", name.strip().strip("`")).lower().split())
+    if not key:
+        return []
+    last = key.rsplit(".", 1)[-1] if "." in key.strip(".") else key
+    return [key] if last in ("", key) else [key, last]
+
+
+def definition_id(tenant: str, doc_id: str, version: int, n: int) -> str:
+    """Deterministic ``_id`` of the ``n``-th definition entry of a document version (its own
+    id space beside :func:`chunk_id`)."""
+    key = f"{tenant}\0{doc_id}\0{version}\0definition\0{n}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
 
 def chunk_id(tenant: str, doc_id: str, version: int, chunk_no: int) -> str:
     """Deterministic chunk ``_id``: 32 hex digits of SHA-256 over its coordinates."""
@@ -110,7 +159,8 @@ def mapping(
     (``dense_vector``, ``dims`` floats, cosine, HNSW), ids (``tenant``, ``doc_id``,
     ``chunk_id``), ``chunk_no``, ``version``, ``content_hash``, ``source``, ``content_type``,
     ``metadata`` (flattened, so ``metadata.<key>`` term filters work without mapping every key),
-    ``principals`` (the document's readers, :data:`ACL_FIELDS`) and ``indexed_at``. The
+    ``principals`` (the document's readers, :data:`ACL_FIELDS`), the definition entries' fields
+    (:data:`DEFINITION_FIELDS`) and ``indexed_at``. The
     mapping's ``_meta`` records the embedding model (``{"embedding": {"model_id": ...,
     "dims": ...}}``) that :func:`check_index_model` reads.
     """
@@ -141,6 +191,7 @@ def mapping(
                 "lang": {"type": "keyword"},
                 "metadata": {"type": "flattened"},
                 **ACL_FIELDS,
+                **DEFINITION_FIELDS,
                 "indexed_at": {"type": "date"},
                 "embedding": {
                     "type": "dense_vector",
@@ -220,16 +271,17 @@ class ChunkIndex:
         self.es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
 
     def add_missing_fields(self, name: str) -> list[str]:
-        """Add the :data:`STEMMED_FIELDS` and :data:`ACL_FIELDS` an older index lacks (a mapping
-        addition, allowed on a live index; chunks written before stay without the stemmed
-        fields until ``index rebuild``, and without readers: readable by the whole tenant).
+        """Add the :data:`STEMMED_FIELDS`, :data:`ACL_FIELDS` and :data:`DEFINITION_FIELDS` an
+        older index lacks (a mapping addition, allowed on a live index; chunks written before
+        stay without the stemmed fields until ``index rebuild``, and without readers: readable
+        by the whole tenant; a document gets its definition entries when it is next indexed).
 
         Returns:
             The fields added.
         """
         current = self.es.indices.get_mapping(index=name).body
         properties = next(iter(current.values()))["mappings"].get("properties", {})
-        wanted = {**STEMMED_FIELDS, **ACL_FIELDS}
+        wanted = {**STEMMED_FIELDS, **ACL_FIELDS, **DEFINITION_FIELDS}
         missing = {k: v for k, v in wanted.items() if k not in properties}
         if missing:
             self.es.indices.put_mapping(index=name, properties=missing)

@@ -33,14 +33,22 @@ import numpy as np
 import structlog
 
 from ingest.acl import Row, set_readers
-from ingest.index import BulkReport, ChunkIndex, EmbeddingModelMismatchError, chunk_id
+from ingest.index import (
+    DEFINITION_ENTRY,
+    BulkReport,
+    ChunkIndex,
+    EmbeddingModelMismatchError,
+    chunk_id,
+    definition_id,
+    definition_keys,
+)
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
 from ingest.outcome import IngestOutcome, Status
 from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
 from ingest.registry import DocumentRegistry
 from ingest.stemming import stemmed_fields
-from ingest.types import Chunk, ParsedDocument, ParseError, ParseOptions
+from ingest.types import Chunk, Definition, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
 from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import Document, utcnow
@@ -73,6 +81,9 @@ class _Doc:
     content_hash: str
     previous: Document | None = None
     chunks: list[Chunk] = field(default_factory=list)
+    #: Its definition entries (``parsed.definitions`` when the pipeline indexes them).
+    definitions: list[Definition] = field(default_factory=list)
+    #: ``_id`` of each chunk, then of each definition entry (the registry keeps them all).
     chunk_ids: list[str] = field(default_factory=list)
     version: int = 0
     outcome: IngestOutcome | None = None
@@ -93,12 +104,17 @@ class _Doc:
         self.outcome = IngestOutcome(self.op.tenant, self.doc_id, status, version, chunks, error)
 
 
-def content_hash(parsed: ParsedDocument, op: IngestOp, chunking: str = "") -> str:
+def content_hash(
+    parsed: ParsedDocument, op: IngestOp, chunking: str = "", *, definitions: bool = False
+) -> str:
     """SHA-256 (hex) of what gets indexed: text, section headings (every chunk's title is its
-    heading path), title, source, metadata and ``chunking`` (the chunker's
-    :attr:`~ingest.chunking.Chunker.rules`: new rules or sizes re-chunk an unchanged text)."""
+    heading path), title, source, metadata, ``chunking`` (the chunker's
+    :attr:`~ingest.chunking.Chunker.rules`: new rules or sizes re-chunk an unchanged text) and,
+    with ``definitions``, the document's definition entries when it has any (a document
+    without any keeps the hash it had before there were definition entries)."""
     meta = {**op.metadata, **parsed.metadata}
     headings = [s.heading_path for s in parsed.sections]
+    entries = [dataclasses.astuple(d) for d in parsed.definitions] if definitions else []
     payload = json.dumps(
         [
             parsed.text,
@@ -107,6 +123,7 @@ def content_hash(parsed: ParsedDocument, op: IngestOp, chunking: str = "") -> st
             op.source,
             sorted(meta.items(), key=str),
             chunking,
+            *([entries] if entries else []),
         ],
         ensure_ascii=False,
         default=str,
@@ -119,6 +136,8 @@ class IngestPipeline:
 
     ``parse_options``: how ops not parsed yet are parsed (:func:`ingest.ops.parse_op`);
     :func:`ingest.factory.build_pipeline` gives the settings' (``ingest.json_text_field``).
+    ``definitions``: index each document's definition entries beside its chunks (embedded with
+    them, under the same tenant, version and readers, replaced and deleted with them).
     """
 
     def __init__(
@@ -130,8 +149,10 @@ class IngestPipeline:
         versions: IndexVersions | None = None,
         *,
         parse_options: ParseOptions | None = None,
+        definitions: bool = True,
     ) -> None:
         self.parse_options = parse_options or ParseOptions()
+        self.definitions = definitions
         self.chunker = chunker
         self.embedder = embedder
         self.index = index
@@ -311,7 +332,12 @@ class IngestPipeline:
                             IngestOutcome(op.tenant, doc_id, "failed", error=parsed.error)
                         )
                         continue
-                    digest = content_hash(parsed, op, getattr(self.chunker, "rules", ""))
+                    digest = content_hash(
+                        parsed,
+                        op,
+                        getattr(self.chunker, "rules", ""),
+                        definitions=self.definitions,
+                    )
                     found.append((i, _Doc(op, doc_id, parsed, digest)))
             except ParseError as exc:
                 per_op[i].append(IngestOutcome(op.tenant, op.doc_id, "failed", error=str(exc)))
@@ -359,13 +385,23 @@ class IngestPipeline:
         t = time.perf_counter()
         for d in changed:
             d.chunks = self.chunker.chunk(d.parsed)
+            d.definitions = list(d.parsed.definitions) if self.definitions and d.chunks else []
             d.version = (d.previous.version if d.previous else 0) + 1
             d.chunk_ids = [chunk_id(d.op.tenant, d.doc_id, d.version, c.chunk_no) for c in d.chunks]
+            d.chunk_ids += [
+                definition_id(d.op.tenant, d.doc_id, d.version, n)
+                for n in range(len(d.definitions))
+            ]
         timings["chunk"] = _ms(t)
         t = time.perf_counter()
         try:
             vectors, target = self._embed_for_write(
-                [c.embed_text for d in changed for c in d.chunks]
+                [
+                    text
+                    for d in changed
+                    for text in [c.embed_text for c in d.chunks]
+                    + [definition_embed_text(e) for e in d.definitions]
+                ]
             )
         except EmbeddingModelMismatchError as exc:
             for d in changed:  # recorded failed with the reason; `jobs retry` re-runs them
@@ -418,8 +454,12 @@ class IngestPipeline:
         row = 0
         now = utcnow().isoformat()
         for d in changed:
-            for c, cid in zip(d.chunks, d.chunk_ids, strict=True):
+            for c, cid in zip(d.chunks, d.chunk_ids, strict=False):
                 bodies.append(_body(d, c, cid, vectors[row], now))
+                row += 1
+            for n, e in enumerate(d.definitions):
+                did = d.chunk_ids[len(d.chunks) + n]
+                bodies.append(_definition_body(d, e, did, vectors[row], now))
                 row += 1
         report = self._write(bodies, target)
         rollback: list[str] = []
@@ -503,6 +543,57 @@ def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -
         "indexed_at": now,
         "embedding": [float(x) for x in vector],
     }
+
+
+def _definition_body(
+    d: _Doc, e: Definition, did: str, vector: np.ndarray[Any, Any], now: str
+) -> dict[str, Any]:
+    """A definition entry's document: the chunk fields it shares (``title`` = its name,
+    ``text`` = :func:`definition_text`, ``embed_title`` = its name, so a rebuild embeds
+    :func:`definition_embed_text` again; ``chunk_no`` -1: no passage position) and
+    ``definition`` (:data:`~ingest.index.DEFINITION_FIELDS`)."""
+    text = definition_text(e)
+    return {
+        "tenant": d.op.tenant,
+        "doc_id": d.doc_id,
+        "chunk_id": did,
+        "chunk_no": -1,
+        "version": d.version,
+        "content_hash": d.content_hash,
+        "title": e.name,
+        "text": text,
+        **stemmed_fields(e.name, text),
+        "embed_title": e.name,
+        "source": d.op.source or "",
+        "content_type": d.parsed.content_type,
+        "lang": str(d.parsed.metadata.get("lang") or ""),
+        "metadata": {},
+        **({} if d.readers is None else {"principals": list(d.readers)}),
+        "entry": DEFINITION_ENTRY,
+        "definition": {
+            "name": e.name,
+            "keys": definition_keys(e.name),
+            "kind": e.kind,
+            "signature": e.signature,
+            "summary": e.summary,
+            "example": e.example,
+            "anchor": e.anchor,
+        },
+        "indexed_at": now,
+        "embedding": [float(x) for x in vector],
+    }
+
+
+def definition_text(e: Definition) -> str:
+    """The searchable text of a definition entry: its signature, its summary and its example,
+    one per line (the BM25 ``text`` of the entry; with the name, what is embedded)."""
+    return "\n".join(x for x in (e.signature, e.summary, e.example) if x)
+
+
+def definition_embed_text(e: Definition) -> str:
+    """What the embedder reads of a definition entry: its name, then :func:`definition_text`
+    (the same text an index rebuild embeds again: ``title`` + ``text``)."""
+    return f"{e.name}\n{definition_text(e)}"
 
 
 def _embed_title(c: Chunk) -> str:

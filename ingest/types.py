@@ -13,7 +13,7 @@ from ragstream.settings import IngestSettings
 
 #: Version of what the parsers make of a file: bump it when a parser's output changes, so that
 #: parses stored beside uploads (``ingest/uploads.py``) under the old one are not reused.
-PARSE_FORMAT = 1
+PARSE_FORMAT = 2
 
 #: Metadata values kept on documents and chunks (JSON scalars).
 MetaValue = str | int | float | bool | None
@@ -59,6 +59,38 @@ class Section:
 
 
 @dataclass(frozen=True, slots=True)
+class Definition:
+    """One documented name of a document: an entry of its definition index.
+
+    Attributes:
+        name: the name as the document writes it (``str.split``, ``shared_buffers``,
+            ``CREATE INDEX``, ``CONCURRENTLY``, ``-m``, ``PYTHONPATH``).
+        kind: what the markup says it is: a Sphinx object type (``function``, ``method``,
+            ``class``, ``data``, ``attribute``, ``exception``, ``option``, ``envvar``...),
+            ``setting``/``option``/``term`` (a DocBook ``varlistentry``), ``command`` (a
+            reference page), ``function`` (a row of a function table) or ``term`` (a
+            definition list or a "name — summary" heading of an uploaded document).
+        signature: the entry's heading line as written (``str.split(sep=None, maxsplit=-1)``,
+            ``shared_buffers (integer)``), at most :data:`SIGNATURE_CHARS` characters.
+        summary: the first sentence of its description (empty when it has none).
+        anchor: the fragment that opens it on its page (``str.split``, ``GUC-SHARED-BUFFERS``),
+            empty when the markup has none.
+        example: the entry's own example line (a function table's "Example(s)" cell), or empty.
+    """
+
+    name: str
+    kind: str
+    signature: str
+    summary: str
+    anchor: str = ""
+    example: str = ""
+
+
+#: Longest signature kept on a :class:`Definition` (a command's whole synopsis is longer).
+SIGNATURE_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
 class ParsedDocument:
     """A parsed document: its title, its sections in reading order, and metadata.
 
@@ -69,6 +101,9 @@ class ParsedDocument:
     it has no sections, its ``doc_id`` is the id with the surrogate escaped (storable, so the
     failure can be recorded and read back), and it fails alone while the rest of its file is
     indexed.
+
+    ``definitions`` are the names it documents (:mod:`ingest.parsers.definitions`), each
+    indexed as a definition entry beside its chunks.
     """
 
     title: str
@@ -77,6 +112,7 @@ class ParsedDocument:
     metadata: dict[str, MetaValue] = field(default_factory=dict)
     doc_id: str | None = None
     error: str | None = None
+    definitions: tuple[Definition, ...] = ()
 
     @property
     def text(self) -> str:

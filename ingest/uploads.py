@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 
 from ingest.archives import ArchiveLimits, extract_archive
-from ingest.types import ParsedDocument, ParseOptions, Section
+from ingest.types import Definition, ParsedDocument, ParseOptions, Section
 from ragstream.settings import IngestSettings
 
 log = structlog.get_logger(__name__)
@@ -119,6 +119,7 @@ def _dump(parsed: Sequence[ParsedDocument]) -> list[dict[str, Any]]:
     for d in parsed:
         fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
         fields["sections"] = [[list(s.heading_path), s.text] for s in d.sections]
+        fields["definitions"] = [dataclasses.asdict(x) for x in d.definitions]
         out.append(fields)
     return out
 
@@ -131,6 +132,7 @@ def _load(documents: list[dict[str, Any]]) -> tuple[ParsedDocument, ...]:
                 **d,
                 "sections": tuple(Section(tuple(h), str(t)) for h, t in d["sections"]),
                 "metadata": dict(d["metadata"]),
+                "definitions": tuple(Definition(**x) for x in d.get("definitions", ())),
             }
         )
         for d in documents

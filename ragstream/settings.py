@@ -301,6 +301,9 @@ class IngestSettings(BaseModel):
     archive_max_entries: int = Field(default=10_000, ge=1)
     archive_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     json_text_field: str = "text"
+    #: Index each document's definition entries (the names it documents:
+    #: ``ingest/parsers/definitions.py``) beside its chunks; ``false`` indexes chunks only.
+    definitions: bool = True
     max_document_bytes: int = 20 * 1024 * 1024
     #: Documents per Celery batch task.
     job_batch_size: int = 32

@@ -6,9 +6,11 @@ Use :func:`parse`; it picks the parser (see :func:`detect_content_type`) and rai
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from ingest.parsers.decoding import decode_bytes
+from ingest.parsers.definitions import section_definitions
 from ingest.parsers.detect import ContentType, detect_content_type, detect_upload, mime_charset
 from ingest.parsers.html import parse_html
 from ingest.parsers.markdown import parse_markdown
@@ -75,14 +77,20 @@ def _parse_as(
     kind: ContentType, data: bytes, charset: str | None, json_text_field: str
 ) -> list[ParsedDocument]:
     if kind in _BINARY:
-        return [_BINARY[kind](data)]
+        return [_with_section_definitions(_BINARY[kind](data))]
     if kind == "html":
         return [parse_html(data, charset=charset)]
     text = decode_bytes(data, declared=charset)
     if kind == "markdown":
-        return [parse_markdown(text)]
+        return [_with_section_definitions(parse_markdown(text))]
     if kind == "json":
         return parse_json(text, text_field=json_text_field)
     if kind == "jsonl":
         return parse_jsonl(text, text_field=json_text_field)
-    return [parse_text(text)]
+    return [_with_section_definitions(parse_text(text))]
+
+
+def _with_section_definitions(doc: ParsedDocument) -> ParsedDocument:
+    """``doc`` with the definition entries of its sections (definition lists, "name —
+    summary" headings: :func:`ingest.parsers.definitions.section_definitions`)."""
+    return dataclasses.replace(doc, definitions=section_definitions(doc.sections))

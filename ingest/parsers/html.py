@@ -13,6 +13,7 @@ import lxml.html  # type: ignore[import-untyped,unused-ignore]
 from lxml import etree  # type: ignore[import-untyped,unused-ignore]
 
 from ingest.parsers.decoding import decode_bytes
+from ingest.parsers.definitions import html_definitions
 from ingest.parsers.html_text import HEADING_LEVELS, SKIP_ATTR, Element, TextExtractor
 from ingest.parsers.text import EMPTY, clean_line, first_line
 from ingest.types import MetaValue, ParsedDocument, ParseError, Section
@@ -98,6 +99,7 @@ def parse_html(data: bytes, *, charset: str | None = None) -> ParsedDocument:
     etree.strip_elements(root, etree.Comment, etree.ProcessingInstruction, with_tail=False)
     etree.strip_elements(root, *_NEVER_CONTENT, with_tail=False)
     main, explicit = _main_content(root)
+    definitions = html_definitions(main)
     _mark_boilerplate(main, explicit=explicit)
     extractor = TextExtractor(frozenset({"boilerplate", "anchor", "toc"}), title=title).run(main)
     if not extractor.sections.has_text:
@@ -108,6 +110,7 @@ def parse_html(data: bytes, *, charset: str | None = None) -> ParsedDocument:
         sections=sections,
         content_type="html",
         metadata=metadata,
+        definitions=definitions,
     )
 
 

@@ -14,7 +14,7 @@ from elasticsearch import Elasticsearch
 from ingest.chunking import Chunker
 from ingest.embedding import CachedEmbedder, Embedder, EmbeddingCache
 from ingest.factory import build_chunker, build_model
-from ingest.index import ChunkIndex
+from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY, ChunkIndex
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.types import ParseOptions
@@ -103,10 +103,20 @@ class Kit:
         return int(stats["_all"]["primaries"]["indexing"]["index_total"])
 
     def chunks(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
+        """The document's chunks in the index (no definition entry)."""
+        return self._entries(tenant, doc_id, CHUNKS_ONLY)
+
+    def definitions(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:
+        """The document's definition entries in the index."""
+        return self._entries(tenant, doc_id, DEFINITIONS_ONLY)
+
+    def _entries(self, tenant: str, doc_id: str, entry: dict[str, Any]) -> list[dict[str, Any]]:
         res = self.es.search(
             index=self.index.alias,
             query={
-                "bool": {"filter": [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}]}
+                "bool": {
+                    "filter": [{"term": {"tenant": tenant}}, {"term": {"doc_id": doc_id}}, entry]
+                }
             },
             size=1000,
             source_excludes=["embedding"],

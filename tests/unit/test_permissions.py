@@ -15,6 +15,7 @@ from sqlalchemy import select
 
 from api.auth import Principal, key_principals, reads_as
 from api.deps import principal
+from ingest.index import CHUNKS_ONLY
 from ingest.ops import op_from_request
 from ingest.registry import DocumentRegistry
 from ragstream.db.acl import from_column, to_column
@@ -82,7 +83,8 @@ def test_the_es_filter_admits_unrestricted_documents_and_those_of_a_principal() 
     assert filters[0] == {"term": {"tenant": {"value": "t"}}} and filters[1] == acl_clause(
         ("group:a",)
     )
-    assert es_filters("t", []) == [{"term": {"tenant": {"value": "t"}}}]  # no principals
+    # no principals: the tenant, then chunks only (no definition entry)
+    assert es_filters("t", []) == [{"term": {"tenant": {"value": "t"}}}, CHUNKS_ONLY]
 
 
 def test_bm25_and_knn_both_filter_on_the_askers_principals() -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from elasticsearch import ConnectionError as EsConnectionError
 
+from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY
 from ingest.stemming import stem_text
 from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import RetrievalSettings
@@ -44,7 +45,7 @@ def _walk(node: Any) -> list[str]:
 
 
 def test_tenant_filter_is_first_and_always_present() -> None:
-    assert es_filters("acme", []) == [{"term": {"tenant": {"value": "acme"}}}]
+    assert es_filters("acme", []) == [{"term": {"tenant": {"value": "acme"}}}, CHUNKS_ONLY]
     clauses = es_filters("acme", [TermFilter(field="lang", values=("en",))])
     assert clauses[0] == {"term": {"tenant": {"value": "acme"}}}
     assert clauses[1] == {"terms": {"lang": ["en"]}}
@@ -55,10 +56,15 @@ def test_open_bounds_are_closed_only_on_flattened_fields() -> None:
         "acme",
         [RangeFilter(field="metadata.year", lte="2020"), RangeFilter(field="lang", lte="m")],
     )
-    assert clauses[1:] == [
+    assert clauses[1:-1] == [
         {"range": {"metadata.year": {"gte": "", "lte": "2020"}}},
         {"range": {"lang": {"lte": "m"}}},
     ]
+
+
+def test_passage_searches_leave_definition_entries_out_and_definition_searches_keep_them() -> None:
+    assert es_filters("acme", [])[-1] == CHUNKS_ONLY
+    assert es_filters("acme", [], entry="definition")[-1] == DEFINITIONS_ONLY
 
 
 def test_no_tenant_is_refused() -> None:
@@ -75,7 +81,7 @@ def test_term_and_range_clauses() -> None:
             RangeFilter(field="metadata.score", gte=1.5, lte=3),
         ],
     )
-    assert clauses[1:] == [
+    assert clauses[1:-1] == [
         {"terms": {"metadata.team": ["db", "infra"]}},
         {"range": {"metadata.year": {"gte": "2020", "lte": "\U0010ffff"}}},
         {"range": {"metadata.score": {"gte": 1.5, "lte": 3.0}}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ingest.index import CHUNKS_ONLY
 from ingest.stemming import stem_text, stemmed_fields
 from ragstream.settings import RetrievalSettings
 from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters
@@ -48,7 +49,7 @@ def test_stemmed_clauses_keep_the_exact_match_on_text_and_title() -> None:
     assert should[3] == {
         "match": {"title_stemmed": {"query": "block os getcwd call", "boost": 0.3}}
     }
-    assert body["query"]["bool"]["filter"] == [{"term": {"tenant": {"value": "t"}}}]  # type: ignore[index]
+    assert body["query"]["bool"]["filter"] == [{"term": {"tenant": {"value": "t"}}}, CHUNKS_ONLY]  # type: ignore[index]
     assert "text_stemmed" in body["_source"]["excludes"]  # type: ignore[index]
 
 

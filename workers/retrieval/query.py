@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY
 from ingest.stemming import stem_text
 from ragstream.errors import PermanentError
 from ragstream.settings import RetrievalSettings
@@ -49,14 +50,20 @@ def acl_clause(principals: Sequence[str] | None) -> dict[str, Any] | None:
 
 
 def es_filters(
-    tenant: str, filters: Sequence[Filter], principals: Sequence[str] | None = None
+    tenant: str,
+    filters: Sequence[Filter],
+    principals: Sequence[str] | None = None,
+    *,
+    entry: Literal["chunk", "definition"] = "chunk",
 ) -> list[dict[str, Any]]:
     """Filter clauses for one query: the tenant term first, the permission filter
-    (:func:`acl_clause`) second, then one clause per filter.
+    (:func:`acl_clause`) second, then one clause per filter, then the entry clause (chunks
+    only, :data:`~ingest.index.CHUNKS_ONLY`, or definition entries only).
 
     Args:
         tenant: the requesting tenant; always applied.
         principals: the asker's principals; ``None``: no permission filter.
+        entry: ``chunk`` (passages) or ``definition`` (the definition index's entries).
         filters: ``TermFilter`` → ``terms`` (values compared exactly, on keyword or
             ``metadata.<key>`` of the flattened field); ``RangeFilter`` → ``range`` with the
             given ``gte``/``lte``. All filterable fields are keywords, so ranges compare
@@ -85,6 +92,7 @@ def es_filters(
             clauses.append({"range": {f.field: _bounds(f)}})
         else:  # pragma: no cover - the discriminated union has two members
             raise PermanentError(f"unknown filter kind: {type(f).__name__}")
+    clauses.append(CHUNKS_ONLY if entry == "chunk" else DEFINITIONS_ONLY)
     return clauses
 
 

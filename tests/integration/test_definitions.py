@@ -1,0 +1,158 @@
+"""The definition index on real Elasticsearch, the real embedder and real manual pages: an entry
+per markup kind, verification of proposed names, and the entries' lifecycle with their document
+(new version, readers, delete)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.ops import IngestOp
+from tests.integration.ingestkit import Kit
+from workers.retrieval.definitions import DefinitionIndex
+from workers.retrieval.query import bm25_query, es_filters
+
+PY_HTML = Path("/usr/share/doc/python3.11/html")
+PG_HTML = Path("/usr/share/doc/postgresql-doc-15/html")
+PAGES = {
+    "itertools": PY_HTML / "library/itertools.html",  # Sphinx dl.py.function
+    "cmdline": PY_HTML / "using/cmdline.html",  # Sphinx std cmdoption / envvar
+    "createindex": PG_HTML / "sql-createindex.html",  # refnamediv + varlistentry
+    "resource": PG_HTML / "runtime-config-resource.html",  # varlistentry (settings)
+    "strings": PG_HTML / "functions-string.html",  # function table rows
+}
+GLOSSARY = b"""# Plant glossary
+
+## GX-5531 \xe2\x80\x94 the backup generator of hall B
+
+Its fuel tank holds 400 litres.
+
+## Terms
+
+Cold start
+: Starting the generator after more than 24 hours at rest; it takes 90 seconds.
+
+Load bank
+: A resistor array the generator is tested against every month.
+"""
+
+pytestmark = pytest.mark.skipif(
+    not all(p.exists() for p in PAGES.values()), reason="the manuals are not installed (make docs)"
+)
+
+
+def _page(name: str, **kw: object) -> IngestOp:
+    path = PAGES[name]
+    return IngestOp(
+        "acme", name, data=path.read_bytes(), filename=path.name, source=path.name, **kw
+    )  # type: ignore[arg-type]
+
+
+def _glossary(data: bytes = GLOSSARY, **kw: object) -> IngestOp:
+    return IngestOp("acme", "glossary", data=data, content_type="markdown", **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def indexed(kit: Kit) -> Kit:
+    outcomes = kit.pipeline.apply([_page(n) for n in PAGES] + [_glossary()])
+    assert [o.status for [o] in outcomes] == ["indexed"] * (len(PAGES) + 1)
+    kit.index.refresh()
+    return kit
+
+
+def test_every_markup_kind_yields_its_entries(indexed: Kit) -> None:
+    def entry(doc_id: str, name: str) -> dict[str, object]:
+        found = [e for e in indexed.definitions("acme", doc_id) if e["title"] == name]
+        assert found, f"no entry {name!r} in {doc_id}"
+        return found[0]["definition"]  # type: ignore[no-any-return]
+
+    pairwise = entry("itertools", "itertools.pairwise")
+    assert pairwise["kind"] == "function" and pairwise["anchor"] == "itertools.pairwise"
+    assert pairwise["signature"] == "itertools.pairwise(iterable)"
+    assert (
+        pairwise["summary"] == "Return successive overlapping pairs taken from the input iterable."
+    )
+    assert entry("cmdline", "-m")["kind"] == "option"
+    assert entry("cmdline", "PYTHONPATH")["kind"] == "envvar"
+    command = entry("createindex", "CREATE INDEX")
+    assert command["kind"] == "command" and command["summary"] == "define a new index"
+    assert "CONCURRENTLY" in str(command["signature"])
+    assert "without taking any locks" in str(entry("createindex", "CONCURRENTLY")["summary"])
+    buffers = entry("resource", "shared_buffers")
+    assert buffers["kind"] == "setting" and buffers["anchor"] == "GUC-SHARED-BUFFERS"
+    assert buffers["signature"] == "shared_buffers (integer)"
+    split_part = entry("strings", "split_part")
+    assert split_part["kind"] == "function" and "→ def" in str(split_part["example"])
+    assert entry("glossary", "GX-5531")["summary"] == "the backup generator of hall B"
+    assert "90 seconds" in str(entry("glossary", "Cold start")["summary"])
+    # The registry keeps chunks and entries; the outcome counts chunks only.
+    [[again]] = indexed.pipeline.apply([_page("itertools")])
+    assert again.status == "unchanged"
+    assert again.chunk_count == len(indexed.chunks("acme", "itertools"))
+
+
+def test_verify_keeps_only_names_the_documents_define(indexed: Kit) -> None:
+    lookup = DefinitionIndex(indexed.es, indexed.index.alias)
+    found = lookup.verify(
+        "acme", ["itertools.pairwise", "pairwise()", "itertools.zip_pairs", "shared_buffers", ""]
+    )
+    assert [h.name for h in found["itertools.pairwise"]][:1] == ["itertools.pairwise"]
+    assert found["itertools.pairwise"][0].exact
+    assert found["itertools.pairwise"][0].page == "itertools.html#itertools.pairwise"
+    assert [h.name for h in found["pairwise()"]][:1] == ["itertools.pairwise"]
+    assert found["itertools.zip_pairs"] == []  # proposed, not documented: never shown
+    assert found["shared_buffers"][0].doc_id == "resource"
+    assert found[""] == []
+    assert lookup.verify("other-tenant", ["itertools.pairwise"]) == {"itertools.pairwise": []}
+
+
+def test_search_finds_the_entry_a_task_question_needs(indexed: Kit) -> None:
+    lookup = DefinitionIndex(indexed.es, indexed.index.alias)
+    question = "How do I build an index without locking out writes on the table?"
+    vector = indexed.embedder.embed([question])[0]
+    names = [h.name for h in lookup.search("acme", question, [float(x) for x in vector])]
+    assert "CONCURRENTLY" in names[:3], names
+    names = [h.name for h in lookup.search("acme", "get successive overlapping pairs", None)]
+    assert names[0] == "itertools.pairwise", names
+
+
+def test_passage_searches_never_return_a_definition_entry(indexed: Kit) -> None:
+    body = bm25_query("itertools.pairwise overlapping pairs", es_filters("acme", []), 50)
+    hits = indexed.es.search(index=indexed.index.alias, **body)["hits"]["hits"]
+    assert hits and all("entry" not in h["_source"] for h in hits)
+
+
+def test_entries_follow_their_document_version_readers_and_delete(indexed: Kit) -> None:
+    lookup = DefinitionIndex(indexed.es, indexed.index.alias)
+    edited = GLOSSARY.replace(b"Load bank\n: A resistor", b"Load test\n: A resistor")
+    [[v2]] = indexed.pipeline.apply([_glossary(edited)])
+    indexed.index.refresh()
+    assert v2.status == "indexed" and v2.version == 2
+    entries = indexed.definitions("acme", "glossary")
+    assert {e["version"] for e in entries} == {2}
+    assert lookup.verify("acme", ["Load bank"])["Load bank"] == []
+    assert lookup.verify("acme", ["load test"])["load test"][0].name == "Load test"
+
+    [[granted]] = indexed.pipeline.apply(
+        [IngestOp("acme", "glossary", "acl", principals=("group:ops",))]
+    )
+    indexed.index.refresh()
+    assert granted.status == "acl"
+    assert lookup.verify("acme", ["Cold start"], ["group:sales"])["Cold start"] == []
+    assert lookup.verify("acme", ["Cold start"], ["group:ops"])["Cold start"]
+
+    [[deleted]] = indexed.pipeline.apply([IngestOp("acme", "glossary", "delete")])
+    indexed.index.refresh()
+    assert deleted.status == "deleted"
+    assert indexed.definitions("acme", "glossary") == []
+    assert lookup.verify("acme", ["Cold start"])["Cold start"] == []
+
+
+def test_definitions_off_indexes_chunks_only(indexed: Kit) -> None:
+    indexed.pipeline.definitions = False
+    [[out]] = indexed.pipeline.apply([_page("itertools")])
+    indexed.index.refresh()
+    assert out.status == "indexed" and out.version == 2  # the hash no longer covers them
+    assert indexed.definitions("acme", "itertools") == []
+    assert len(indexed.chunks("acme", "itertools")) == out.chunk_count
