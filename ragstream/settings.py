@@ -589,6 +589,10 @@ class RetrievalSettings(BaseModel):
     #: 12: the rerank stage keeps 10 passages (at most 2 a document) out of the first 12-15;
     #: 10, 12 and 20 gave the same answers on the five sets, 6 and 8 changed one answer each.
     preceding_top: int = Field(default=12, ge=0)
+    #: Definition entries searched for each question that asks for a name or a way (BM25 +
+    #: kNN over the definition index, ``workers/retrieval/definitions.py``); the rerank pool
+    #: keeps the best one whose document its passages agree on. 0 turns the search off.
+    definitions_top: int = Field(default=5, ge=0)
 
 
 class RerankSettings(BaseModel):

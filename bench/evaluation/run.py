@@ -67,6 +67,7 @@ from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.conversation import standalone_question
+from workers.retrieval.definitions import DefinitionIndex, definition_candidates
 
 #: Questions per ``_msearch`` round trip.
 SEARCH_BATCH = 16
@@ -215,6 +216,9 @@ def run_evaluation(
     try:
         runner = _checked_runner(es, alias, settings, embedder)
         run = _retrieve(runner, to_run, requests, vectors, say)
+        definitions = definition_candidates(
+            DefinitionIndex(es, alias), requests, vectors, settings.retrieval.definitions_top
+        )
     finally:
         es.close()
     for mode in run.seconds:
@@ -224,7 +228,9 @@ def run_evaluation(
     answers: dict[str, list[Answer]] | None = None
     gen_s = 0.0
     if options.generate:
-        jobs = _jobs(embedder, requests, vectors, run.lists[default], run.candidates, top_k)
+        jobs = _jobs(
+            embedder, requests, vectors, run.lists[default], run.candidates, definitions, top_k
+        )
         configs = tier_configs(settings, options.tiers, options.llms)
         say(f"answering {len(jobs)} questions in {', '.join(c.name for c in configs)}")
         tg = time.perf_counter()
@@ -274,18 +280,23 @@ def _jobs(  # noqa: PLR0917 - one call site
     vectors: npt.NDArray[np.float32],
     ranked: Sequence[Sequence[Candidate]],
     candidates: Sequence[Sequence[Candidate]],
+    definitions: Sequence[Sequence[Candidate]],
     top_k: int,
 ) -> list[AnswerJob]:
     """The answer job of every request: the default mode's top ``top_k`` passages (with the
-    evidence stage's identifier promotion from the fused candidates) and the router's tier."""
-    from workers.evidence.stage import promote_identifiers
+    evidence stage's identifier promotion from the fused candidates, and the definition entry
+    the rerank pool attaches) and the router's tier."""
+    from workers.evidence.stage import attach_definition, promote_identifiers
     from workers.pools.components import build_router
 
     router = build_router(embedder)
     return [
         AnswerJob(
             r,
-            promote_identifiers(r.query, list(ranked[i][:top_k]), list(candidates[i])),
+            attach_definition(
+                promote_identifiers(r.query, list(ranked[i][:top_k]), list(candidates[i])),
+                definitions[i],
+            ),
             router.route(r, vectors[i]).tier,
         )
         for i, r in enumerate(requests)

@@ -62,6 +62,7 @@ _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)[.!?](?=\s+[A-Z(\"'
 _DASH_HEADING = re.compile(
     r"^(?P<name>[^\s\u2014\u2013].{0,79}?)\s+[\u2014\u2013]\s+(?P<summary>\S.*)$"
 )
+_QUALIFIED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _DL_DESCRIPTION = re.compile(r"^:[ \t]+(?P<text>\S.*)$")
 
 
@@ -146,6 +147,10 @@ def _sphinx(dl: Element, kind: str) -> Iterator[Definition]:
         # The option's name is its sig-name alone ("-m"; its prename is the argument).
         name = names[0] if kind in ("option", "envvar") and names else "".join(names)
         name = name.strip()
+        # A method documented inside its class is written "create(env_dir)"; its anchor is its
+        # qualified name (venv.EnvBuilder.create).
+        if _QUALIFIED.fullmatch(anchor) and anchor.endswith(f".{name}"):
+            name = anchor
         if name and anchor:
             yield Definition(name, kind, _signature(dt), summary, anchor)
 

@@ -18,6 +18,7 @@ from workers.evidence.answer import AnswerPolicy
 from workers.evidence.select import EvidenceSelector
 from workers.evidence.stage import EvidenceStage, TierPolicy
 from workers.pools.rerank import rerank_handler
+from workers.retrieval.definitions import DefinitionHit
 from workers.runtime.handler import Emit
 
 LOCKS = (
@@ -136,3 +137,69 @@ def test_the_tier_is_decided_once_with_its_reason_in_the_trace() -> None:
     assert isinstance(plain.event, RerankedPassages) and plain.event.route_reason == "cue"
     [rerank] = [t for t in plain.event.trace if t.stage == "rerank"]
     assert rerank.detail["tier"] == "large" and rerank.detail["route"] == "cue"
+
+
+def _definition(doc_id: str, name: str, signature: str, summary: str) -> Candidate:
+    hit = DefinitionHit(
+        entry_id=f"def-{name}",
+        doc_id=doc_id,
+        version=1,
+        source="runtime-config-locks.html",
+        name=name,
+        kind="setting",
+        signature=signature,
+        summary=summary,
+        example="",
+        anchor=f"GUC-{name.upper()}",
+        score=0.03,
+    )
+    return hit.candidate()
+
+
+def _asking(*definitions: Candidate) -> RetrievedCandidates:
+    event = _event("Which setting controls how long to wait on a lock before a deadlock check?")
+    return event.model_copy(update={"definitions": definitions})
+
+
+def test_a_name_question_opens_with_the_definition_its_passages_agree_on() -> None:
+    entry = _definition(
+        "doc-c2",
+        "deadlock_timeout",
+        "deadlock_timeout (integer)",
+        "This is the amount of time to wait on a lock before checking for a deadlock.",
+    )
+    stranger = _definition("doc-elsewhere", "lock_timeout", "lock_timeout (integer)", "Abort.")
+    [emit] = _run([_asking(stranger, entry)])
+    response = emit.event
+    assert isinstance(response, QueryResponse) and response.tier == "evidence"
+    # The entry whose page a passage comes from, not the better-ranked one from another page.
+    assert response.answer.startswith("deadlock_timeout (integer): This is the amount"), (
+        response.answer
+    )
+    assert "lock_timeout (integer)" not in response.answer.replace("deadlock_timeout", "")
+    n = len(response.citations)
+    assert f"[{n}]" in response.answer and response.citations[-1].chunk_id == "def-deadlock_timeout"
+    lead = response.evidence[0]
+    assert lead.chunk_id == "def-deadlock_timeout"
+    assert entry.text[lead.start : lead.end] == lead.text
+    assert len(response.answer.split()) <= AnswerPolicy().max_words
+
+
+def test_a_definition_from_no_page_of_the_passages_is_never_shown() -> None:
+    stranger = _definition("doc-elsewhere", "lock_timeout", "lock_timeout (integer)", "Abort.")
+    [emit] = _run([_asking(stranger)])
+    response = emit.event
+    assert isinstance(response, QueryResponse)
+    assert "lock_timeout" not in response.answer.replace("deadlock_timeout", "")
+    assert all(c.chunk_id != "def-lock_timeout" for c in response.citations)
+
+
+def test_a_question_that_asks_for_no_name_is_answered_from_its_passages() -> None:
+    entry = _definition("doc-c2", "deadlock_timeout", "deadlock_timeout (integer)", "Wait.")
+    event = _event("What is the default deadlock timeout?").model_copy(
+        update={"definitions": (entry,)}
+    )
+    [emit] = _run([event])
+    response = emit.event
+    assert isinstance(response, QueryResponse)
+    assert "(1s)" in response.answer and not response.answer.startswith("deadlock_timeout")

@@ -25,6 +25,7 @@ from workers.conversation import split_context
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
 from workers.evidence.lexical import holds_word, identifiers, proper_names
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
+from workers.retrieval.definitions import DefinitionHit, asks_for_a_name, definition_of
 from workers.runtime.handler import derive_event_id
 
 AnswerTier = Literal["evidence", "small", "large"]
@@ -132,6 +133,53 @@ def promote_identifiers(
     return out
 
 
+def attach_definition(
+    top: Sequence[Candidate], definitions: Sequence[Candidate]
+) -> list[Candidate]:
+    """``top`` plus the best of ``definitions`` (definition entries found for a question that
+    asks for a name or a way, best first) whose document is the document of a passage of
+    ``top``, as the last passage; ``top`` alone when none is.
+
+    The definition search proposes names, the passage searches verify them: an entry is kept
+    only when the page that defines it is one the question's passages come from, so an entry
+    near the question's words but from a page retrieval did not rank is never shown.
+    """
+    docs = {p.doc_id for p in top}
+    chosen = next((d for d in definitions if d.doc_id in docs), None)
+    return [*top, chosen] if chosen is not None else list(top)
+
+
+def definition_first(
+    answer: EvidenceAnswer, entry: DefinitionHit, n: int, policy: AnswerPolicy
+) -> tuple[EvidenceAnswer, Span]:
+    """``answer`` opened with the definition entry that is passage ``n``: its signature, its
+    summary and its example (``str.split(sep=None, maxsplit=-1): Return a list of the words
+    in the string, using sep as the delimiter string. [3]``), then the quoted evidence when
+    both fit ``policy.max_words`` (else the entry alone). Returns the answer and the span it
+    quotes of the entry (its summary, at its offsets in the passage text)."""
+    head = entry.signature or entry.name
+    start = len(head) + 1 if entry.summary else 0
+    quoted = entry.summary or head
+    span = Span(
+        n=n,
+        chunk_id=entry.entry_id,
+        doc_id=entry.doc_id,
+        start=start,
+        end=start + len(quoted),
+        text=quoted,
+        score=answer.spans[0].score if answer.spans else 0.0,
+        context=head if entry.summary else "",
+        kind="definition",
+    )
+    lead = f"{head}: {entry.summary} [{n}]" if entry.summary else f"{head} [{n}]"
+    if entry.example:
+        lead = f"{lead}\n{entry.example}"
+    words = len(lead.split())
+    if answer.spans and words + len(answer.text.split()) <= policy.max_words:
+        return EvidenceAnswer(f"{lead}\n{answer.text}", (span, *answer.spans), False), span
+    return EvidenceAnswer(lead, (span,), False), span
+
+
 def _holds(text: str, name: str, whole_word: bool) -> bool:
     return holds_word(text, name) if whole_word else name in text
 
@@ -187,22 +235,42 @@ class EvidenceStage:
         Raises:
             Whatever the selector's embedder raises.
         """
-        found = self.selector.select([(r.query, passages) for r, passages, _ in batch])
+        # A definition entry (attach_definition) is the last passage: the selector reads the
+        # passages before it, so their numbers stay the citations of the whole list.
+        entries = [_entry(passages) for _, passages, _ in batch]
+        found = self.selector.select(
+            [
+                (r.query, passages[:-1] if entry is not None else passages)
+                for (r, passages, _), entry in zip(batch, entries, strict=True)
+            ]
+        )
         out = []
-        for (request, passages, llm_tier), evidence in zip(batch, found, strict=True):
+        for (request, passages, llm_tier), evidence, entry in zip(
+            batch, found, entries, strict=True
+        ):
             tier, reason = choose_tier(
                 request, llm_tier, evidence, self.answer_policy, self.tier_policy
             )
+            answer = compose(evidence, self.answer_policy)
+            spans: tuple[Span, ...] = evidence.spans
+            if entry is not None and not answer.refused and asks_for_a_name(request.query):
+                answer, lead = definition_first(answer, entry, len(passages), self.answer_policy)
+                spans = (lead, *spans)
             out.append(
                 Decision(
                     tier=tier,
                     reason=reason,
-                    evidence=tuple(to_contract(s, passages) for s in evidence.spans),
+                    evidence=tuple(to_contract(s, passages) for s in spans),
                     confidence=evidence.confidence if evidence.spans else None,
-                    answer=compose(evidence, self.answer_policy),
+                    answer=answer,
                 )
             )
         return out
+
+
+def _entry(passages: Sequence[Candidate]) -> DefinitionHit | None:
+    """The definition entry that is the last of ``passages`` (:func:`attach_definition`)."""
+    return definition_of(passages[-1]) if passages else None
 
 
 def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:

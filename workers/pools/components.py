@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -14,8 +15,11 @@ from ingest.factory import build_embedder
 from ingest.model_follow import ModelFollower
 from ingest.versions import IndexVersions
 from ragstream.settings import Settings
+from topics.queries import QueryRequest
+from topics.retrieved import Candidate
 from workers.caches import AnswerCache, CacheKeys, answer_config
 from workers.generation.generator import Generator, TokenSink
+from workers.retrieval.definitions import DefinitionIndex, definition_candidates
 from workers.retrieval.hybrid import HybridRetriever
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
 
@@ -86,6 +90,19 @@ def build_retrieval_components(
         IndexVersions(client),
         router,
     )
+
+
+def build_definition_search(
+    settings: Settings, retriever: HybridRetriever
+) -> Callable[[Sequence[QueryRequest], np.ndarray[Any, Any]], list[list[Candidate]]] | None:
+    """The retrieval pool's definition search (``retrieval.definitions_top`` entries for each
+    question that asks for a name or a way) over the index ``retriever`` searches, or ``None``
+    when ``retrieval.definitions_top`` is 0."""
+    top = settings.retrieval.definitions_top
+    if top == 0:
+        return None
+    index = DefinitionIndex(retriever.es, retriever.alias, target=retriever.target)
+    return lambda queries, vectors: definition_candidates(index, queries, vectors, top)
 
 
 def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> Generator:

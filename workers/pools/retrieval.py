@@ -42,6 +42,11 @@ class Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]: ...
 
 
+#: The definition entries of each query of a batch, as passages
+#: (:func:`workers.retrieval.definitions.definition_candidates`).
+FindsDefinitions = Callable[[Sequence[QueryRequest], np.ndarray[Any, Any]], list[list[Candidate]]]
+
+
 class Retrieves(Protocol):
     """Hybrid search for a batch of queries (:class:`workers.retrieval.hybrid.HybridRetriever`)."""
 
@@ -65,8 +70,10 @@ def retrieval_handler(
     *,
     pool: PoolSettings,
     group: str | None = None,
+    definitions: FindsDefinitions | None = None,
 ) -> Handler[QueryRequest]:
-    """The retrieval pool's handler (components are given, never built here)."""
+    """The retrieval pool's handler (components are given, never built here; ``definitions``:
+    the definition entries of each question of a batch, carried on its event, or ``None``)."""
 
     def fn(events: list[QueryRequest]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
@@ -101,8 +108,13 @@ def retrieval_handler(
             return out
         results = retriever.search_batch([live[i] for i in todo], vectors[todo])
         MODEL_CALLS.labels("msearch").inc()
+        entries = (
+            definitions([live[i] for i in todo], vectors[todo])
+            if definitions is not None
+            else [[] for _ in todo]
+        )
         took = (time.perf_counter() - t0) * 1000
-        for i, candidates in zip(todo, results, strict=True):
+        for i, candidates, found in zip(todo, results, entries, strict=True):
             e = live[i]
             route = router.route(e, vectors[i])
             cache.remember_query_vector(e, vectors[i], model_id)
@@ -111,11 +123,19 @@ def retrieval_handler(
                 tenant=e.tenant,
                 request=e,
                 candidates=tuple(candidates),
+                definitions=tuple(found),
                 index_version=version[e.tenant],
                 tier=route.tier,
                 route_reason=route.reason,
                 trace=e.trace,
-            ).traced("retrieval", started, took, batch=len(events), suggested=route.tier)
+            ).traced(
+                "retrieval",
+                started,
+                took,
+                batch=len(events),
+                suggested=route.tier,
+                definitions=len(found),
+            )
             out.append(Emit(RETRIEVED, retrieved))
         return out
 
@@ -133,13 +153,15 @@ def retrieval_handler(
 
 def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker retrieval``."""
-    from workers.pools.components import build_retrieval_components
+    from workers.pools.components import build_definition_search, build_retrieval_components
     from workers.runtime.build import build_runner, pool_group, until_signalled
 
+    components = build_retrieval_components(settings)
     handler = retrieval_handler(
-        *build_retrieval_components(settings),
+        *components,
         pool=settings.pools.retrieval,
         group=pool_group(settings, "retrieval"),
+        definitions=build_definition_search(settings, components[1]),
     )
     runner = build_runner(handler, settings, settings.pools.retrieval)
     return until_signalled(runner)

@@ -19,14 +19,20 @@ searches (:func:`workers.retrieval.query.es_filters` with ``entry="definition"``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from elasticsearch import Elasticsearch
 
-from ingest.index import definition_keys
+from ingest.index import DEFINITION_ENTRY, definition_keys
 from ragstream.errors import PermanentError, TransientError, transient_http_status
+from topics.queries import QueryRequest
+from topics.retrieved import Candidate
+from workers.conversation import split_context
+from workers.evidence.lexical import answer_type
 from workers.retrieval.hybrid import es_errors
 from workers.retrieval.query import bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
@@ -68,6 +74,50 @@ class DefinitionHit:
         """``source#anchor`` (the source alone when the entry has no anchor)."""
         return f"{self.source}#{self.anchor}" if self.anchor else self.source
 
+    def candidate(self) -> Candidate:
+        """The entry as a passage: ``text`` = signature, summary and example, one per line
+        (:func:`ingest.pipeline.definition_text`); ``metadata`` holds ``entry`` =
+        ``definition`` and the entry's fields (:func:`definition_of` reads them back)."""
+        text = "\n".join(x for x in (self.signature, self.summary, self.example) if x)
+        meta: dict[str, str | int | float | bool | None] = {
+            "entry": DEFINITION_ENTRY,
+            "name": self.name,
+            "kind": self.kind,
+            "signature": self.signature,
+            "summary": self.summary,
+            "example": self.example,
+            "anchor": self.anchor,
+        }
+        return Candidate(
+            chunk_id=self.entry_id,
+            doc_id=self.doc_id,
+            text=text,
+            title=self.name,
+            source=self.source,
+            score=self.score,
+            metadata=meta,
+        )
+
+
+def definition_of(passage: Candidate) -> DefinitionHit | None:
+    """The definition entry a passage is (:meth:`DefinitionHit.candidate`), else ``None``."""
+    meta = passage.metadata
+    if meta.get("entry") != DEFINITION_ENTRY:
+        return None
+    return DefinitionHit(
+        entry_id=passage.chunk_id,
+        doc_id=passage.doc_id,
+        version=0,
+        source=passage.source,
+        name=str(meta.get("name") or passage.title),
+        kind=str(meta.get("kind") or ""),
+        signature=str(meta.get("signature") or ""),
+        summary=str(meta.get("summary") or ""),
+        example=str(meta.get("example") or ""),
+        anchor=str(meta.get("anchor") or ""),
+        score=passage.score,
+    )
+
 
 class DefinitionIndex:
     """Reads of the definition entries behind the chunk index alias.
@@ -75,11 +125,19 @@ class DefinitionIndex:
     Args:
         es: an Elasticsearch client.
         alias: the chunk index alias (``settings.elasticsearch.index_alias``).
+        target: returns the index to read instead of the alias, or ``None`` for the alias (the
+            query embedder's model's index, as :class:`~workers.retrieval.hybrid.HybridRetriever`).
     """
 
-    def __init__(self, es: Elasticsearch, alias: str) -> None:
+    def __init__(
+        self, es: Elasticsearch, alias: str, target: Callable[[], str | None] | None = None
+    ) -> None:
         self.es = es
         self.alias = alias
+        self.target = target
+
+    def _index(self) -> str:
+        return (self.target and self.target()) or self.alias
 
     def verify(
         self,
@@ -115,7 +173,7 @@ class DefinitionIndex:
         for _, keys in asked:
             query = {"bool": {"filter": [*filters, {"terms": {"definition.keys": keys}}]}}
             searches += [
-                {"index": self.alias},
+                {"index": self._index()},
                 {"size": size * 4, "query": query, "_source": SOURCE_FIELDS},
             ]
         for (name, keys), response in zip(asked, self._msearch(searches), strict=True):
@@ -149,21 +207,44 @@ class DefinitionIndex:
             TransientError: Elasticsearch unreachable or overloaded.
             PermanentError: Elasticsearch refused the request.
         """
-        filters = es_filters(tenant, [], principals, entry="definition")
-        bm25 = bm25_query(text, filters, size * 2)
-        bm25["_source"] = SOURCE_FIELDS
-        searches: list[dict[str, Any]] = [{"index": self.alias}, bm25]
-        if vector is not None:
-            knn = knn_clause(vector, filters, size * 2, size * 2 * NUM_CANDIDATES_PER_K)
-            searches += [
-                {"index": self.alias},
-                {"size": size * 2, "knn": knn, "_source": SOURCE_FIELDS},
-            ]
-        responses = self._msearch(searches)
-        lists = [[h["_id"] for h in r["hits"]["hits"]] for r in responses]
-        by_id = {h["_id"]: h for r in responses for h in r["hits"]["hits"]}
-        fused = reciprocal_rank_fusion(lists)[:size]
-        return [_hit(by_id[i], score=score) for i, score in fused]
+        return self.search_many([(tenant, text, vector, principals)], size=size)[0]
+
+    def search_many(
+        self,
+        queries: Sequence[tuple[str, str, Sequence[float] | None, Sequence[str] | None]],
+        *,
+        size: int = 5,
+    ) -> list[list[DefinitionHit]]:
+        """:meth:`search` for many ``(tenant, text, vector, principals)`` in one ``_msearch``.
+
+        Returns:
+            One hit list per query, in order. Raises as :meth:`search`.
+        """
+        searches: list[dict[str, Any]] = []
+        shape: list[int] = []  # searches per query: 1 (BM25) or 2 (BM25 + kNN)
+        for tenant, text, vector, principals in queries:
+            filters = es_filters(tenant, [], principals, entry="definition")
+            bm25 = bm25_query(text, filters, size * 2)
+            bm25["_source"] = SOURCE_FIELDS
+            searches += [{"index": self._index()}, bm25]
+            if vector is not None:
+                knn = knn_clause(vector, filters, size * 2, size * 2 * NUM_CANDIDATES_PER_K)
+                searches += [
+                    {"index": self._index()},
+                    {"size": size * 2, "knn": knn, "_source": SOURCE_FIELDS},
+                ]
+            shape.append(1 if vector is None else 2)
+        responses = self._msearch(searches) if searches else []
+        out: list[list[DefinitionHit]] = []
+        at = 0
+        for n in shape:
+            mine = responses[at : at + n]
+            at += n
+            lists = [[h["_id"] for h in r["hits"]["hits"]] for r in mine]
+            by_id = {h["_id"]: h for r in mine for h in r["hits"]["hits"]}
+            fused = reciprocal_rank_fusion(lists)[:size]
+            out.append([_hit(by_id[i], score=score) for i, score in fused])
+        return out
 
     def _msearch(self, searches: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
         with es_errors("msearch"):
@@ -200,3 +281,50 @@ def _hit(
         score=float(hit.get("_score") or 0.0) if score is None else score,
         exact=exact,
     )
+
+
+def asks_for_a_name(question: str) -> bool:
+    """Whether ``question`` asks for a name or a way to do something ("How do I ...", "Which
+    function ..."; :func:`workers.evidence.lexical.answer_type`): the questions a definition
+    entry can answer."""
+    return answer_type(split_context(question)[0]).name
+
+
+def definition_candidates(
+    index: DefinitionIndex,
+    queries: Sequence[QueryRequest],
+    vectors: npt.NDArray[np.floating[Any]],
+    top: int,
+) -> list[list[Candidate]]:
+    """The definition entries nearest each query that asks for a name or a way
+    (:func:`asks_for_a_name`), as passages (:meth:`DefinitionHit.candidate`), in one
+    ``_msearch``; an empty list for every other query, and for all when ``top`` is 0.
+
+    Args:
+        index: the definition index.
+        queries: the batch; each is searched within its tenant and the asker's principals.
+        vectors: ``(len(queries), dim)`` query embeddings (the index's model).
+        top: entries kept per query.
+
+    Raises:
+        TransientError, PermanentError: as :meth:`DefinitionIndex.search_many`.
+    """
+    out: list[list[Candidate]] = [[] for _ in queries]
+    asking = [i for i, q in enumerate(queries) if top > 0 and asks_for_a_name(q.query)]
+    if not asking:
+        return out
+    found = index.search_many(
+        [
+            (
+                queries[i].tenant,
+                split_context(queries[i].query)[0],
+                [float(x) for x in vectors[i]],
+                queries[i].principals,
+            )
+            for i in asking
+        ],
+        size=top,
+    )
+    for i, hits in zip(asking, found, strict=True):
+        out[i] = [h.candidate() for h in hits]
+    return out
