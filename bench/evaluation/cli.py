@@ -72,6 +72,12 @@ def eval_command(  # noqa: PLR0917 - typer options
         "--off-topic-file",
         help="Off-topic probes (JSONL); default: bench/evaluation/questions.offtopic.jsonl.",
     ),
+    aggregate_only: bool = typer.Option(
+        False,
+        "--aggregate-only",
+        help="Keep aggregate numbers only: no question, answer or rank of any one question in "
+        "eval.json or eval.md, and no side_by_side.md (a blind set's first run).",
+    ),
 ) -> None:
     """Measure retrieval (hit@1/5/10, MRR@10 per mode) and answers (accuracy, refusals).
 
@@ -131,7 +137,9 @@ def eval_command(  # noqa: PLR0917 - typer options
         raise typer.Exit(1) from exc
     for mode, reason in report.skipped_modes.items():
         console.print(f"[yellow]skipped[/yellow] {mode}: {reason}")
-    write_report(report, out_dir)
+    if aggregate_only:
+        report = report.aggregate_only()
+    write_report(report, out_dir, side_by_side=not aggregate_only)
     typer.echo(summary_line(report, out_dir))
 
 

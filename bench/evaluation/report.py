@@ -162,6 +162,11 @@ class EvalReport(BaseModel):
     off_topic_file: str = ""
     off_topic_questions: list[QuestionRecord] = []
 
+    def aggregate_only(self) -> EvalReport:
+        """A copy without any one question's record (its question, answer, ranks): the
+        aggregate numbers only, for judging a blind set without reading its answers."""
+        return self.model_copy(update={"questions": [], "off_topic_questions": []})
+
     def with_headline(self) -> EvalReport:
         """A copy whose headline holds the default mode's hit@5 and MRR@10 and the default
         answer configuration's accuracy, refusal rates, words and latency."""
@@ -443,12 +448,15 @@ def to_side_by_side(report: EvalReport) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_report(report: EvalReport, out_dir: Path) -> tuple[Path, Path]:
-    """Write ``eval.json``, ``eval.md`` and ``side_by_side.md`` into ``out_dir`` (created);
-    returns the first two paths."""
+def write_report(
+    report: EvalReport, out_dir: Path, *, side_by_side: bool = True
+) -> tuple[Path, Path]:
+    """Write ``eval.json``, ``eval.md`` and (``side_by_side``) ``side_by_side.md`` into
+    ``out_dir`` (created); returns the first two paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "eval.json", out_dir / "eval.md"
     json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
     md_path.write_text(to_markdown(report), encoding="utf-8")
-    (out_dir / "side_by_side.md").write_text(to_side_by_side(report), encoding="utf-8")
+    if side_by_side:
+        (out_dir / "side_by_side.md").write_text(to_side_by_side(report), encoding="utf-8")
     return json_path, md_path

@@ -370,3 +370,20 @@ def test_a_quoted_piece_of_evidence_is_never_a_refusal() -> None:
     assert not refused(Answer(quote, None, "evidence", "evidence"))
     assert refused(Answer(NOT_IN_DOCUMENTS, None, "evidence", "refusal"))
     assert refused(Answer("The passages do not mention it.", None, "small", "llm"))
+
+
+def test_an_aggregate_only_report_holds_no_question_of_the_set(tmp_path: Path) -> None:
+    r = _report().model_copy(
+        update={
+            "questions": [
+                q.model_copy(update={"question": "SECRET-Q"}) for q in _report().questions
+            ]
+        }
+    )
+    blind = r.aggregate_only()
+    assert blind.headline == r.headline and blind.modes == r.modes
+    json_path, md_path = write_report(blind, tmp_path / "out", side_by_side=False)
+    written = json_path.read_text() + md_path.read_text()
+    assert "SECRET-Q" not in written and "q1" not in written
+    assert not (tmp_path / "out" / "side_by_side.md").exists()
+    assert "SECRET-Q" in to_markdown(r) or "q1" in r.model_dump_json()  # the test can fail
