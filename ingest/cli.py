@@ -328,6 +328,22 @@ def optimize_command(
     )
 
 
+@index_app.command("definitions")
+def definitions_command(
+    roots: list[Path] = typer.Argument(..., help="HTML folders to read (e.g. a manual's root)."),
+) -> None:
+    """Count the definition entries the parser finds in every HTML page under each folder, by
+    kind (what indexing them would add to the index; docs/definitions.md)."""
+    from ingest.parsers.definitions import count_entries
+
+    for root in roots:
+        if not root.is_dir():
+            fail(f"not a folder: {root}")
+        pages, entries, kinds = count_entries(root)
+        by_kind = ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+        console.print(f"{root}: {pages} pages, [bold]{entries} entries[/bold] ({by_kind})")
+
+
 #: Seconds a writer's bulk request may take beyond the model check interval before the old
 #: index is write-blocked after a rebuild's swap (a later write fails there, with its reason).
 REWRITE_GRACE_S = 5.0

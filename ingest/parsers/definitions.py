@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from ingest.parsers.html_text import Element
 from ingest.types import SIGNATURE_CHARS, Definition, Section
@@ -276,3 +278,22 @@ def _unique(found: Iterable[Definition]) -> Iterator[Definition]:
         if key not in seen:
             seen.add(key)
             yield d
+
+
+def count_entries(root: Path) -> tuple[int, int, Counter[str]]:
+    """``(pages, entries, entries by kind)`` of every HTML page under ``root`` (``_sources``
+    and ``_static`` left out; a page that does not parse counts as no page)."""
+    from ingest.parsers import parse
+    from ingest.types import ParseError
+
+    pages, kinds = 0, Counter[str]()
+    for path in sorted(root.rglob("*.html")):
+        if {"_sources", "_static"} & set(path.parts):
+            continue
+        try:
+            doc = parse(path.read_bytes(), filename=path.name)[0]
+        except ParseError:
+            continue
+        pages += 1
+        kinds.update(d.kind for d in doc.definitions)
+    return pages, sum(kinds.values()), kinds
