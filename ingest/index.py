@@ -123,17 +123,26 @@ _CALL_PARENS = re.compile(r"\s*\(\s*\)\s*$")
 
 def definition_keys(name: str) -> list[str]:
     """The lookup keys of a documented or proposed name: lower-cased, a trailing ``()`` and
-    surrounding backquotes removed, whitespace collapsed; for a dotted name also its last part
-    (``os.makedirs`` → ``os.makedirs``, ``makedirs``), so ``makedirs()`` finds ``os.makedirs``.
+    surrounding backquotes removed, whitespace collapsed; for a dotted name also each shorter
+    tail (``datetime.datetime.now`` → ``datetime.datetime.now``, ``datetime.now``, ``now``), so
+    ``makedirs()`` finds ``os.makedirs``; for a command or option written with its arguments
+    (``\\dt[S+] [ pattern ]``, ``-p port``) also its first word (``\\dt``, ``-p``).
 
     Returns:
-        One or two keys, most specific first; empty for an empty name.
+        The keys, most specific first; empty for an empty name.
     """
     key = " ".join(_CALL_PARENS.sub("", name.strip().strip("`")).lower().split())
     if not key:
         return []
-    last = key.rsplit(".", 1)[-1] if "." in key.strip(".") else key
-    return [key] if last in ("", key) else [key, last]
+    keys = [key]
+    parts = key.split(".")
+    if len(parts) > 1 and all(parts):
+        keys += [".".join(parts[i:]) for i in range(1, len(parts))]
+    if key[0] in "\\-":
+        first = re.split(r"[\s\[]", key, maxsplit=1)[0]
+        if first and first != key:
+            keys.append(first)
+    return keys
 
 
 def definition_id(tenant: str, doc_id: str, version: int, n: int) -> str:

@@ -58,8 +58,8 @@ class RetrievedCandidates(Event):
     request: QueryRequest
     candidates: tuple[Candidate, ...] = ()
     #: Definition entries near a question that asks for a name or a way, best first, as
-    #: passages (``metadata.entry`` = ``definition``); the rerank pool keeps one whose
-    #: document its passages agree on (``workers.evidence.stage.attach_definition``).
+    #: passages (``metadata.entry`` = ``definition``); the rerank pool keeps those whose
+    #: documents its passages come from (``workers.evidence.stage.attach_definitions``).
     definitions: tuple[Candidate, ...] = ()
     index_version: int = 0
     #: The LLM tier the router suggests, and why; the rerank pool decides the answer tier.

@@ -30,7 +30,6 @@ from topics.queries import QueryRequest
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
 from topics.retrieved import Candidate
-from workers.evidence.answer import compose
 from workers.evidence.select import Embeds, Evidence
 from workers.evidence.stage import (
     AnswerTier,
@@ -220,9 +219,7 @@ class Answerer:
             for start in range(0, len(jobs), size):
                 batch = jobs[start : start + size]
                 t = time.perf_counter()
-                found.evidence.extend(
-                    self.stage.selector.select([(j.request.query, j.passages) for j in batch])
-                )
+                found.evidence.extend(self.stage.select([(j.request, j.passages) for j in batch]))
                 found.ms.extend([(time.perf_counter() - t) * 1000] * len(batch))
             self._evidence[key] = found
         return self._evidence[key]
@@ -243,7 +240,7 @@ class Answerer:
                 job.request, suggested, evidence, self.stage.answer_policy, config.policy
             )
             if tier == "evidence":
-                composed = compose(evidence, self.stage.answer_policy)
+                composed, _ = self.stage.compose_answer(job.request, job.passages, evidence)
                 outcome = "refusal" if composed.refused else "evidence"
                 where = {n: c.source or c.doc_id for n, c in enumerate(job.passages, start=1)}
                 out[i] = Answer(
@@ -299,10 +296,13 @@ class Answerer:
                 request=jobs[i].request.model_copy(update={"deadline": deadline}),
                 passages=tuple(jobs[i].passages),
                 tier="large" if tier == "large" else "small",
-                evidence=tuple(to_contract(s, jobs[i].passages) for s in found.evidence[i].spans),
-                fallback=fallback_answer(compose(found.evidence[i], self.stage.answer_policy)),
+                evidence=tuple(to_contract(s, jobs[i].passages) for s in spans),
+                fallback=fallback_answer(composed),
             )
             for i in batch
+            for composed, spans in [
+                self.stage.compose_answer(jobs[i].request, jobs[i].passages, found.evidence[i])
+            ]
         ]
         started = time.perf_counter()
         outcomes = generator.run(events)

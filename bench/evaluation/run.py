@@ -286,14 +286,14 @@ def _jobs(  # noqa: PLR0917 - one call site
     """The answer job of every request: the default mode's top ``top_k`` passages (with the
     evidence stage's identifier promotion from the fused candidates, and the definition entry
     the rerank pool attaches) and the router's tier."""
-    from workers.evidence.stage import attach_definition, promote_identifiers
+    from workers.evidence.stage import attach_definitions, promote_identifiers
     from workers.pools.components import build_router
 
     router = build_router(embedder)
     return [
         AnswerJob(
             r,
-            attach_definition(
+            attach_definitions(
                 promote_identifiers(r.query, list(ranked[i][:top_k]), list(candidates[i])),
                 definitions[i],
             ),

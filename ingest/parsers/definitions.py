@@ -6,7 +6,9 @@ name can be looked up, and checked to exist, in the tenant's own documents.
 
 What yields an entry:
 
-- **Sphinx** (the Python manual): an object description ``<dl class="py function">`` (also
+- **Sphinx** (the Python manual): a module's page (its ``h1`` "argparse — Parser for
+  command-line options, arguments and sub-commands" beside the ``module-argparse`` target),
+  kind ``module``; an object description ``<dl class="py function">`` (also
   ``method``, ``class``, ``data``, ``attribute``, ``exception``, ``classmethod``,
   ``staticmethod``, ``decorator``, ``property``; the ``c`` domain's; ``std cmdoption``,
   ``std envvar``): each ``<dt id>`` signature of it is an entry; its name is the
@@ -78,7 +80,7 @@ def html_definitions(main: Element) -> tuple[Definition, ...]:
         One entry per Sphinx object signature, DocBook varlistentry term, reference page and
         function table row; the first of two entries with the same name and anchor only.
     """
-    found: list[Definition] = []
+    found: list[Definition] = list(_module_heading(main))
     for el in main.iter("dl", "div", "td"):
         cls = (el.get("class") or "").split()
         if el.tag == "dl" and len(cls) >= 2 and cls[1] in SPHINX_KINDS.get(cls[0], {}):
@@ -134,6 +136,22 @@ def first_sentence(text: str) -> str:
 
 
 # -- Sphinx --------------------------------------------------------------------------------
+
+
+def _module_heading(main: Element) -> Iterator[Definition]:
+    """A module's page: its ``h1`` "argparse — Parser for command-line options ..." with the
+    ``module-argparse`` target Sphinx puts beside it."""
+    h1 = next(main.iter("h1"), None)
+    if h1 is None:
+        return
+    m = _DASH_HEADING.match(_PERMALINKS.sub("", _flat(_text(h1))).strip())
+    if m is None:
+        return
+    name = m["name"].strip()
+    anchor = f"module-{name}"
+    if _is_name(name) and any(el.get("id") == anchor for el in main.iter()):
+        yield Definition(name, "module", name, first_sentence(m["summary"]), anchor)
+
 
 
 def _sphinx(dl: Element, kind: str) -> Iterator[Definition]:

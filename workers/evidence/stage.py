@@ -10,8 +10,9 @@ no LLM) and its confidence; the evidence tier's answers are composed here
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ragstream.settings import EvidenceSettings
@@ -22,7 +23,7 @@ from topics.retrieved import Candidate
 from topics.tokens import AnswerToken
 from workers.citations import citations_of
 from workers.conversation import split_context
-from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, weakness
+from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, quote, weakness
 from workers.evidence.lexical import holds_word, identifiers, proper_names
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
 from workers.retrieval.definitions import DefinitionHit, asks_for_a_name, definition_of
@@ -133,30 +134,40 @@ def promote_identifiers(
     return out
 
 
-def attach_definition(
+def attach_definitions(
     top: Sequence[Candidate], definitions: Sequence[Candidate]
 ) -> list[Candidate]:
-    """``top`` plus the best of ``definitions`` (definition entries found for a question that
-    asks for a name or a way, best first) whose document is the document of a passage of
-    ``top``, as the last passage; ``top`` alone when none is.
+    """``top`` plus, as its last passages, the best entry of ``definitions`` (definition
+    entries found for a question that asks for a name or a way, best first) of each document a
+    passage of ``top`` comes from; ``top`` alone when no entry is from one of them.
 
-    The definition search proposes names, the passage searches verify them: an entry is kept
-    only when the page that defines it is one the question's passages come from, so an entry
-    near the question's words but from a page retrieval did not rank is never shown.
+    The definition search proposes names; retrieval's passages verify them: an entry from a
+    page retrieval did not rank is never attached. The evidence answer then opens with the
+    entry of the page its best span quotes (:meth:`EvidenceStage.compose_answer`); the LLM
+    tiers read the attached entries as passages.
     """
     docs = {p.doc_id for p in top}
-    chosen = next((d for d in definitions if d.doc_id in docs), None)
-    return [*top, chosen] if chosen is not None else list(top)
+    chosen: dict[str, Candidate] = {}
+    for d in definitions:
+        if d.doc_id in docs and d.doc_id not in chosen:
+            chosen[d.doc_id] = d
+    return [*top, *chosen.values()]
 
 
 def definition_first(
-    answer: EvidenceAnswer, entry: DefinitionHit, n: int, policy: AnswerPolicy
+    answer: EvidenceAnswer,
+    entry: DefinitionHit,
+    n: int,
+    evidence: Evidence,
+    policy: AnswerPolicy,
 ) -> tuple[EvidenceAnswer, Span]:
-    """``answer`` opened with the definition entry that is passage ``n``: its signature, its
-    summary and its example (``str.split(sep=None, maxsplit=-1): Return a list of the words
-    in the string, using sep as the delimiter string. [3]``), then the quoted evidence when
-    both fit ``policy.max_words`` (else the entry alone). Returns the answer and the span it
-    quotes of the entry (its summary, at its offsets in the passage text)."""
+    """The answer that opens with the definition entry that is passage ``n``: its signature
+    and its summary (``str.split(sep=None, maxsplit=-1): Return a list of the words in the
+    string, using sep as the delimiter string. [3]``) and its example, then the evidence of its
+    document quoted as :func:`~workers.evidence.answer.quote` quotes it, in the words the
+    entry leaves of ``policy.max_words`` (none when its best span does not fit). Returns the
+    answer and the span it quotes of the entry (its summary, at its offsets in the passage).
+    """
     head = entry.signature or entry.name
     start = len(head) + 1 if entry.summary else 0
     quoted = entry.summary or head
@@ -167,17 +178,18 @@ def definition_first(
         start=start,
         end=start + len(quoted),
         text=quoted,
-        score=answer.spans[0].score if answer.spans else 0.0,
-        context=head if entry.summary else "",
+        score=evidence.confidence,
         kind="definition",
     )
     lead = f"{head}: {entry.summary} [{n}]" if entry.summary else f"{head} [{n}]"
     if entry.example:
         lead = f"{lead}\n{entry.example}"
-    words = len(lead.split())
-    if answer.spans and words + len(answer.text.split()) <= policy.max_words:
-        return EvidenceAnswer(f"{lead}\n{answer.text}", (span, *answer.spans), False), span
-    return EvidenceAnswer(lead, (span,), False), span
+    budget = policy.max_words - len(lead.split())
+    support = [s for s in answer.spans if s.doc_id == entry.doc_id]
+    if not support or len(support[0].text.split()) + len(support[0].context.split()) > budget:
+        return EvidenceAnswer(lead, (span,), False), span
+    text, chosen = quote(support, replace(policy, max_words=budget))
+    return EvidenceAnswer(f"{lead}\n{text}", (span, *chosen), False), span
 
 
 def _holds(text: str, name: str, whole_word: bool) -> bool:
@@ -235,27 +247,13 @@ class EvidenceStage:
         Raises:
             Whatever the selector's embedder raises.
         """
-        # A definition entry (attach_definition) is the last passage: the selector reads the
-        # passages before it, so their numbers stay the citations of the whole list.
-        entries = [_entry(passages) for _, passages, _ in batch]
-        found = self.selector.select(
-            [
-                (r.query, passages[:-1] if entry is not None else passages)
-                for (r, passages, _), entry in zip(batch, entries, strict=True)
-            ]
-        )
+        found = self.select([(r, passages) for r, passages, _ in batch])
         out = []
-        for (request, passages, llm_tier), evidence, entry in zip(
-            batch, found, entries, strict=True
-        ):
+        for (request, passages, llm_tier), evidence in zip(batch, found, strict=True):
             tier, reason = choose_tier(
                 request, llm_tier, evidence, self.answer_policy, self.tier_policy
             )
-            answer = compose(evidence, self.answer_policy)
-            spans: tuple[Span, ...] = evidence.spans
-            if entry is not None and not answer.refused and asks_for_a_name(request.query):
-                answer, lead = definition_first(answer, entry, len(passages), self.answer_policy)
-                spans = (lead, *spans)
+            answer, spans = self.compose_answer(request, passages, evidence)
             out.append(
                 Decision(
                     tier=tier,
@@ -267,10 +265,79 @@ class EvidenceStage:
             )
         return out
 
+    def select(self, batch: Sequence[tuple[QueryRequest, Sequence[Candidate]]]) -> list[Evidence]:
+        """The evidence of each ``(request, passages)``, in one embedding call. Definition
+        entries (:func:`attach_definitions`) are the last passages: the selector reads the
+        passages before them, so their numbers stay the citations of the whole list.
 
-def _entry(passages: Sequence[Candidate]) -> DefinitionHit | None:
-    """The definition entry that is the last of ``passages`` (:func:`attach_definition`)."""
-    return definition_of(passages[-1]) if passages else None
+        Raises:
+            Whatever the selector's embedder raises.
+        """
+        return self.selector.select(
+            [
+                (r.query, passages[: len(passages) - len(_entries(passages))])
+                for r, passages in batch
+            ]
+        )
+
+    def compose_answer(
+        self, request: QueryRequest, passages: Sequence[Candidate], evidence: Evidence
+    ) -> tuple[EvidenceAnswer, tuple[Span, ...]]:
+        """The evidence answer of one question (:func:`~workers.evidence.answer.compose`) and
+        its evidence spans. When the question asks for a name or a way and a definition entry
+        of the page its best span quotes is attached, the answer opens with that entry
+        (:func:`definition_first`), its span first among the evidence: the evidence selector,
+        on its own, found the answer on the page that defines the name."""
+        answer = compose(evidence, self.answer_policy)
+        if answer.refused or not asks_for_a_name(request.query):
+            return answer, evidence.spans
+        entries = _entries(passages)
+        lead_doc = answer.spans[0].doc_id
+        quoted = "\n".join(f"{s.context}\n{s.text}" for s in answer.spans if s.doc_id == lead_doc)
+        at = next(
+            (
+                i
+                for i, e in enumerate(entries)
+                if e.doc_id == lead_doc and (not NAMED_ONLY or mentions(quoted, e.name))
+            ),
+            None,
+        )
+        if at is None:
+            return answer, evidence.spans
+        n = len(passages) - len(entries) + at + 1
+        answer, lead = definition_first(answer, entries[at], n, evidence, self.answer_policy)
+        return answer, (lead, *evidence.spans)
+
+
+#: Whether the answer opens with an entry only when its quoted evidence names it.
+NAMED_ONLY = True
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether ``text`` names ``name``: a dotted name in full, or its last part called
+    (``reader(``) or as an attribute (``.reader``); any other name as a whole word, case as
+    written (``CONCURRENTLY``, ``pg_dump``, ``-m``)."""
+    if "." in name.strip("."):
+        last = name.rsplit(".", 1)[-1]
+        return name in text or f"{last}(" in text or f".{last}" in text
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def _without_entries(passages: Sequence[Candidate]) -> Sequence[Candidate]:
+    """``passages`` before the definition entries at their end."""
+    return passages[: len(passages) - len(_entries(passages))]
+
+
+def _entries(passages: Sequence[Candidate]) -> list[DefinitionHit]:
+    """The definition entries at the end of ``passages`` (:func:`attach_definitions`), in
+    order."""
+    out: list[DefinitionHit] = []
+    for p in reversed(passages):
+        entry = definition_of(p)
+        if entry is None:
+            break
+        out.append(entry)
+    return out[::-1]
 
 
 def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:

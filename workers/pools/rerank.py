@@ -29,7 +29,7 @@ from workers.caches import CacheKeys
 from workers.errors import dead_letter_hook, expired_hook
 from workers.evidence.stage import (
     EvidenceStage,
-    attach_definition,
+    attach_definitions,
     evidence_response,
     evidence_token,
     promote_identifiers,
@@ -86,7 +86,7 @@ def rerank_handler(
             offset += n
             if evidence is not None:
                 top = promote_identifiers(e.request.query, top, e.candidates)
-            tops.append(attach_definition(top, e.definitions))
+            tops.append(attach_definitions(top, e.definitions))
         took = (time.perf_counter() - t0) * 1000
         reranked = [
             RerankedPassages(
