@@ -593,6 +593,17 @@ class RetrievalSettings(BaseModel):
     #: kNN over the definition index, ``workers/retrieval/definitions.py``); the rerank pool
     #: keeps the best one whose document its passages agree on. 0 turns the search off.
     definitions_top: int = Field(default=5, ge=0)
+    #: Propose-and-verify (``workers/retrieval/propose.py``): an OpenAI-compatible chat server
+    #: whose model names what could answer each task question; the names the definition index
+    #: verifies open the answer. Empty: off. ``propose_timeout_s`` bounds one request (none
+    #: proposed past it); a batch whose oldest question waited more than
+    #: ``propose_shed_after_s`` (the pool is behind) is answered without proposals (shed).
+    propose_url: str = ""
+    propose_model: str = "qwen2.5-coder-1.5b-instruct"
+    propose_timeout_s: float = Field(default=5.0, gt=0)
+    #: Proposal requests in flight at once (the proposal server's slots).
+    propose_concurrency: int = Field(default=2, ge=1)
+    propose_shed_after_s: float = Field(default=1.0, ge=0)
 
 
 class RerankSettings(BaseModel):

@@ -67,6 +67,7 @@ from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.conversation import standalone_question
+from workers.pools.components import build_proposer
 from workers.retrieval.definitions import DefinitionIndex, definition_candidates
 
 #: Questions per ``_msearch`` round trip.
@@ -216,9 +217,7 @@ def run_evaluation(
     try:
         runner = _checked_runner(es, alias, settings, embedder)
         run = _retrieve(runner, to_run, requests, vectors, say)
-        definitions = definition_candidates(
-            DefinitionIndex(es, alias), requests, vectors, settings.retrieval.definitions_top
-        )
+        definitions = _definitions(settings, es, alias, requests, vectors)
     finally:
         es.close()
     for mode in run.seconds:
@@ -272,6 +271,29 @@ def run_evaluation(
         off_topic_file=str(options.off_topic) if probes else "",
         off_topic_questions=probe_records,
     ).with_headline()
+
+
+def _definitions(
+    settings: Settings,
+    es: Elasticsearch,
+    alias: str,
+    requests: Sequence[QueryRequest],
+    vectors: npt.NDArray[np.float32],
+) -> list[list[Candidate]]:
+    """The retrieval pool's definition entries of every request (with its name proposer,
+    never shed: an evaluation is not under load)."""
+    proposer = build_proposer(settings)
+    try:
+        return definition_candidates(
+            DefinitionIndex(es, alias),
+            requests,
+            vectors,
+            settings.retrieval.definitions_top,
+            proposer,
+        )
+    finally:
+        if proposer is not None:
+            proposer.close()
 
 
 def _jobs(  # noqa: PLR0917 - one call site

@@ -137,19 +137,28 @@ def promote_identifiers(
 def attach_definitions(
     top: Sequence[Candidate], definitions: Sequence[Candidate]
 ) -> list[Candidate]:
-    """``top`` plus, as its last passages, the best entry of ``definitions`` (definition
-    entries found for a question that asks for a name or a way, best first) of each document a
-    passage of ``top`` comes from; ``top`` alone when no entry is from one of them.
+    """``top`` plus, as its last passages, definition entries found for a question that asks
+    for a name or a way (``definitions``, best first): first the first entry of a name the
+    proposer named and the index verified (``metadata.proposed``) whose page a passage of
+    ``top`` comes from, then the best searched entry of each other document of ``top``;
+    ``top`` alone when there is none.
 
-    The definition search proposes names; retrieval's passages verify them: an entry from a
-    page retrieval did not rank is never attached. The evidence answer then opens with the
+    Every entry is verified twice: the index defines it, and retrieval ranked its page (a
+    proposed ``hashlib.scrypt`` for a question about PostgreSQL's password hashing, its page
+    nowhere among the passages, is never attached). The evidence answer then opens with the
     entry of the page its best span quotes (:meth:`EvidenceStage.compose_answer`); the LLM
     tiers read the attached entries as passages.
     """
     docs = {p.doc_id for p in top}
     chosen: dict[str, Candidate] = {}
+    # A proposed name the index defines, on a page retrieval ranked: the first such entry.
+    lead = next(
+        (d for d in definitions if d.metadata.get("proposed") is True and d.doc_id in docs), None
+    )
+    if lead is not None:
+        chosen[lead.doc_id] = lead
     for d in definitions:
-        if d.doc_id in docs and d.doc_id not in chosen:
+        if d.doc_id in docs and d.doc_id not in chosen and d.metadata.get("proposed") is not True:
             chosen[d.doc_id] = d
     return [*top, *chosen.values()]
 
@@ -181,11 +190,14 @@ def definition_first(
         score=evidence.confidence,
         kind="definition",
     )
-    lead = f"{head}: {entry.summary} [{n}]" if entry.summary else f"{head} [{n}]"
+    said = not entry.summary or entry.summary in head  # "createdb — create a new ..."
+    lead = f"{head} [{n}]" if said else f"{head}: {entry.summary} [{n}]"
     if entry.example:
         lead = f"{lead}\n{entry.example}"
     budget = policy.max_words - len(lead.split())
-    support = [s for s in answer.spans if s.doc_id == entry.doc_id]
+    # The evidence of the entry's page supports it; of another page (a proposed entry),
+    # the evidence answer follows as it is.
+    support = [s for s in answer.spans if s.doc_id == entry.doc_id] or list(answer.spans)
     if not support or len(support[0].text.split()) + len(support[0].context.split()) > budget:
         return EvidenceAnswer(lead, (span,), False), span
     text, chosen = quote(support, replace(policy, max_words=budget))
@@ -284,14 +296,19 @@ class EvidenceStage:
         self, request: QueryRequest, passages: Sequence[Candidate], evidence: Evidence
     ) -> tuple[EvidenceAnswer, tuple[Span, ...]]:
         """The evidence answer of one question (:func:`~workers.evidence.answer.compose`) and
-        its evidence spans. When the question asks for a name or a way and a definition entry
-        of the page its best span quotes is attached, the answer opens with that entry
-        (:func:`definition_first`), its span first among the evidence: the evidence selector,
-        on its own, found the answer on the page that defines the name."""
+        its evidence spans. When the question asks for a name or a way, the answer opens
+        (:func:`definition_first`, its span first among the evidence) with the attached entry
+        of a proposed and verified name, else with the attached entry of the page its best span
+        quotes when the quote names it: the evidence selector, on its own, found the answer on
+        the page that defines the name. A refusal stays a refusal."""
         answer = compose(evidence, self.answer_policy)
         if answer.refused or not asks_for_a_name(request.query):
             return answer, evidence.spans
         entries = _entries(passages)
+        if entries and entries[0].proposed:
+            n = len(passages) - len(entries) + 1
+            answer, lead = definition_first(answer, entries[0], n, evidence, self.answer_policy)
+            return answer, (lead, *evidence.spans)
         lead_doc = answer.spans[0].doc_id
         quoted = "\n".join(f"{s.context}\n{s.text}" for s in answer.spans if s.doc_id == lead_doc)
         at = next(

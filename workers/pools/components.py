@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -21,6 +22,7 @@ from workers.caches import AnswerCache, CacheKeys, answer_config
 from workers.generation.generator import Generator, TokenSink
 from workers.retrieval.definitions import DefinitionIndex, definition_candidates
 from workers.retrieval.hybrid import HybridRetriever
+from workers.retrieval.propose import NameProposer
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
 
 
@@ -98,11 +100,35 @@ def build_definition_search(
     """The retrieval pool's definition search (``retrieval.definitions_top`` entries for each
     question that asks for a name or a way) over the index ``retriever`` searches, or ``None``
     when ``retrieval.definitions_top`` is 0."""
-    top = settings.retrieval.definitions_top
-    if top == 0:
+    r = settings.retrieval
+    if r.definitions_top == 0:
         return None
     index = DefinitionIndex(retriever.es, retriever.alias, target=retriever.target)
-    return lambda queries, vectors: definition_candidates(index, queries, vectors, top)
+    proposer = build_proposer(settings)
+
+    def search(
+        queries: Sequence[QueryRequest], vectors: np.ndarray[Any, Any]
+    ) -> list[list[Candidate]]:
+        waited = (dt.datetime.now(dt.UTC) - min(q.created_at for q in queries)).total_seconds()
+        shed = waited > r.propose_shed_after_s
+        return definition_candidates(
+            index, queries, vectors, r.definitions_top, proposer, shed=shed
+        )
+
+    return search
+
+
+def build_proposer(settings: Settings) -> NameProposer | None:
+    """The name proposer of ``retrieval.propose_url`` (``None`` when it is empty)."""
+    r = settings.retrieval
+    if not r.propose_url:
+        return None
+    return NameProposer(
+        r.propose_url,
+        r.propose_model,
+        timeout_s=r.propose_timeout_s,
+        concurrency=r.propose_concurrency,
+    )
 
 
 def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> Generator:

@@ -34,6 +34,7 @@ from topics.retrieved import Candidate
 from workers.conversation import split_context
 from workers.evidence.lexical import answer_type
 from workers.retrieval.hybrid import es_errors
+from workers.retrieval.propose import PROPOSALS, NameProposer
 from workers.retrieval.query import bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
 
@@ -54,6 +55,7 @@ class DefinitionHit:
             (:class:`ingest.types.Definition`).
         score: the BM25 score (verify) or the RRF score (search); higher is better.
         exact: its name's first lookup key equals the asked name's (verify only).
+        proposed: it defines a name the proposer named (:mod:`workers.retrieval.propose`).
     """
 
     entry_id: str
@@ -68,16 +70,18 @@ class DefinitionHit:
     anchor: str
     score: float
     exact: bool = False
+    proposed: bool = False
 
     @property
     def page(self) -> str:
         """``source#anchor`` (the source alone when the entry has no anchor)."""
         return f"{self.source}#{self.anchor}" if self.anchor else self.source
 
-    def candidate(self) -> Candidate:
+    def candidate(self, *, proposed: bool = False) -> Candidate:
         """The entry as a passage: ``text`` = signature, summary and example, one per line
         (:func:`ingest.pipeline.definition_text`); ``metadata`` holds ``entry`` =
-        ``definition`` and the entry's fields (:func:`definition_of` reads them back)."""
+        ``definition``, the entry's fields and ``proposed`` (it defines a name the proposer
+        named; :func:`definition_of` reads them back)."""
         text = "\n".join(x for x in (self.signature, self.summary, self.example) if x)
         meta: dict[str, str | int | float | bool | None] = {
             "entry": DEFINITION_ENTRY,
@@ -87,6 +91,7 @@ class DefinitionHit:
             "summary": self.summary,
             "example": self.example,
             "anchor": self.anchor,
+            "proposed": proposed,
         }
         return Candidate(
             chunk_id=self.entry_id,
@@ -116,6 +121,7 @@ def definition_of(passage: Candidate) -> DefinitionHit | None:
         example=str(meta.get("example") or ""),
         anchor=str(meta.get("anchor") or ""),
         score=passage.score,
+        proposed=meta.get("proposed") is True,
     )
 
 
@@ -295,16 +301,23 @@ def definition_candidates(
     queries: Sequence[QueryRequest],
     vectors: npt.NDArray[np.floating[Any]],
     top: int,
+    proposer: NameProposer | None = None,
+    *,
+    shed: bool = False,
 ) -> list[list[Candidate]]:
-    """The definition entries nearest each query that asks for a name or a way
-    (:func:`asks_for_a_name`), as passages (:meth:`DefinitionHit.candidate`), in one
-    ``_msearch``; an empty list for every other query, and for all when ``top`` is 0.
+    """The definition entries of each query that asks for a name or a way
+    (:func:`asks_for_a_name`), as passages (:meth:`DefinitionHit.candidate`): first the entries
+    that define a name ``proposer`` proposed (propose-and-verify, ``metadata.proposed``), in
+    the order of the names, then the ``top`` entries nearest the question (one ``_msearch`` for
+    the batch); an empty list for every other query.
 
     Args:
         index: the definition index.
         queries: the batch; each is searched within its tenant and the asker's principals.
         vectors: ``(len(queries), dim)`` query embeddings (the index's model).
-        top: entries kept per query.
+        top: entries searched per query (0: none, and no proposals either).
+        proposer: the name proposer, or ``None``.
+        shed: leave the proposer out for this batch (the pool is behind).
 
     Raises:
         TransientError, PermanentError: as :meth:`DefinitionIndex.search_many`.
@@ -313,18 +326,26 @@ def definition_candidates(
     asking = [i for i, q in enumerate(queries) if top > 0 and asks_for_a_name(q.query)]
     if not asking:
         return out
+    texts = [split_context(queries[i].query)[0] for i in asking]
     found = index.search_many(
         [
-            (
-                queries[i].tenant,
-                split_context(queries[i].query)[0],
-                [float(x) for x in vectors[i]],
-                queries[i].principals,
-            )
-            for i in asking
+            (queries[i].tenant, text, [float(x) for x in vectors[i]], queries[i].principals)
+            for i, text in zip(asking, texts, strict=True)
         ],
         size=top,
     )
-    for i, hits in zip(asking, found, strict=True):
-        out[i] = [h.candidate() for h in hits]
+    names: list[list[str]] = [[] for _ in asking]
+    if proposer is not None and shed:
+        PROPOSALS.labels("shed").inc(len(asking))
+    elif proposer is not None:
+        names = proposer.propose(texts)
+    for at, (i, hits) in enumerate(zip(asking, found, strict=True)):
+        q = queries[i]
+        verified = index.verify(q.tenant, names[at], q.principals) if names[at] else {}
+        proposed = [h for name in names[at] for h in verified.get(name, [])]
+        seen: set[str] = set()
+        for h, was_proposed in [*((h, True) for h in proposed), *((h, False) for h in hits)]:
+            if h.entry_id not in seen:
+                seen.add(h.entry_id)
+                out[i].append(h.candidate(proposed=was_proposed))
     return out
