@@ -153,7 +153,6 @@ def _module_heading(main: Element) -> Iterator[Definition]:
         yield Definition(name, "module", name, first_sentence(m["summary"]), anchor)
 
 
-
 def _sphinx(dl: Element, kind: str) -> Iterator[Definition]:
     dd = next((c for c in dl if c.tag == "dd"), None)
     summary = _first_paragraph(dd)

@@ -4,13 +4,20 @@ per markup kind, verification of proposed names, and the entries' lifecycle with
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
 
+import infra
+from infra.llm_service import LlmService
+from ingest.index import definition_keys
 from ingest.ops import IngestOp
+from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
-from workers.retrieval.definitions import DefinitionIndex
+from topics.queries import QueryRequest
+from workers.retrieval.definitions import DefinitionIndex, definition_candidates
+from workers.retrieval.propose import PROPOSALS, NameProposer
 from workers.retrieval.query import bm25_query, es_filters
 
 PY_HTML = Path("/usr/share/doc/python3.11/html")
@@ -42,15 +49,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _page(name: str, **kw: object) -> IngestOp:
+def _page(name: str) -> IngestOp:
     path = PAGES[name]
-    return IngestOp(
-        "acme", name, data=path.read_bytes(), filename=path.name, source=path.name, **kw
-    )  # type: ignore[arg-type]
+    return IngestOp("acme", name, data=path.read_bytes(), filename=path.name, source=path.name)
 
 
-def _glossary(data: bytes = GLOSSARY, **kw: object) -> IngestOp:
-    return IngestOp("acme", "glossary", data=data, content_type="markdown", **kw)  # type: ignore[arg-type]
+def _glossary(data: bytes = GLOSSARY) -> IngestOp:
+    return IngestOp("acme", "glossary", data=data, content_type="markdown")
 
 
 @pytest.fixture
@@ -156,3 +161,40 @@ def test_definitions_off_indexes_chunks_only(indexed: Kit) -> None:
     assert out.status == "indexed" and out.version == 2  # the hash no longer covers them
     assert indexed.definitions("acme", "itertools") == []
     assert len(indexed.chunks("acme", "itertools")) == out.chunk_count
+
+
+def test_propose_and_verify_against_the_real_llm_server(indexed: Kit) -> None:
+    """The serving LLM proposes in the OpenAI chat shape; whatever it names, only entries the
+    tenant's documents define come back, marked proposed; an unknown name never does."""
+    settings = Settings()
+    healthy, _ = LlmService(settings).probe(2.0)
+    if not healthy:
+        infra.up(settings, only=["llm"])
+    proposer = NameProposer(settings.llm.base_url, settings.llm.model, timeout_s=60)
+    question = "How do I iterate over overlapping pairs of a list?"
+    before = PROPOSALS.labels("proposed")._value.get()
+    [names] = proposer.propose([question])
+    assert PROPOSALS.labels("proposed")._value.get() == before + 1  # answered, not failed
+    lookup = DefinitionIndex(indexed.es, indexed.index.alias)
+    request = QueryRequest(
+        tenant="acme", query=question, deadline=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    )
+    vector = indexed.embedder.embed([question])
+    [found] = definition_candidates(lookup, [request], vector, 5, proposer)
+    defined = {n for n, hits in lookup.verify("acme", names).items() if hits}
+    for c in found:
+        if c.metadata["proposed"]:
+            assert {k for k in definition_keys(str(c.metadata["name"]))} & {
+                k for n in defined for k in definition_keys(n)
+            }, c.metadata
+    proposer.close()
+
+    class Fixed:
+        def propose(self, questions: list[str]) -> list[list[str]]:
+            return [["itertools.zip_pairs", "pairwise()"] for _ in questions]
+
+    [found] = definition_candidates(lookup, [request], vector, 5, Fixed())  # type: ignore[arg-type]
+    proposed = [c.metadata["name"] for c in found if c.metadata["proposed"]]
+    assert proposed == ["itertools.pairwise"]  # the unknown name is dropped, the other verified
+    [found] = definition_candidates(lookup, [request], vector, 5, Fixed(), shed=True)  # type: ignore[arg-type]
+    assert not any(c.metadata["proposed"] for c in found)  # shed: searched entries only

@@ -139,7 +139,9 @@ def test_the_tier_is_decided_once_with_its_reason_in_the_trace() -> None:
     assert rerank.detail["tier"] == "large" and rerank.detail["route"] == "cue"
 
 
-def _definition(doc_id: str, name: str, signature: str, summary: str) -> Candidate:
+def _definition(
+    doc_id: str, name: str, signature: str, summary: str, *, proposed: bool = True
+) -> Candidate:
     hit = DefinitionHit(
         entry_id=f"def-{name}",
         doc_id=doc_id,
@@ -153,7 +155,7 @@ def _definition(doc_id: str, name: str, signature: str, summary: str) -> Candida
         anchor=f"GUC-{name.upper()}",
         score=0.03,
     )
-    return hit.candidate()
+    return hit.candidate(proposed=proposed)
 
 
 def _asking(*definitions: Candidate) -> RetrievedCandidates:
@@ -161,7 +163,7 @@ def _asking(*definitions: Candidate) -> RetrievedCandidates:
     return event.model_copy(update={"definitions": definitions})
 
 
-def test_a_name_question_opens_with_the_definition_its_passages_agree_on() -> None:
+def test_a_name_question_opens_with_the_proposed_definition_its_passages_agree_on() -> None:
     entry = _definition(
         "doc-c2",
         "deadlock_timeout",
@@ -172,7 +174,7 @@ def test_a_name_question_opens_with_the_definition_its_passages_agree_on() -> No
     [emit] = _run([_asking(stranger, entry)])
     response = emit.event
     assert isinstance(response, QueryResponse) and response.tier == "evidence"
-    # The entry whose page a passage comes from, not the better-ranked one from another page.
+    # The proposed entry whose page a passage comes from, not the first one, from another page.
     assert response.answer.startswith("deadlock_timeout (integer): This is the amount"), (
         response.answer
     )
@@ -203,3 +205,13 @@ def test_a_question_that_asks_for_no_name_is_answered_from_its_passages() -> Non
     response = emit.event
     assert isinstance(response, QueryResponse)
     assert "(1s)" in response.answer and not response.answer.startswith("deadlock_timeout")
+
+
+def test_a_searched_definition_opens_the_answer_only_when_its_quote_names_it() -> None:
+    entry = _definition(
+        "doc-c2", "deadlock_timeout", "deadlock_timeout (integer)", "Wait.", proposed=False
+    )
+    [emit] = _run([_asking(entry)])
+    response = emit.event
+    assert isinstance(response, QueryResponse)
+    assert not response.answer.startswith("deadlock_timeout (integer): Wait."), response.answer
