@@ -79,6 +79,13 @@ _TOPIC_FORMS = (
         re.I,
     ),
 )
+#: The default a topic asks for, before the thing it is the default of: "the default value
+#: of", "the default maxsize of" (a default of a setting, a parameter or an argument: a later
+#: "it" is that thing). "The default work_mem" stays: "the default isolation level" is a
+#: setting of its own.
+_VALUE_OF = re.compile(r"^(?:the\s+|a\s+)?default\s+(?:\w+\s+)?of\s+", re.IGNORECASE)
+#: Whether :func:`topic_of` leaves a value out of its topic.
+VALUE_TOPICS = True
 #: "which one" / "what one": the kind of thing the earlier question asked for stands in for
 #: "one" ("And which one changes it?" after "Which function of the os module returns ...?" asks
 #: for a function).
@@ -110,11 +117,17 @@ def is_follow_up(question: str) -> bool:
 
 
 def topic_of(question: str) -> str:
-    """The topic a question names in the forms of :data:`_TOPIC_FORMS`, else ""."""
+    """The topic a question names in the forms of :data:`_TOPIC_FORMS`, else "". A question
+    for the default of something is about that thing: its topic leaves the default out ("the
+    default value of the shared_buffers setting" → "the shared_buffers setting"), so that "And
+    how do I change it?" asks how to change the setting, not its default
+    (:data:`_VALUE_OF`)."""
     for form in _TOPIC_FORMS:
         match = form.match(question)
         if match:
             topic = match["topic"].strip().rstrip("?").strip()
+            if VALUE_TOPICS:
+                topic = _VALUE_OF.sub("", topic, count=1) or topic
             if not content_words(topic):
                 continue
             if not re.match(r"(?:the|a|an|my|its|this|that)\b", topic, re.I):

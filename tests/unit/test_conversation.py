@@ -65,9 +65,13 @@ def test_no_history_leaves_the_question_alone_and_answers_are_never_history() ->
 
 
 def test_topics_of_the_common_question_forms() -> None:
-    assert topic_of("What is the default maxsize of the lru_cache?") == (
-        "the default maxsize of the lru_cache"
+    # A question for the default of something is about that thing (a later "it" is the
+    # cache, the setting), not about its default.
+    assert topic_of("What is the default maxsize of the lru_cache?") == "the lru_cache"
+    assert topic_of("What is the default value of the shared_buffers setting?") == (
+        "the shared_buffers setting"
     )
+    assert topic_of("What is the default isolation level?") == "the default isolation level"
     assert topic_of("Which TCP port does the server listen on?") == "the TCP port"
     assert topic_of("What does the VACUUM command do?") == "the VACUUM command"
     assert topic_of("How do I create a database from the shell?") == "a database from the shell"
