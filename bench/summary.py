@@ -40,6 +40,12 @@ TARGETS: dict[str, tuple[str, float]] = {
     "eval.absent_refusal_rate": (">=", 0.9),
     "eval.off_topic_refusal_rate": (">=", 0.9),
     "eval.false_refusal_rate": ("<=", 0.05),
+    # Issue 35: judged on the latest blind set (``eval-blind``, aggregate only).
+    "eval.blind.answer_accuracy": (">=", 0.7),
+    "eval.blind.howto_accuracy": (">=", 0.5),
+    "eval.blind.answer_first_rate": (">=", 0.6),
+    "eval.blind.gap_to_shared": ("<=", 0.05),
+    "eval.followup_rate": (">=", 5 / 6),
     # Issue 22: fresh evidence-tier answers end to end through the API, one at a time, on a
     # quiet stack (``api-evidence-shared.json``). ``eval.answer_latency_p50_ms`` is reported
     # beside it: the in-process evaluation answers 16 questions a batch, so it is no per-answer
@@ -217,6 +223,40 @@ def eval_numbers(data: dict[str, Any]) -> dict[str, Any]:
     return {k: headline[k] for k in EVAL_KEYS if k in headline}
 
 
+#: Headline numbers of the latest blind set kept as ``eval.blind.<key>``.
+BLIND_KEYS = ("answer_accuracy", "howto_accuracy", "answer_first_rate", "absent_refusal_rate")
+#: Where the eval reports whose follow-up questions ``eval.followup_rate`` counts are.
+FOLLOWUP_DIRS = ("eval-blind", "eval-dev", "eval-newuser")
+
+
+def blind_numbers(directory: Path, shared: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``{"blind": {...}, "followup_rate": x}`` for the summary's ``eval`` section.
+
+    ``blind``: from ``eval-blind/eval.json`` (``ragstream eval BLIND_SET --aggregate-only --out
+    DIR/eval-blind``), the latest blind set's :data:`BLIND_KEYS` and ``gap_to_shared``, the
+    shared set's accuracy (``shared["answer_accuracy"]``) minus the blind set's.
+    ``followup_rate``: the follow-up questions answered right over those of the reports in
+    :data:`FOLLOWUP_DIRS` that exist (``None`` without any).
+    """
+    blind: dict[str, Any] = dict.fromkeys((*BLIND_KEYS, "gap_to_shared"))
+    data = _load(directory, "eval-blind/eval.json", notes)
+    if data is not None:
+        blind.update({k: data["headline"].get(k) for k in BLIND_KEYS})
+        acc, ref = blind["answer_accuracy"], shared.get("answer_accuracy")
+        blind["gap_to_shared"] = None if acc is None or ref is None else round(ref - acc, 4)
+    correct = asked = 0
+    for name in FOLLOWUP_DIRS:
+        path = directory / name / "eval.json"
+        if path.exists():
+            kinds = (json.loads(path.read_text(encoding="utf-8")).get("answers") or {}).get(
+                "by_kind", {}
+            )
+            followup = kinds.get("followup") or {}
+            correct += int(followup.get("correct") or 0)
+            asked += int(followup.get("n") or 0)
+    return {"blind": blind, "followup_rate": round(correct / asked, 4) if asked else None}
+
+
 def _load(directory: Path, filename: str, notes: list[str]) -> dict[str, Any] | None:
     path = directory / filename
     if not path.exists():
@@ -264,6 +304,7 @@ def build_summary(directory: Path) -> dict[str, Any]:
             summary[name].update({mode: mode_cost(None) for mode in QUERY_MODES})
         if name == "query" and data is not None:
             summary["machine"] = data.get("machine")
+    summary["eval"].update(blind_numbers(directory, summary["eval"], notes))
     stage_path = directory / "retrieval_stage.json"
     stage = json.loads(stage_path.read_text(encoding="utf-8")) if stage_path.exists() else None
     summary["query"]["retrieval_stage_p50_ms"] = retrieval_stage_p50(stage)
