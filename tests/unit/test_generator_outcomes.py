@@ -183,11 +183,43 @@ def test_white_space_before_the_first_character_is_not_streamed() -> None:
         tenant="t", query="q", deadline=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
     )
     on_token, finish = sink.stream(request, first_seq=1)
-    for text in ("\n", " ", "\nThe", " answer", " is 42."):
+    for text in ("\n", " ", "\nThe", " answer", " is 42.", " It is", " even."):
         on_token(text)
-    finish()
-    assert sent == [(1, "The", False), (2, " answer", False), (3, " is 42.", False), (4, "", True)]
-    assert "".join(t for _, t, _ in sent) == "The answer is 42."
+    finish("The answer is 42. It is even.")
+    # A whole sentence at a time; the last one, held until the answer was judged, at the end.
+    assert sent == [(1, "The answer is 42.", False), (2, " It is even.", False), (3, "", True)]
+    assert "".join(t for _, t, _ in sent) == "The answer is 42. It is even."
+
+
+def test_a_looping_completion_never_streams_its_loop() -> None:
+    """What a stream shows is never more than what the judge keeps: no repeat of a line, and
+    nothing of a completion the evidence answer replaces."""
+    from topics.queries import QueryRequest
+    from workers.generation.compress import judge
+    from workers.generation.generator import TokenSink
+
+    sent: list[str] = []
+    sink = TokenSink(lambda emit: sent.append(emit.event.text))
+    request = QueryRequest(
+        tenant="t", query="q", deadline=dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+    )
+    loop = "Use venv [1]. Then activate it [1]." + " Use venv [1]." * 6 + " Use ve"
+    on_token, finish = sink.stream(request)
+    for i in range(0, len(loop), 3):
+        on_token(loop[i : i + 3])
+    judged = judge(loop, "length")
+    assert judged.text == "Use venv [1]. Then activate it [1]." and judged.truncated
+    finish(judged.text)
+    assert "".join(sent) == judged.text and sent[-1] == ""
+    assert sum("Use venv" in t for t in sent) == 1
+
+    sent.clear()
+    on_token, finish = sink.stream(request)
+    for text in ("\\gset\nAnswer: ", "\\gset\nAnswer: ", "\\gset\nAnswer:"):
+        on_token(text)
+    assert judge("\\gset\nAnswer: \\gset\nAnswer: \\gset\nAnswer:", "length").fallback
+    finish(None)  # replaced by the evidence answer: it showed nothing
+    assert sent == [""]
 
 
 class MalformedBackend(Backend):

@@ -9,7 +9,10 @@ renumbered the same way, so an answer's ``[n]``, its citations and its evidence 
 A completion is judged before it is published: an empty (or whitespace, or stop-only) completion
 falls back to the evidence answer; one cut at its token limit (``finish_reason == "length"``) is
 kept up to its last whole sentence and marked truncated, or falls back when no sentence is whole;
-a completion that repeats itself (the loop of a small model that reached the limit) falls back.
+a completion that repeats itself (the loop of a small model that reached the limit) is kept up
+to its last whole sentence before the first repeat and marked truncated (:func:`clean_prefix`),
+or falls back when no sentence is whole before it. What a stream shows of a completion is never
+more than what the judge keeps.
 """
 
 from __future__ import annotations
@@ -75,9 +78,10 @@ class Judged:
 
     Attributes:
         text: the answer text to publish ("" means: fall back to the evidence answer).
-        truncated: the completion hit its token limit and was cut at its last whole sentence.
+        truncated: the completion hit its token limit, or began repeating itself, and was cut
+            at its last whole sentence before that.
         reason: why it fell back or was cut ("" for a clean answer): ``empty``, ``repeated``,
-            ``length_no_sentence``, ``length_cut``.
+            ``repeated_cut``, ``length_no_sentence``, ``length_cut``.
     """
 
     text: str
@@ -99,6 +103,34 @@ def last_whole_sentence(text: str) -> str:
 #: A list marker at the start of a line or sentence ("1.", "2)", "-", "*"): a loop of a small
 #: model often numbers its repeats ("1. Create ... 2. Create ...").
 _LIST_MARKER = re.compile(r"^(?:\d{1,3}[.)]|[-*\u2022])\s+")
+
+
+#: A list marker left alone at the end of a cut text ("... Use venv. 2.").
+_TRAILING_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022])\s*$")
+#: One sentence of a line (its end punctuation kept).
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+
+
+def clean_prefix(text: str) -> str:
+    """``text`` up to the end of its last whole sentence before the first line or sentence
+    that repeats an earlier one (list markers left out, as :func:`is_repetitive` counts
+    them); its whole sentences when nothing repeats; "" when no sentence ends before the
+    repeat. What a stream may show of a completion before it is judged: a later token can only
+    add to it (:class:`workers.generation.generator.TokenSink`), and :func:`judge` keeps at
+    least it."""
+    seen: set[str] = set()
+    offset = 0
+    for line in text.split("\n"):
+        for m in _SENTENCE.finditer(line):
+            piece = _LIST_MARKER.sub("", m.group().strip())
+            if not piece or re.fullmatch(r"\d{1,3}[.)]", piece):
+                continue
+            if piece in seen:
+                cut = last_whole_sentence(text[: offset + m.start()])
+                return _TRAILING_MARKER.sub("", cut)
+            seen.add(piece)
+        offset += len(line) + 1
+    return last_whole_sentence(text)
 
 
 def is_repetitive(text: str) -> bool:
@@ -126,7 +158,8 @@ def judge(text: str, finish_reason: str, stop: Sequence[str] = ()) -> Judged:
     if not clean:
         return Judged("", False, "empty")
     if is_repetitive(clean):
-        return Judged("", False, "repeated")
+        cut = clean_prefix(clean)
+        return Judged(cut, True, "repeated_cut") if cut else Judged("", False, "repeated")
     if finish_reason == "length":
         cut = last_whole_sentence(clean)
         if not cut:

@@ -4,7 +4,8 @@ build the answers; and the token sink that streams answer tokens as they arrive.
 Per batch: every prompt is budgeted in the serving model's tokens (:mod:`workers.generation.
 prompt`), then ALL requests are submitted concurrently so a continuous-batching server
 (llama.cpp here, ``vllm serve`` in production) batches them. Tokens go to the
-:class:`TokenSink` as they arrive (``seq`` in order, then a ``final`` marker; the pool publishes
+:class:`TokenSink` as they arrive, which publishes them a whole sentence at a time (``seq`` in
+order, then a ``final`` marker; the pool publishes
 them as outputs of its handler while the batch runs); the final answer carries citations,
 token usage, the trace and the keys the delivery pool caches it at. An unreachable backend is
 retried with back-off until the request's deadline, then answered with
@@ -12,11 +13,13 @@ retried with back-off until the request's deadline, then answered with
 
 With evidence (the rerank pool's evidence stage), the prompt holds the evidence spans, not whole
 chunks (:func:`workers.generation.compress.compress`), and every completion is judged before it
-is published (:func:`workers.generation.compress.judge`): an empty, stop-only or repeating
-completion is replaced by the evidence answer (the one the evidence stage composed, carried by
-the event: never composed again here), one cut at its token limit is kept up to its last
-whole sentence and marked ``truncated`` (or replaced by the evidence answer when no sentence is
-whole). A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
+is published (:func:`workers.generation.compress.judge`): an empty or stop-only completion is
+replaced by the evidence answer (the one the evidence stage composed, carried by the event:
+never composed again here), one cut at its token limit is kept up to its last whole sentence
+and one that repeats itself up to its last whole sentence before the first repeat, both marked
+``truncated`` (or replaced by the evidence answer when no sentence is whole). The token sink
+shows a completion a whole sentence at a time and never past its first repeat, so a stream
+never shows what the judge drops. A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
 silently cut question. A response not in the OpenAI API's shape (:class:`~workers.errors.
 MalformedGenerationError`) is answered with the evidence answer (``finish`` ``malformed`` in the
 trace), or with a ``BACKEND_UNAVAILABLE`` error when there is none.
@@ -61,7 +64,7 @@ from workers.generation.backend import (
     GenerationResult,
     OnToken,
 )
-from workers.generation.compress import Judged, compress, judge
+from workers.generation.compress import Judged, clean_prefix, compress, judge
 from workers.generation.prompt import EVIDENCE_INSTRUCTION, Prompt, PromptBuilder
 from workers.metrics import (
     LLM_LATENCY,
@@ -97,14 +100,21 @@ class TokenSink:
 
     def stream(
         self, request: QueryRequest, first_seq: int = 0
-    ) -> tuple[OnToken, Callable[[], None]]:
+    ) -> tuple[OnToken, Callable[[str | None], None]]:
         """``(on_token, finish)`` for one request: tokens get ``seq`` ``first_seq``,
-        ``first_seq + 1``, ... (1 when the evidence event took ``seq`` 0); ``finish`` sends the
-        ``final`` marker. White space before the answer's first character is not sent (a model
-        often opens with ``"\n"`` or ``" "``): the recorded answer is stripped, and what the
-        tokens spell must be its prefix, or every stream would end with a ``replace``."""
+        ``first_seq + 1``, ... (1 when the evidence event took ``seq`` 0).
+
+        Deltas are held until they are safe to show: a whole sentence at a time, and none from
+        the first line or sentence that repeats an earlier one on
+        (:func:`~workers.generation.compress.clean_prefix`), so a completion the judge cuts or
+        replaces never streamed what it loses, and a looping model shows no loop. White space
+        before the answer's first character is not sent (the recorded answer is stripped).
+        ``finish(answer)`` sends the rest of the published ``answer`` when what was shown is
+        its beginning (nothing more when the evidence answer replaced the completion, which
+        then showed nothing), then the ``final`` marker."""
         seq = first_seq
-        started = False
+        received = ""
+        shown = ""
 
         def send(text: str, final: bool) -> None:
             nonlocal seq
@@ -120,15 +130,19 @@ class TokenSink:
             seq += 1
 
         def on_token(text: str) -> None:
-            nonlocal started
-            if not started:
-                text = text.lstrip()
-                if not text:
-                    return
-                started = True
-            send(text, False)
+            nonlocal received, shown
+            received += text
+            safe = clean_prefix(received.lstrip())
+            if len(safe) > len(shown) and safe.startswith(shown):
+                send(safe[len(shown) :], False)
+                shown = safe
 
-        return on_token, lambda: send("", True)
+        def finish(answer: str | None = None) -> None:
+            if answer and answer.startswith(shown) and len(answer) > len(shown):
+                send(answer[len(shown) :], False)
+            send("", True)
+
+        return on_token, finish
 
 
 class Generator:
@@ -206,10 +220,10 @@ class Generator:
                 code = code_of(result)
                 out[i] = Emit(RESPONSES, error_response(e, code, msg, f"generation-{self.tier}"))
                 continue
-            finish = streams[i][1]
-            if finish is not None:
-                finish()
             answer = self._answer(e, (prompts[i], shown[i]), result, started, t0)
+            finish = streams[i][1]
+            if finish is not None:  # the rest of the published answer, then the final marker
+                finish(answer.answer if answer.status == "answered" else None)
             out[i] = Emit(RESPONSES, answer)
         return [out[i] for i in range(len(events))]
 
@@ -290,7 +304,7 @@ class Generator:
 
     def _stream(
         self, request: QueryRequest, first_seq: int
-    ) -> tuple[OnToken | None, Callable[[], None] | None]:
+    ) -> tuple[OnToken | None, Callable[[str | None], None] | None]:
         if self.tokens is None:
             return None, None
         on_token, finish = self.tokens.stream(request, first_seq)
@@ -300,7 +314,7 @@ class Generator:
         self,
         events: list[RerankedPassages],
         prompts: dict[int, Prompt],
-        streams: dict[int, tuple[OnToken | None, Callable[[], None] | None]],
+        streams: dict[int, tuple[OnToken | None, Callable[[str | None], None] | None]],
     ) -> dict[int, GenerationResult | BaseException]:
         results: dict[int, GenerationResult | BaseException] = {}
         pending = sorted(prompts)
@@ -319,7 +333,7 @@ class Generator:
         self,
         events: list[RerankedPassages],
         prompts: dict[int, Prompt],
-        streams: dict[int, tuple[OnToken | None, Callable[[], None] | None]],
+        streams: dict[int, tuple[OnToken | None, Callable[[str | None], None] | None]],
         pending: list[int],
         results: dict[int, GenerationResult | BaseException],
         flags: dict[str, asyncio.Event],
