@@ -248,13 +248,15 @@ class HttpClient:
         route: Route = "auto",
         timeout_s: float | None = None,
         callback_url: str | None = None,
+        history: Sequence[str] | None = None,
     ) -> QueryResult:
         """Ask and wait (server-side up to ``timeout_s``); ``status`` may still be
-        ``pending`` after the wait (then :meth:`wait`)."""
+        ``pending`` after the wait (then :meth:`wait`). ``history``: the conversation's earlier
+        questions, oldest first (a follow-up is rewritten from them)."""
         return self._do(
             Calls.query(
                 query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
-                callback_url=callback_url,
+                callback_url=callback_url, history=list(history) if history else None,
             )
         )  # fmt: skip
 
@@ -426,13 +428,15 @@ class AsyncHttpClient:
         route: Route = "auto",
         timeout_s: float | None = None,
         callback_url: str | None = None,
+        history: Sequence[str] | None = None,
     ) -> QueryResult:
         """Ask and wait (server-side up to ``timeout_s``); ``status`` may still be
-        ``pending`` after the wait (then :meth:`wait`)."""
+        ``pending`` after the wait (then :meth:`wait`). ``history``: the conversation's earlier
+        questions, oldest first (a follow-up is rewritten from them)."""
         return await self._do(
             Calls.query(
                 query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
-                callback_url=callback_url,
+                callback_url=callback_url, history=list(history) if history else None,
             )
         )  # fmt: skip
 

@@ -12,8 +12,9 @@
    documents are skipped by content hash on a second run); once ``--early-after`` documents
    (300) are in, it asks one sample question whose expected page is already indexed, through
    the API, while the job goes on (:class:`EarlyQuestion`: the index is live while it grows);
-5. asks ten questions (``bench/evaluation/questions.sample.jsonl``) through the HTTP API and prints
-   answers, numbered citations and latencies;
+5. asks ten questions (``bench/evaluation/questions.sample.jsonl``, how-to questions among them)
+   and one follow-up (:data:`FOLLOW_UP`, sent with its earlier question as ``history``) through
+   the HTTP API and prints answers, numbered citations and latencies;
 6. leaves everything running and prints the URLs and how to stop.
 
 ``ragstream demo status`` shows each process, its state and its restarts; ``ragstream demo
@@ -377,8 +378,17 @@ def optimize_index(settings: Settings) -> None:
     )
 
 
+#: The conversation the demo asks after the sample questions: an earlier question (a sample
+#: question) and its follow-up, sent with the earlier one as ``history``.
+FOLLOW_UP = (
+    "How do I create a new database from the command line?",
+    "And how do I remove it again?",
+)
+
+
 def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
-    """Ask ``limit`` sample questions through the API; print answers, citations, latency."""
+    """Ask ``limit`` sample questions, then the :data:`FOLLOW_UP` conversation's follow-up,
+    through the API; print answers, citations, latency."""
     from entry.client import ApiRequestError, HttpClient
     from entry.query import print_result
 
@@ -396,6 +406,15 @@ def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
                 continue
             print_result(result)
             latencies.append((q["id"], result.latency_ms or float("nan"), result.status))
+        earlier, follow_up = FOLLOW_UP
+        console.rule(f"[bold]{limit + 1}. follow-up of {earlier!r}: {follow_up}")
+        try:
+            result = client.query(follow_up, timeout_s=180, history=[earlier])
+            print_result(result)
+            latencies.append(("follow-up", result.latency_ms or float("nan"), result.status))
+        except ApiRequestError as exc:
+            console.print(f"[red]{exc}[/red]")
+            latencies.append(("follow-up", float("nan"), exc.code))
     table = Table("question", "latency ms", "status", title="latencies through the API")
     for qid, ms, status in latencies:
         table.add_row(qid, f"{ms:.0f}", status)
