@@ -84,8 +84,6 @@ _TOPIC_FORMS = (
 #: "it" is that thing). "The default work_mem" stays: "the default isolation level" is a
 #: setting of its own.
 _VALUE_OF = re.compile(r"^(?:the\s+|a\s+)?default\s+(?:\w+\s+)?of\s+", re.IGNORECASE)
-#: Whether :func:`topic_of` leaves a value out of its topic.
-VALUE_TOPICS = True
 #: "which one" / "what one": the kind of thing the earlier question asked for stands in for
 #: "one" ("And which one changes it?" after "Which function of the os module returns ...?" asks
 #: for a function).
@@ -126,8 +124,7 @@ def topic_of(question: str) -> str:
         match = form.match(question)
         if match:
             topic = match["topic"].strip().rstrip("?").strip()
-            if VALUE_TOPICS:
-                topic = _VALUE_OF.sub("", topic, count=1) or topic
+            topic = _VALUE_OF.sub("", topic, count=1) or topic
             if not content_words(topic):
                 continue
             if not re.match(r"(?:the|a|an|my|its|this|that)\b", topic, re.I):

@@ -312,11 +312,7 @@ class EvidenceStage:
         lead_doc = answer.spans[0].doc_id
         quoted = "\n".join(f"{s.context}\n{s.text}" for s in answer.spans if s.doc_id == lead_doc)
         at = next(
-            (
-                i
-                for i, e in enumerate(entries)
-                if e.doc_id == lead_doc and (not NAMED_ONLY or mentions(quoted, e.name))
-            ),
+            (i for i, e in enumerate(entries) if e.doc_id == lead_doc and mentions(quoted, e.name)),
             None,
         )
         if at is None:
@@ -324,10 +320,6 @@ class EvidenceStage:
         n = len(passages) - len(entries) + at + 1
         answer, lead = definition_first(answer, entries[at], n, evidence, self.answer_policy)
         return answer, (lead, *evidence.spans)
-
-
-#: Whether the answer opens with an entry only when its quoted evidence names it.
-NAMED_ONLY = True
 
 
 def mentions(text: str, name: str) -> bool:

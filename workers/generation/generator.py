@@ -19,10 +19,11 @@ never composed again here), one cut at its token limit is kept up to its last wh
 and one that repeats itself up to its last whole sentence before the first repeat, both marked
 ``truncated`` (or replaced by the evidence answer when no sentence is whole). The token sink
 shows a completion a whole sentence at a time and never past its first repeat, so a stream
-never shows what the judge drops. A question that does not fit the prompt budget is a ``PROMPT_TOO_LONG`` error, never a
-silently cut question. A response not in the OpenAI API's shape (:class:`~workers.errors.
-MalformedGenerationError`) is answered with the evidence answer (``finish`` ``malformed`` in the
-trace), or with a ``BACKEND_UNAVAILABLE`` error when there is none.
+never shows what the judge drops. A question that does not fit the prompt budget is a
+``PROMPT_TOO_LONG`` error, never a silently cut question. A response not in the OpenAI API's
+shape (:class:`~workers.errors.MalformedGenerationError`) is answered with the evidence answer
+(``finish`` ``malformed`` in the trace), or with a ``BACKEND_UNAVAILABLE`` error when there is
+none.
 
 Cancellation (:mod:`workers.cancel`): a request whose client disconnected is not generated, and
 one in flight is stopped within :data:`CANCEL_POLL_S` (its HTTP stream to the LLM server is
