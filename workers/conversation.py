@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from workers.evidence.lexical import NAME_CUES, STOPWORDS
+from workers.evidence.lexical import NAME_CUES, STOPWORDS, answer_type
 
 #: Separates the rewritten question from the earlier questions it follows.
 CONTEXT_MARKER = " | context: "
@@ -175,3 +175,10 @@ def standalone_question(history: Sequence[str], question: str) -> str:
         rewritten = _REPLACEABLE.sub(lambda _m: topic, rewritten, count=1)
     context = " ".join(earlier[-MAX_CONTEXT_QUESTIONS:])[-MAX_CONTEXT_CHARS:]
     return f"{rewritten}{CONTEXT_MARKER}{context}"
+
+
+def asks_for_a_name(question: str) -> bool:
+    """Whether ``question`` asks for a name or a way to do something ("How do I ...", "Which
+    function ..."; :func:`workers.evidence.lexical.answer_type`): the questions a definition
+    entry can answer."""
+    return answer_type(split_context(question)[0]).name

@@ -67,8 +67,8 @@ from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.conversation import standalone_question
-from workers.pools.components import build_proposer
-from workers.retrieval.definitions import DefinitionIndex, definition_candidates
+from workers.pools.components import build_proposer, definition_candidates
+from workers.retrieval.definitions import DefinitionIndex
 
 #: Questions per ``_msearch`` round trip.
 SEARCH_BATCH = 16

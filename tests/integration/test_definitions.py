@@ -16,7 +16,8 @@ from ingest.ops import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 from topics.queries import QueryRequest
-from workers.retrieval.definitions import DefinitionIndex, definition_candidates
+from workers.pools.components import definition_candidates
+from workers.retrieval.definitions import DefinitionIndex
 from workers.retrieval.propose import PROPOSALS, NameProposer
 from workers.retrieval.query import bm25_query, es_filters
 

@@ -22,11 +22,11 @@ from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
 from topics.tokens import AnswerToken
 from workers.citations import citations_of
-from workers.conversation import split_context
+from workers.conversation import asks_for_a_name, split_context
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, quote, weakness
 from workers.evidence.lexical import holds_word, identifiers, proper_names
 from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
-from workers.retrieval.definitions import DefinitionHit, asks_for_a_name, definition_of
+from workers.retrieval.definitions import DefinitionHit, definition_of
 from workers.runtime.handler import derive_event_id
 
 AnswerTier = Literal["evidence", "small", "large"]

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import redis
 from elasticsearch import Elasticsearch
 
@@ -19,10 +20,11 @@ from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.caches import AnswerCache, CacheKeys, answer_config
+from workers.conversation import asks_for_a_name, split_context
 from workers.generation.generator import Generator, TokenSink
-from workers.retrieval.definitions import DefinitionIndex, definition_candidates
+from workers.retrieval.definitions import DefinitionIndex
 from workers.retrieval.hybrid import HybridRetriever
-from workers.retrieval.propose import NameProposer
+from workers.retrieval.propose import PROPOSALS, NameProposer
 from workers.routing import EASY_EXAMPLES, HARD_EXAMPLES, Router
 
 
@@ -175,3 +177,59 @@ def build_generator(settings: Settings, tier: str, tokens: TokenSink | None) -> 
             redis.Redis.from_url(settings.redis.url, socket_timeout=2)
         ).cancelled,
     )
+
+
+def definition_candidates(
+    index: DefinitionIndex,
+    queries: Sequence[QueryRequest],
+    vectors: npt.NDArray[np.floating[Any]],
+    top: int,
+    proposer: NameProposer | None = None,
+    *,
+    shed: bool = False,
+) -> list[list[Candidate]]:
+    """The definition entries of each query that asks for a name or a way
+    (:func:`workers.conversation.asks_for_a_name`), as passages
+    (:meth:`workers.retrieval.definitions.DefinitionHit.candidate`): first the entries
+    that define a name ``proposer`` proposed (propose-and-verify, ``metadata.proposed``), in
+    the order of the names, then the ``top`` entries nearest the question (one ``_msearch`` for
+    the batch); an empty list for every other query.
+
+    Args:
+        index: the definition index.
+        queries: the batch; each is searched within its tenant and the asker's principals.
+        vectors: ``(len(queries), dim)`` query embeddings (the index's model).
+        top: entries searched per query (0: none, and no proposals either).
+        proposer: the name proposer, or ``None``.
+        shed: leave the proposer out for this batch (the pool is behind).
+
+    Raises:
+        TransientError, PermanentError: as :meth:`DefinitionIndex.search_many`.
+    """
+    out: list[list[Candidate]] = [[] for _ in queries]
+    asking = [i for i, q in enumerate(queries) if top > 0 and asks_for_a_name(q.query)]
+    if not asking:
+        return out
+    texts = [split_context(queries[i].query)[0] for i in asking]
+    found = index.search_many(
+        [
+            (queries[i].tenant, text, [float(x) for x in vectors[i]], queries[i].principals)
+            for i, text in zip(asking, texts, strict=True)
+        ],
+        size=top,
+    )
+    names: list[list[str]] = [[] for _ in asking]
+    if proposer is not None and shed:
+        PROPOSALS.labels("shed").inc(len(asking))
+    elif proposer is not None:
+        names = proposer.propose(texts)
+    for at, (i, hits) in enumerate(zip(asking, found, strict=True)):
+        q = queries[i]
+        verified = index.verify(q.tenant, names[at], q.principals) if names[at] else {}
+        proposed = [h for name in names[at] for h in verified.get(name, [])]
+        seen: set[str] = set()
+        for h, was_proposed in [*((h, True) for h in proposed), *((h, False) for h in hits)]:
+            if h.entry_id not in seen:
+                seen.add(h.entry_id)
+                out[i].append(h.candidate(proposed=was_proposed))
+    return out

@@ -43,7 +43,7 @@ class Embeds(Protocol):
 
 
 #: The definition entries of each query of a batch, as passages
-#: (:func:`workers.retrieval.definitions.definition_candidates`).
+#: (:func:`workers.pools.components.definition_candidates`).
 FindsDefinitions = Callable[[Sequence[QueryRequest], np.ndarray[Any, Any]], list[list[Candidate]]]
 
 

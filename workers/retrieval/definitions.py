@@ -23,18 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from elasticsearch import Elasticsearch
 
 from ingest.index import DEFINITION_ENTRY, definition_keys
 from ragstream.errors import PermanentError, TransientError, transient_http_status
-from topics.queries import QueryRequest
 from topics.retrieved import Candidate
-from workers.conversation import split_context
-from workers.evidence.lexical import answer_type
 from workers.retrieval.hybrid import es_errors
-from workers.retrieval.propose import PROPOSALS, NameProposer
 from workers.retrieval.query import bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
 
@@ -287,65 +281,3 @@ def _hit(
         score=float(hit.get("_score") or 0.0) if score is None else score,
         exact=exact,
     )
-
-
-def asks_for_a_name(question: str) -> bool:
-    """Whether ``question`` asks for a name or a way to do something ("How do I ...", "Which
-    function ..."; :func:`workers.evidence.lexical.answer_type`): the questions a definition
-    entry can answer."""
-    return answer_type(split_context(question)[0]).name
-
-
-def definition_candidates(
-    index: DefinitionIndex,
-    queries: Sequence[QueryRequest],
-    vectors: npt.NDArray[np.floating[Any]],
-    top: int,
-    proposer: NameProposer | None = None,
-    *,
-    shed: bool = False,
-) -> list[list[Candidate]]:
-    """The definition entries of each query that asks for a name or a way
-    (:func:`asks_for_a_name`), as passages (:meth:`DefinitionHit.candidate`): first the entries
-    that define a name ``proposer`` proposed (propose-and-verify, ``metadata.proposed``), in
-    the order of the names, then the ``top`` entries nearest the question (one ``_msearch`` for
-    the batch); an empty list for every other query.
-
-    Args:
-        index: the definition index.
-        queries: the batch; each is searched within its tenant and the asker's principals.
-        vectors: ``(len(queries), dim)`` query embeddings (the index's model).
-        top: entries searched per query (0: none, and no proposals either).
-        proposer: the name proposer, or ``None``.
-        shed: leave the proposer out for this batch (the pool is behind).
-
-    Raises:
-        TransientError, PermanentError: as :meth:`DefinitionIndex.search_many`.
-    """
-    out: list[list[Candidate]] = [[] for _ in queries]
-    asking = [i for i, q in enumerate(queries) if top > 0 and asks_for_a_name(q.query)]
-    if not asking:
-        return out
-    texts = [split_context(queries[i].query)[0] for i in asking]
-    found = index.search_many(
-        [
-            (queries[i].tenant, text, [float(x) for x in vectors[i]], queries[i].principals)
-            for i, text in zip(asking, texts, strict=True)
-        ],
-        size=top,
-    )
-    names: list[list[str]] = [[] for _ in asking]
-    if proposer is not None and shed:
-        PROPOSALS.labels("shed").inc(len(asking))
-    elif proposer is not None:
-        names = proposer.propose(texts)
-    for at, (i, hits) in enumerate(zip(asking, found, strict=True)):
-        q = queries[i]
-        verified = index.verify(q.tenant, names[at], q.principals) if names[at] else {}
-        proposed = [h for name in names[at] for h in verified.get(name, [])]
-        seen: set[str] = set()
-        for h, was_proposed in [*((h, True) for h in proposed), *((h, False) for h in hits)]:
-            if h.entry_id not in seen:
-                seen.add(h.entry_id)
-                out[i].append(h.candidate(proposed=was_proposed))
-    return out
