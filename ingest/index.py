@@ -145,6 +145,13 @@ def definition_keys(name: str) -> list[str]:
     return keys
 
 
+def definition_text(signature: str, summary: str, example: str) -> str:
+    """The searchable text of a definition entry: its signature, its summary and its example,
+    one per line, the empty ones left out (the entry's BM25 ``text``; with its name, what is
+    embedded; also the text of the entry read back as a passage)."""
+    return "\n".join(x for x in (signature, summary, example) if x)
+
+
 def definition_id(tenant: str, doc_id: str, version: int, n: int) -> str:
     """Deterministic ``_id`` of the ``n``-th definition entry of a document version (its own
     id space beside :func:`chunk_id`)."""

@@ -41,6 +41,7 @@ from ingest.index import (
     chunk_id,
     definition_id,
     definition_keys,
+    definition_text,
 )
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
@@ -524,51 +525,20 @@ def _row_fields(d: _Doc) -> dict[str, Any]:
 
 def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -> dict[str, Any]:
     meta = {k: v for k, v in {**d.op.metadata, **d.parsed.metadata}.items() if v is not None}
-    return {
-        "tenant": d.op.tenant,
-        "doc_id": d.doc_id,
-        "chunk_id": cid,
-        "chunk_no": c.chunk_no,
-        "version": d.version,
-        "content_hash": d.content_hash,
-        "title": c.title or d.op.title or d.parsed.title,
-        "text": c.text,
-        **stemmed_fields(c.title or d.op.title or d.parsed.title, c.text),
-        "embed_title": _embed_title(c),
-        "source": d.op.source or "",
-        "content_type": d.parsed.content_type,
-        "lang": str(d.parsed.metadata.get("lang") or ""),
-        "metadata": {k: str(v) for k, v in meta.items()},
-        **({} if d.readers is None else {"principals": list(d.readers)}),
-        "indexed_at": now,
-        "embedding": [float(x) for x in vector],
-    }
+    title = c.title or d.op.title or d.parsed.title
+    fields = {"metadata": {k: str(v) for k, v in meta.items()}}
+    return _entry_body(d, cid, c.chunk_no, title, c.text, _embed_title(c), vector, now, fields)
 
 
 def _definition_body(
     d: _Doc, e: Definition, did: str, vector: np.ndarray[Any, Any], now: str
 ) -> dict[str, Any]:
     """A definition entry's document: the chunk fields it shares (``title`` = its name,
-    ``text`` = :func:`definition_text`, ``embed_title`` = its name, so a rebuild embeds
-    :func:`definition_embed_text` again; ``chunk_no`` -1: no passage position) and
+    ``text`` = :func:`~ingest.index.definition_text`, ``embed_title`` = its name, so a rebuild
+    embeds :func:`definition_embed_text` again; ``chunk_no`` -1: no passage position) and
     ``definition`` (:data:`~ingest.index.DEFINITION_FIELDS`)."""
-    text = definition_text(e)
-    return {
-        "tenant": d.op.tenant,
-        "doc_id": d.doc_id,
-        "chunk_id": did,
-        "chunk_no": -1,
-        "version": d.version,
-        "content_hash": d.content_hash,
-        "title": e.name,
-        "text": text,
-        **stemmed_fields(e.name, text),
-        "embed_title": e.name,
-        "source": d.op.source or "",
-        "content_type": d.parsed.content_type,
-        "lang": str(d.parsed.metadata.get("lang") or ""),
+    fields = {
         "metadata": {},
-        **({} if d.readers is None else {"principals": list(d.readers)}),
         "entry": DEFINITION_ENTRY,
         "definition": {
             "name": e.name,
@@ -579,21 +549,51 @@ def _definition_body(
             "example": e.example,
             "anchor": e.anchor,
         },
+    }
+    text = definition_text(e.signature, e.summary, e.example)
+    return _entry_body(d, did, -1, e.name, text, e.name, vector, now, fields)
+
+
+def _entry_body(  # noqa: PLR0917 - the index document's own fields
+    d: _Doc,
+    entry_id: str,
+    chunk_no: int,
+    title: str,
+    text: str,
+    embed_title: str,
+    vector: np.ndarray[Any, Any],
+    now: str,
+    fields: dict[str, Any],
+) -> dict[str, Any]:
+    """The index document of one entry of ``d`` (a chunk or a definition entry): the
+    document's tenant, id, version, hash, source, type, language and readers, the entry's
+    own fields, and ``fields``."""
+    return {
+        "tenant": d.op.tenant,
+        "doc_id": d.doc_id,
+        "chunk_id": entry_id,
+        "chunk_no": chunk_no,
+        "version": d.version,
+        "content_hash": d.content_hash,
+        "title": title,
+        "text": text,
+        **stemmed_fields(title, text),
+        "embed_title": embed_title,
+        "source": d.op.source or "",
+        "content_type": d.parsed.content_type,
+        "lang": str(d.parsed.metadata.get("lang") or ""),
+        **fields,
+        **({} if d.readers is None else {"principals": list(d.readers)}),
         "indexed_at": now,
         "embedding": [float(x) for x in vector],
     }
 
 
-def definition_text(e: Definition) -> str:
-    """The searchable text of a definition entry: its signature, its summary and its example,
-    one per line (the BM25 ``text`` of the entry; with the name, what is embedded)."""
-    return "\n".join(x for x in (e.signature, e.summary, e.example) if x)
-
-
 def definition_embed_text(e: Definition) -> str:
-    """What the embedder reads of a definition entry: its name, then :func:`definition_text`
+    """What the embedder reads of a definition entry: its name, then
+    :func:`~ingest.index.definition_text`
     (the same text an index rebuild embeds again: ``title`` + ``text``)."""
-    return f"{e.name}\n{definition_text(e)}"
+    return f"{e.name}\n{definition_text(e.signature, e.summary, e.example)}"
 
 
 def _embed_title(c: Chunk) -> str:

@@ -86,6 +86,10 @@ CANCEL_POLL_S = 0.5
 CancelCheck = Callable[[Sequence[str]], set[str]]
 
 
+#: Characters a sentence's end (``compress.clean_prefix``) is in or right after.
+_ENDS = frozenset(".!?\n])\"'")
+
+
 class TokenSink:
     """Publishes answer tokens as they arrive, as ``rag.tokens`` outputs of the generation
     handler.
@@ -132,7 +136,12 @@ class TokenSink:
 
         def on_token(text: str) -> None:
             nonlocal received, shown
+            before = received[-1:]
             received += text
+            # A sentence can only have ended at an end mark in this token or just before it:
+            # the rest of the tokens add nothing that can be shown (clean_prefix is not run).
+            if not _ENDS.intersection(text) and before not in _ENDS:
+                return
             safe = clean_prefix(received.lstrip())
             if len(safe) > len(shown) and safe.startswith(shown):
                 send(safe[len(shown) :], False)

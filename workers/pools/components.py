@@ -223,9 +223,11 @@ def definition_candidates(
         PROPOSALS.labels("shed").inc(len(asking))
     elif proposer is not None:
         names = proposer.propose(texts)
+    checked = index.verify_many(
+        [(queries[i].tenant, names[at], queries[i].principals) for at, i in enumerate(asking)]
+    )  # every proposed name of the batch in one _msearch
     for at, (i, hits) in enumerate(zip(asking, found, strict=True)):
-        q = queries[i]
-        verified = index.verify(q.tenant, names[at], q.principals) if names[at] else {}
+        verified = checked[at]
         proposed = [h for name in names[at] for h in verified.get(name, [])]
         seen: set[str] = set()
         for h, was_proposed in [*((h, True) for h in proposed), *((h, False) for h in hits)]:

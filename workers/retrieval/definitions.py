@@ -25,7 +25,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from ingest.index import DEFINITION_ENTRY, definition_keys
+from ingest.index import DEFINITION_ENTRY, definition_keys, definition_text
 from ragstream.errors import PermanentError, TransientError, transient_http_status
 from topics.retrieved import Candidate
 from workers.retrieval.hybrid import es_errors
@@ -73,10 +73,10 @@ class DefinitionHit:
 
     def candidate(self, *, proposed: bool = False) -> Candidate:
         """The entry as a passage: ``text`` = signature, summary and example, one per line
-        (:func:`ingest.pipeline.definition_text`); ``metadata`` holds ``entry`` =
+        (:func:`ingest.index.definition_text`); ``metadata`` holds ``entry`` =
         ``definition``, the entry's fields and ``proposed`` (it defines a name the proposer
         named; :func:`definition_of` reads them back)."""
-        text = "\n".join(x for x in (self.signature, self.summary, self.example) if x)
+        text = definition_text(self.signature, self.summary, self.example)
         meta: dict[str, str | int | float | bool | None] = {
             "entry": DEFINITION_ENTRY,
             "name": self.name,
@@ -163,24 +163,39 @@ class DefinitionIndex:
             TransientError: Elasticsearch unreachable or overloaded.
             PermanentError: Elasticsearch refused the request.
         """
-        keyed = [(n, definition_keys(n)) for n in dict.fromkeys(names)]
-        asked = [(n, k) for n, k in keyed if k]
-        out: dict[str, list[DefinitionHit]] = {n: [] for n, _ in keyed}
-        if not asked:
-            return out
-        filters = es_filters(tenant, [], principals, entry="definition")
+        return self.verify_many([(tenant, names, principals)], size=size)[0]
+
+    def verify_many(
+        self,
+        queries: Sequence[tuple[str, Sequence[str], Sequence[str] | None]],
+        *,
+        size: int = 3,
+    ) -> list[dict[str, list[DefinitionHit]]]:
+        """:meth:`verify` for many ``(tenant, names, principals)`` in one ``_msearch`` (none
+        when no name has a lookup key). Returns one result per query, in order; raises as
+        :meth:`verify`."""
+        outs: list[dict[str, list[DefinitionHit]]] = []
+        asked: list[tuple[int, str, list[str]]] = []
         searches: list[dict[str, Any]] = []
-        for _, keys in asked:
-            query = {"bool": {"filter": [*filters, {"terms": {"definition.keys": keys}}]}}
-            searches += [
-                {"index": self._index()},
-                {"size": size * 4, "query": query, "_source": SOURCE_FIELDS},
-            ]
-        for (name, keys), response in zip(asked, self._msearch(searches), strict=True):
+        for at, (tenant, names, principals) in enumerate(queries):
+            keyed = [(n, definition_keys(n)) for n in dict.fromkeys(names)]
+            outs.append({n: [] for n, _ in keyed})
+            filters = es_filters(tenant, [], principals, entry="definition")
+            for name, keys in keyed:
+                if not keys:
+                    continue
+                query = {"bool": {"filter": [*filters, {"terms": {"definition.keys": keys}}]}}
+                searches += [
+                    {"index": self._index()},
+                    {"size": size * 4, "query": query, "_source": SOURCE_FIELDS},
+                ]
+                asked.append((at, name, keys))
+        responses = self._msearch(searches) if searches else []
+        for (at, name, keys), response in zip(asked, responses, strict=True):
             hits = [_hit(h, exact=_first_key(h) == keys[0]) for h in response["hits"]["hits"]]
             hits.sort(key=lambda h: not h.exact)  # stable: exact first, then index order
-            out[name] = hits[:size]
-        return out
+            outs[at][name] = hits[:size]
+        return outs
 
     def search(
         self,
