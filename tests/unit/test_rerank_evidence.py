@@ -215,3 +215,16 @@ def test_a_searched_definition_opens_the_answer_only_when_its_quote_names_it() -
     response = emit.event
     assert isinstance(response, QueryResponse)
     assert not response.answer.startswith("deadlock_timeout (integer): Wait."), response.answer
+
+
+def test_a_searched_definition_the_quote_names_opens_the_answer() -> None:
+    entry = _definition(
+        "doc-c2", "deadlock", "deadlock", "A cycle of sessions each waiting.", proposed=False
+    )
+    [emit] = _run([_asking(entry)])
+    response = emit.event
+    assert isinstance(response, QueryResponse)
+    # The quote of doc-c2 ("... to see if there is a deadlock condition.") names it.
+    assert response.answer.startswith("deadlock: A cycle of sessions each waiting."), (
+        response.answer
+    )
