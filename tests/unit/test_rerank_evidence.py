@@ -228,3 +228,16 @@ def test_a_searched_definition_the_quote_names_opens_the_answer() -> None:
     assert response.answer.startswith("deadlock: A cycle of sessions each waiting."), (
         response.answer
     )
+
+
+def test_the_definition_lead_is_not_quoted_again_from_its_own_passage() -> None:
+    summary = (
+        "This is the amount of time to wait on a lock before checking to see if there is a "
+        "deadlock condition."
+    )
+    entry = _definition("doc-c2", "deadlock_timeout", "deadlock_timeout (integer)", summary)
+    [emit] = _run([_asking(entry)])
+    response = emit.event
+    assert isinstance(response, QueryResponse)
+    assert response.answer.startswith(f"deadlock_timeout (integer): {summary}"), response.answer
+    assert response.answer.count("This is the amount of time") == 1, response.answer

@@ -198,6 +198,8 @@ def definition_first(
     # The evidence of the entry's page supports it; of another page (a proposed entry),
     # the evidence answer follows as it is.
     support = [s for s in answer.spans if s.doc_id == entry.doc_id] or list(answer.spans)
+    # What the entry says already is not quoted again (its own description term in a chunk).
+    support = [s for s in support if " ".join(s.text.split()) not in " ".join(lead.split())]
     if not support or len(support[0].text.split()) + len(support[0].context.split()) > budget:
         return EvidenceAnswer(lead, (span,), False), span
     text, chosen = quote(support, replace(policy, max_words=budget))
