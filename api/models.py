@@ -48,6 +48,13 @@ class Body(JsonBody):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+class HistoryTurn(Body):
+    """An earlier turn of ``history``: the question asked then and the answer shown for it."""
+
+    question: str = Field(min_length=1, max_length=4000, pattern=r"^[^\x00]*$")
+    answer: str = Field(default="", max_length=8000, pattern=r"^[^\x00]*$")
+
+
 class QueryBody(Body):
     """``POST /v1/query``.
 
@@ -73,12 +80,14 @@ class QueryBody(Body):
         description="Signed webhook target for the answer: an http(s) URL whose host resolves "
         "to addresses webhooks may reach (else 422 naming RAGSTREAM_WEBHOOKS__ALLOW_NETWORKS).",
     )
-    history: list[Annotated[str, Field(max_length=4000)]] = Field(
+    history: list[Annotated[str, Field(max_length=4000)] | HistoryTurn] = Field(
         default_factory=list,
         max_length=20,
-        description="Earlier questions of the conversation, oldest first (questions only, not "
-        "answers): a follow-up such as 'And how do I change it?' is rewritten from them into a "
-        "standalone question before retrieval.",
+        description="Earlier turns of the conversation, oldest first: each the question asked "
+        "(a string) or `{question, answer}` with the answer that was shown. A follow-up such "
+        "as 'And how do I change it?' is answered as the standalone question the earlier "
+        "questions make of it, and never with the last turn's answer again. Travels on the "
+        "query event as `conversation`; `query` stays as typed.",
     )
 
 

@@ -35,7 +35,7 @@ import datetime as dt
 import json
 import queue
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar
@@ -248,11 +248,12 @@ class HttpClient:
         route: Route = "auto",
         timeout_s: float | None = None,
         callback_url: str | None = None,
-        history: Sequence[str] | None = None,
+        history: Sequence[str | Mapping[str, str]] | None = None,
     ) -> QueryResult:
         """Ask and wait (server-side up to ``timeout_s``); ``status`` may still be
         ``pending`` after the wait (then :meth:`wait`). ``history``: the conversation's earlier
-        questions, oldest first (a follow-up is rewritten from them)."""
+        turns, oldest first: questions, or ``{"question", "answer"}`` with the answer shown (a
+        follow-up is made standalone from the questions and never given the last answer again)."""
         return self._do(
             Calls.query(
                 query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
@@ -428,11 +429,12 @@ class AsyncHttpClient:
         route: Route = "auto",
         timeout_s: float | None = None,
         callback_url: str | None = None,
-        history: Sequence[str] | None = None,
+        history: Sequence[str | Mapping[str, str]] | None = None,
     ) -> QueryResult:
         """Ask and wait (server-side up to ``timeout_s``); ``status`` may still be
         ``pending`` after the wait (then :meth:`wait`). ``history``: the conversation's earlier
-        questions, oldest first (a follow-up is rewritten from them)."""
+        turns, oldest first: questions, or ``{"question", "answer"}`` with the answer shown (a
+        follow-up is made standalone from the questions and never given the last answer again)."""
         return await self._do(
             Calls.query(
                 query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,

@@ -13,7 +13,8 @@
    (300) are in, it asks one sample question whose expected page is already indexed, through
    the API, while the job goes on (:class:`EarlyQuestion`: the index is live while it grows);
 5. asks ten questions (``bench/evaluation/questions.sample.jsonl``, how-to questions among them)
-   and one follow-up (:data:`FOLLOW_UP`, sent with its earlier question as ``history``) through
+   and one follow-up (:data:`FOLLOW_UP`: the earlier question asked, then the follow-up sent with
+   that turn, question and answer, as ``history``) through
    the HTTP API and prints answers, numbered citations and latencies;
 6. leaves everything running and prints the URLs and how to stop.
 
@@ -379,7 +380,7 @@ def optimize_index(settings: Settings) -> None:
 
 
 #: The conversation the demo asks after the sample questions: an earlier question (a sample
-#: question) and its follow-up, sent with the earlier one as ``history``.
+#: question) and its follow-up, sent with the earlier turn (question and answer) as ``history``.
 FOLLOW_UP = (
     "How do I create a new database from the command line?",
     "And how do I remove it again?",
@@ -409,7 +410,11 @@ def ask_questions(settings: Settings, key: str, limit: int = 10) -> None:
         earlier, follow_up = FOLLOW_UP
         console.rule(f"[bold]{limit + 1}. follow-up of {earlier!r}: {follow_up}")
         try:
-            result = client.query(follow_up, timeout_s=180, history=[earlier])
+            first = client.query(earlier, timeout_s=180)
+            print_result(first)
+            console.print(f"[bold]then: {follow_up}")
+            turn = {"question": earlier, "answer": first.answer or ""}
+            result = client.query(follow_up, timeout_s=180, history=[turn])
             print_result(result)
             latencies.append(("follow-up", result.latency_ms or float("nan"), result.status))
         except ApiRequestError as exc:

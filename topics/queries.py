@@ -45,6 +45,24 @@ class RangeFilter(Contract):
 
 Filter = Annotated[TermFilter | RangeFilter, Field(discriminator="kind")]
 
+
+class Turn(Contract):
+    """One earlier turn of the conversation a question follows.
+
+    ``question``: what the user asked then, as typed (1-4000 characters). ``answer``: the text
+    the user was shown for it (at most 8000 characters), "" when the producer does not have it
+    (a client that keeps only its own questions). Stages read the questions to make a follow-up
+    standalone (:func:`workers.conversation.question_of`) and the last answer so that a
+    follow-up is never answered with what the user has just read.
+    """
+
+    question: str = Field(min_length=1, max_length=4000)
+    answer: str = Field(default="", max_length=8000)
+
+
+#: Earlier turns an event may carry (the API keeps the last ones of a longer conversation).
+MAX_TURNS = 20
+
 #: The largest answer budget an event may ask for, in tokens (a pool caps it further at its
 #: ``llm.max_tokens``).
 MAX_ANSWER_TOKENS = 32_768
@@ -61,7 +79,8 @@ class QueryRequest(Event):
     answer cache and missed, so the retrieval pool does not read it again (the exact cache is
     read once per request). ``max_tokens``: the answer budget in tokens of an LLM tier (the
     OpenAI routes' ``max_tokens``), at most the pool's own ``llm.max_tokens``; ``None``: the
-    pool's.
+    pool's. ``conversation``: the earlier turns of the conversation, oldest first (empty for a
+    question on its own); ``query`` is always the last question as typed, never rewritten.
     """
 
     request_id: str = Field(
@@ -74,6 +93,14 @@ class QueryRequest(Event):
         "generated when the event is consumed.",
     )
     query: str = Field(min_length=1, max_length=4000)
+    conversation: tuple[Turn, ...] = Field(
+        default=(),
+        max_length=MAX_TURNS,
+        description="Earlier turns of the conversation, oldest first: each the question asked "
+        "and (optionally) the answer shown. A follow-up such as 'And how do I change it?' is "
+        "answered as the standalone question the earlier questions make of it, and never "
+        "with the last turn's answer again.",
+    )
     deadline: UtcDatetime
     top_n: int = Field(default=30, ge=1, le=200)
     top_k: int = Field(default=5, ge=1, le=50)

@@ -54,6 +54,7 @@ from topics.answers import CACHE_STAGE
 from topics.base import StageTiming
 from topics.queries import QueryRequest
 from topics.responses import AnswerCacheKeys, QueryResponse
+from workers.conversation import last_answer, question_of
 from workers.runtime.handler import derive_event_id
 
 log = structlog.get_logger(__name__)
@@ -124,11 +125,13 @@ def code_digest(root: Path, names: Sequence[str]) -> str:
 
 
 def exact_key(request: QueryRequest, index_version: int, config: str = "") -> str:
-    """Cache key of ``request``: tenant, index version, normalised query, parameters and the
-    answer configuration (:func:`answer_config`)."""
-    params = {
+    """Cache key of ``request``: tenant, index version, the normalised question it answers
+    (:func:`workers.conversation.question_of`: a follow-up's standalone question), parameters
+    and the answer configuration (:func:`answer_config`). A follow-up's key also holds the
+    digest of the last turn's answer, which its own answer never repeats."""
+    params: dict[str, Any] = {
         "config": config,
-        "q": normalise_query(request.query),
+        "q": normalise_query(question_of(request)),
         "top_n": request.top_n,
         "top_k": request.top_k,
         "filters": [f.model_dump(mode="json") for f in request.filters],
@@ -136,6 +139,8 @@ def exact_key(request: QueryRequest, index_version: int, config: str = "") -> st
     }
     if request.max_tokens is not None:  # a shorter budget is another answer
         params["max_tokens"] = request.max_tokens
+    if last_answer(request):
+        params["after"] = hashlib.sha256(last_answer(request).encode()).hexdigest()[:16]
     if request.principals is not None:  # never crosses a permission boundary
         params["principals"] = sorted(set(request.principals))
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
@@ -374,5 +379,7 @@ def _sem_key(request: QueryRequest, index_version: int, config: str) -> str:
         params["max_tokens"] = request.max_tokens
     if request.principals is not None:
         params["principals"] = sorted(set(request.principals))
+    if last_answer(request):  # a follow-up is served only an answer given after the same one
+        params["after"] = hashlib.sha256(last_answer(request).encode()).hexdigest()[:16]
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
     return f"{request.tenant}:{index_version}:{digest}"

@@ -19,13 +19,22 @@ conversational retrieval (e.g. LlamaIndex's ``CondenseQuestionChatEngine``; Vaku
 The part before the marker is the question asked (what kind of answer it wants comes from it
 alone, :func:`split_context`); the context's words help retrieval and evidence scoring find what
 the question is about.
+
+The conversation travels on the query event as its own field
+(:attr:`topics.queries.QueryRequest.conversation`, the earlier turns' questions and answers);
+``query`` stays what the user typed. Every stage reads the question it answers through
+:func:`question_of` (the same rewrite, made once per distinct conversation), and the evidence
+stage reads :func:`last_answer` so that a follow-up is not answered with the passage the user
+has just been shown.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
+from topics.queries import QueryRequest
 from workers.evidence.lexical import NAME_CUES, STOPWORDS, answer_type
 
 #: Separates the rewritten question from the earlier questions it follows.
@@ -182,3 +191,24 @@ def asks_for_a_name(question: str) -> bool:
     function ..."; :func:`workers.evidence.lexical.answer_type`): the questions a definition
     entry can answer."""
     return answer_type(split_context(question)[0]).name
+
+
+def question_of(request: QueryRequest) -> str:
+    """The question the pipeline answers for ``request``: its ``query`` made standalone by the
+    questions of its ``conversation`` (:func:`standalone_question`); ``query`` itself when
+    there is no conversation. The same text for every stage (retrieval, rerank, evidence,
+    generation, the caches' keys)."""
+    if not request.conversation:
+        return request.query
+    return _standalone(tuple(t.question for t in request.conversation), request.query)
+
+
+@functools.lru_cache(maxsize=4096)
+def _standalone(questions: tuple[str, ...], query: str) -> str:
+    return standalone_question(questions, query)
+
+
+def last_answer(request: QueryRequest) -> str:
+    """The answer the user was shown for the conversation's last turn ("" when there is none
+    or the producer did not send it)."""
+    return request.conversation[-1].answer if request.conversation else ""

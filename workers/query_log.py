@@ -30,17 +30,20 @@ from ragstream.db.pages import newest_first
 from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse
+from workers.conversation import question_of
 
 FINAL = ("answered", "failed")
 
 
 def log_pending(sessions: sessionmaker[Session], request: QueryRequest) -> None:
-    """Insert the ``pending`` row of ``request`` (idempotent on ``request_id``)."""
+    """Insert the ``pending`` row of ``request`` (idempotent on ``request_id``). Its ``query``
+    is the question answered (:func:`workers.conversation.question_of`: a follow-up made
+    standalone, with its context), so that the log reads, and replays, on its own."""
     try:
         with sessions.begin() as session:
             session.add(
                 QueryLog(request_id=request.request_id, tenant=request.tenant,
-                         query=request.query, asked_as=asker_column(request.principals))
+                         query=question_of(request), asked_as=asker_column(request.principals))
             )  # fmt: skip
     except IntegrityError:
         return

@@ -21,6 +21,7 @@ import numpy as np
 from prometheus_client import Counter
 
 from topics.queries import QueryRequest
+from workers.conversation import question_of
 
 Tier = Literal["evidence", "small", "large"]
 
@@ -90,10 +91,10 @@ class Router:
         else:
             score = 0.0
             reasons = []
-            if len(request.query.split()) > self.long_query_words:
+            if len(question_of(request).split()) > self.long_query_words:
                 score += 0.5
                 reasons.append("long")
-            if HARD_CUES.search(request.query):
+            if HARD_CUES.search(question_of(request)):
                 score += 0.3
                 reasons.append("cue")
             if vector is not None and self._easy is not None and self._hard is not None:

@@ -28,13 +28,13 @@ It is part of ``content`` (``text``) and, in a stream, the last content delta; t
 ``citations`` and the last chunk's ``answer`` stay as without it.
 
 The question: the last ``user`` message (``/v1/completions``: the ``prompt``, as a chat with
-that one user message). Earlier ``user`` messages make a follow-up standalone
-(:func:`workers.conversation.standalone_question`: "And how do I change it?" after "Which TCP port
-does the server listen on?" becomes "How do I change the TCP port? | context: Which TCP port does
-the server listen on?"); earlier ``assistant`` messages are not used: quoting an answer's text
-makes retrieval find the same passages again. The context is dropped (never the question) when
-the whole would exceed ``api.max_query_chars``; a question longer than ``api.max_query_chars``
-by itself is refused with 400 ``context_length_exceeded`` (never cut).
+that one user message). The messages before it travel with it as the conversation
+(:attr:`topics.queries.QueryRequest.conversation`): each earlier ``user`` message with the
+``assistant`` message that answered it. The earlier questions make a follow-up standalone
+(:func:`workers.conversation.question_of`: "And how do I change it?" after "Which TCP port
+does the server listen on?" is answered as "How do I change the TCP port? | context: ..."),
+and the last answer is never given again. A question longer than ``api.max_query_chars`` is
+refused with 400 ``context_length_exceeded`` (never cut).
 ``system``, ``developer`` and ``tool`` messages are ignored.
 
 Parameters: ``max_tokens`` / ``max_completion_tokens`` bound the answer of the LLM tiers (at
@@ -97,7 +97,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from api.auth import Principal
 from api.deps import principal
 from api.errors import ApiError, OpenAIError, OpenAIErrorEnvelope, openai_error_object
-from api.models import JsonBody, QueryBody
+from api.models import HistoryTurn, JsonBody, QueryBody
 from api.querying import QueryService, replies_until
 from api.routes.query import (
     FAILED_STATUS,
@@ -115,10 +115,9 @@ from api.streams.native import Positioned, numbered
 from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
 from topics.answers import Answer
-from topics.queries import MAX_ANSWER_TOKENS, QueryRequest
+from topics.queries import MAX_ANSWER_TOKENS, MAX_TURNS, QueryRequest
 from topics.responses import QueryResponse
 from topics.tokens import AnswerToken
-from workers.conversation import standalone_question
 
 router = APIRouter(tags=["openai"])
 #: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.
@@ -154,6 +153,8 @@ Kind = Literal["chat", "text"]
 Text = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 #: Text with a character that is not white space (what ``str.strip()`` keeps), and no NUL.
 NOT_BLANK = {"type": "string", "pattern": "^[^\\x00]*[^\\x00\\s][^\\x00]*$"}
+#: Characters kept of an earlier ``assistant`` message (the conversation's answers).
+MAX_TURN_ANSWER_CHARS = 8000
 #: The JSON Schema of a message that carries a question: ``messages`` must contain one.
 HAS_QUESTION: dict[str, Any] = {
     "type": "object",
@@ -387,22 +388,30 @@ def too_long(param: str, chars: int, max_chars: int) -> OpenAIError:
     )
 
 
-def question_of(body: ChatBody, max_chars: int = 4000) -> str:
-    """The question sent down the pipeline: the last user message, made standalone from the
-    earlier user messages (see the module docstring), at most ``max_chars`` characters (the
-    context is dropped first).
+def question_and_history(
+    body: ChatBody, max_chars: int = 4000
+) -> tuple[str, tuple[HistoryTurn, ...]]:
+    """``(question, history)``: the last user message, and the conversation before it as
+    turns (each earlier user message with the text of the ``assistant`` message that answered
+    it, cut to :data:`MAX_TURN_ANSWER_CHARS`; the last :data:`~topics.queries.MAX_TURNS`).
 
     Raises:
         OpenAIError: 422 when there is no user message with text; 400
-            ``context_length_exceeded`` when the last user message alone is over ``max_chars``.
+            ``context_length_exceeded`` when the last user message is over ``max_chars``.
     """
     last = _last_question(body)
     question = _text(body.messages[last]).strip()
     if len(question) > max_chars:
         raise too_long("messages", len(question), max_chars)
-    earlier = [_text(m) for m in body.messages[:last] if m.role == "user" and _text(m).strip()]
-    rewritten = standalone_question(earlier, question)
-    return rewritten if len(rewritten) <= max_chars else question
+    turns: list[HistoryTurn] = []
+    for message in body.messages[:last]:
+        text = _text(message).strip()
+        if message.role == "user" and text:
+            turns.append(HistoryTurn(question=text[:max_chars]))
+        elif message.role == "assistant" and text and turns and not turns[-1].answer:
+            answer = text[:MAX_TURN_ANSWER_CHARS]
+            turns[-1] = HistoryTurn(question=turns[-1].question, answer=answer)
+    return question, tuple(turns[-MAX_TURNS:])
 
 
 def wants_sources(model: str) -> bool:
@@ -566,8 +575,8 @@ async def get_model(model: str) -> ModelOut:
 
 @dataclass(frozen=True)
 class Ask:
-    """One question of an OpenAI route: the text, the model named, the answer budget, and
-    whether the text ends with the sources block."""
+    """One question of an OpenAI route: the text, the model named, the answer budget,
+    whether the text ends with the sources block, and the conversation before it."""
 
     question: str
     model: str
@@ -575,6 +584,7 @@ class Ask:
     max_tokens: int | None
     kind: Kind
     sources: bool = False
+    history: tuple[HistoryTurn, ...] = ()
 
 
 @router.post(
@@ -595,9 +605,9 @@ async def chat_completions(
     route_of(body.model)
     check_chat(body)
     svc = query_service(request)
-    question = question_of(body, svc.settings.api.max_query_chars)
+    question, history = question_and_history(body, svc.settings.api.max_query_chars)
     sources = body.sources or wants_sources(body.model)
-    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat", sources)
+    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat", sources, history)
     return await answer(svc, request, who, ask)
 
 
@@ -639,7 +649,12 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
         return await resumed_chunks(svc, request, who, ask, last_event_id)
     param = "messages" if ask.kind == "chat" else "prompt"
     try:
-        query = QueryBody(query=ask.question, route=route_of(ask.model), stream=ask.stream)
+        query = QueryBody(
+            query=ask.question,
+            route=route_of(ask.model),
+            stream=ask.stream,
+            history=list(ask.history),
+        )
     except ValidationError as exc:
         message = f"{param}: {exc.errors()[0]['msg']}"
         raise OpenAIError(422, "INVALID_REQUEST", message, param=param) from exc

@@ -52,7 +52,7 @@ from sse_starlette import EventSourceResponse
 from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
-from api.models import QueryBody, QueryResult
+from api.models import HistoryTurn, QueryBody, QueryResult
 from api.pages import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -67,11 +67,10 @@ from api.streams.native import numbered, positioned
 from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
 from topics.answers import Answer
-from topics.queries import QueryRequest
+from topics.queries import QueryRequest, Turn
 from topics.responses import ErrorCode, QueryResponse
 from topics.tokens import AnswerToken, TokenOrder
 from workers import query_log
-from workers.conversation import standalone_question
 from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 
 router = APIRouter(tags=["query"])
@@ -177,13 +176,11 @@ def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryR
         )
     if not body.query.strip():
         raise ApiError(422, "INVALID_REQUEST", "query: must not be blank")
-    query = standalone_question(body.history, body.query)
-    if len(query) > settings.api.max_query_chars:
-        query = body.query  # the context goes, never the question
     now = dt.datetime.now(dt.UTC)
     return QueryRequest(
         tenant=who.tenant,
-        query=query,
+        query=body.query,
+        conversation=conversation_of(body.history),
         deadline=now + dt.timedelta(seconds=settings.api.query_deadline_s),
         top_n=body.top_n or settings.retrieval.top_n,
         top_k=body.top_k or settings.rerank.top_k,
@@ -192,6 +189,15 @@ def build_request(settings: Settings, who: Principal, body: QueryBody) -> QueryR
         stream=body.stream,
         callback_url=body.callback_url,
         principals=who.principals,
+    )
+
+
+def conversation_of(history: Sequence[str | HistoryTurn]) -> tuple[Turn, ...]:
+    """The ``conversation`` of a query event from a body's ``history`` (a string is a question
+    whose answer the client did not keep); blank questions are left out."""
+    turns = (h if isinstance(h, HistoryTurn) else HistoryTurn(question=h) for h in history)
+    return tuple(
+        Turn(question=t.question.strip(), answer=t.answer) for t in turns if t.question.strip()
     )
 
 

@@ -27,6 +27,7 @@ from elasticsearch import Elasticsearch
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
+from workers.conversation import question_of
 from workers.rerank.backends import LlmReranker, Reranker
 from workers.rerank.factory import make_reranker
 from workers.rerank.select import select_top_k
@@ -170,7 +171,7 @@ class ModeRunner:
         cap = self.settings.rerank.max_chunks_per_doc
         out: list[list[Candidate]] = []
         for request, candidates in zip(requests, fused, strict=True):
-            scores = reranker.score([(request.query, rerank_text(c)) for c in candidates])
+            scores = reranker.score([(question_of(request), rerank_text(c)) for c in candidates])
             out.append(select_top_k(candidates, scores, len(candidates), cap))
         return out
 

@@ -7,8 +7,12 @@ selection, and the generation pools' prompt and model server (see
 are not involved: the stages are called in-process, so the numbers are those of the components,
 not of a cached answer.
 
-A question with a ``history`` (a follow-up) is asked as the standalone question that
-:func:`workers.conversation.standalone_question` makes of it; its record keeps both. The
+A question with a ``history`` (a follow-up) is asked as a conversation, as a client asks it: its
+earlier questions are answered first (the same retrieval, definitions and first answer tier;
+:func:`earlier_answers`), then the follow-up is sent with those turns, questions and answers,
+as the event's ``conversation`` (:func:`workers.conversation.question_of` makes it standalone;
+the evidence stage does not give the last answer again). Its record keeps the standalone
+question. The
 off-topic probe set (:data:`~bench.evaluation.questions.OFF_TOPIC_QUESTIONS`, unless
 ``EvalOptions.off_topic`` is ``None``) is retrieved and answered with the file's questions, in
 every configuration, and reported on its own (``answers.off_topic``, each tier's
@@ -21,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +68,9 @@ from bench.evaluation.report import (
 )
 from ragstream.errors import ConfigurationError, RagstreamError, TransientError
 from ragstream.settings import Settings
-from topics.queries import QueryRequest
+from topics.queries import QueryRequest, Turn
 from topics.retrieved import Candidate
-from workers.conversation import standalone_question
+from workers.conversation import question_of, standalone_question
 from workers.pools.components import build_proposer, definition_candidates
 from workers.retrieval.definitions import DefinitionIndex
 
@@ -111,6 +115,53 @@ class EvalOptions:
     tiers: tuple[str, ...] = ("routed", "evidence", "small")
     llms: tuple[tuple[str, str], ...] = ()
     off_topic: Path | None = OFF_TOPIC_QUESTIONS
+
+
+#: An earlier turn's key in :func:`earlier_answers`: its conversation before it and its question.
+TurnKey = tuple[tuple[str, ...], str]
+
+
+def earlier_answers(
+    settings: Settings,
+    qs: Sequence[EvalQuestion],
+    options: EvalOptions,
+    say: Callable[[str], None],
+) -> dict[TurnKey, str]:
+    """The answer of every earlier turn of the follow-ups in ``qs``, keyed by ``(the questions
+    before it, its question)``: each asked as a question of its own (after the questions before
+    it, without their answers) through the default mode and the first of ``options.tiers``.
+    An earlier turn that errs answers "" (the follow-up is then asked with its question only).
+
+    Raises:
+        As :func:`run_evaluation`.
+    """
+    keys = list(dict.fromkeys((q.history[:j], h) for q in qs for j, h in enumerate(q.history)))
+    if not keys:
+        return {}
+    turns = [
+        EvalQuestion(
+            id=f"turn-{n}",
+            corpus=next(q.corpus for q in qs if h in q.history),
+            question=h,
+            answer_patterns=(".",),
+            kind="followup" if before else "factual",
+            history=before,
+        )
+        for n, (before, h) in enumerate(keys, start=1)
+    ]
+    say(f"answering {len(turns)} earlier turns of the follow-ups")
+    inner = replace(options, limit=None, off_topic=None, tiers=options.tiers[:1], modes=())
+    report = run_evaluation(settings, turns, inner, earlier={})
+    return {k: r.answer or "" for k, r in zip(keys, report.questions, strict=True)}
+
+
+def conversation(q: EvalQuestion, earlier: Mapping[TurnKey, str]) -> tuple[Turn, ...]:
+    """The ``conversation`` of ``q``'s event: its history's questions with their answers in
+    ``earlier`` ("" for one not there)."""
+    return tuple(
+        Turn(question=h, answer=earlier.get((q.history[:j], h), ""))
+        for j, h in enumerate(q.history)
+    )
 
 
 def asked(q: EvalQuestion) -> str:
@@ -173,8 +224,11 @@ def run_evaluation(
     *,
     questions_file: str = "",
     progress: Callable[[str], None] | None = None,
+    earlier: Mapping[TurnKey, str] | None = None,
 ) -> EvalReport:
-    """Evaluate ``questions`` (see the module docstring) and return the report.
+    """Evaluate ``questions`` (see the module docstring) and return the report. ``earlier``:
+    the follow-ups' earlier answers (:func:`earlier_answers`; ``None``: answered here first
+    when answers are asked).
 
     Raises:
         EvaluationError: no question, or the default mode cannot run while answers are asked.
@@ -201,15 +255,22 @@ def run_evaluation(
     from ingest.factory import build_embedder
 
     embedder = build_embedder(settings, role="query")
+    if earlier is None:
+        earlier = earlier_answers(settings, every, options, say) if options.generate else {}
     deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     requests = [
         QueryRequest(
-            tenant=options.tenant, query=asked(q), deadline=deadline, top_n=top_n, top_k=top_k
+            tenant=options.tenant,
+            query=q.question,
+            conversation=conversation(q, earlier),
+            deadline=deadline,
+            top_n=top_n,
+            top_k=top_k,
         )
         for q in every
     ]
     tv = time.perf_counter()
-    vectors = embedder.embed([r.query for r in requests])
+    vectors = embedder.embed([question_of(r) for r in requests])
     embed_s = time.perf_counter() - tv
     es = Elasticsearch(
         settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
@@ -316,7 +377,7 @@ def _jobs(  # noqa: PLR0917 - one call site
         AnswerJob(
             r,
             attach_definitions(
-                promote_identifiers(r.query, list(ranked[i][:top_k]), list(candidates[i])),
+                promote_identifiers(question_of(r), list(ranked[i][:top_k]), list(candidates[i])),
                 definitions[i],
             ),
             router.route(r, vectors[i]).tier,

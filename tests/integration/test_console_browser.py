@@ -219,7 +219,7 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
     )
     doc_link = driver.find_element(By.ID, "passage-doc")
     assert "doc=ports" in (doc_link.get_attribute("href") or "")
-    # A follow-up is rewritten from the conversation's earlier questions (not its answers).
+    # A follow-up carries the conversation; the log holds the standalone question answered.
     driver.find_element(By.ID, "question").send_keys("And which parameter sets it?")
     driver.find_element(By.ID, "ask").click()
     wait(

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from tests.unit.apikit import answered, make_app, settings_for
-from workers.conversation import split_context
+from workers.conversation import last_answer, question_of, split_context
 
 
 def test_a_key_without_bearer_is_told_the_right_header(tmp_path: Path) -> None:
@@ -28,17 +28,28 @@ def test_a_body_that_is_not_json_is_415_and_bad_json_fields_stay_422(tmp_path: P
         assert r.status_code == 422 and r.json()["error"]["code"] == "INVALID_REQUEST"
 
 
-def test_a_follow_up_query_is_made_standalone_from_its_history(tmp_path: Path) -> None:
+def test_a_follow_up_carries_its_conversation_and_is_answered_standalone(tmp_path: Path) -> None:
     app, fake = make_app(tmp_path, answered)
+    earlier = "Which TCP port does the PostgreSQL server listen on by default?"
     body = {
         "query": "And how do I change it?",
-        "history": ["Which TCP port does the PostgreSQL server listen on by default?"],
+        "history": [earlier, {"question": "What is VACUUM?", "answer": "VACUUM reclaims storage."}],
     }
     with TestClient(app) as client:
         assert client.post("/v1/query", json=body).status_code == 200
         alone = client.post("/v1/query", json={"query": "What is VACUUM?", "history": []})
         assert alone.status_code == 200
-    question, context = split_context(fake.asked[0].query)
-    assert question == "How do I change the TCP port?"
-    assert context == body["history"][0]
-    assert fake.asked[1].query == "What is VACUUM?"
+        bad = client.post("/v1/query", json={"query": "q", "history": [{"answer": "a"}]})
+        assert bad.status_code == 422, bad.text
+    asked = fake.asked[0]
+    assert asked.query == "And how do I change it?"  # as typed, never rewritten
+    assert [(t.question, t.answer) for t in asked.conversation] == [
+        (earlier, ""),
+        ("What is VACUUM?", "VACUUM reclaims storage."),
+    ]
+    assert last_answer(asked) == "VACUUM reclaims storage."
+    question, context = split_context(question_of(asked))
+    assert question.startswith("How do I change")
+    assert earlier in context
+    assert fake.asked[1].query == "What is VACUUM?" and fake.asked[1].conversation == ()
+    assert question_of(fake.asked[1]) == "What is VACUUM?"

@@ -13,9 +13,10 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 
+from api.routes.openai_compat import MAX_TURN_ANSWER_CHARS
 from tests.unit.apikit import CHECKED, FakeQueries, answered, checked, make_app
 from topics.queries import QueryRequest
-from workers.conversation import CONTEXT_MARKER
+from workers.conversation import CONTEXT_MARKER, question_of
 
 
 def _client(app: FastAPI, **kwargs: Any) -> AsyncOpenAI:
@@ -70,10 +71,10 @@ def test_the_model_picks_the_route(
     assert app[1].asked[-1].route == route
 
 
-def test_a_follow_up_is_made_standalone_from_earlier_questions_only(
+def test_a_follow_up_carries_the_earlier_turns_with_their_answers(
     app: tuple[FastAPI, FakeQueries],
 ) -> None:
-    long_answer = "x" * 2000 + " autovacuum runs every minute."
+    long_answer = "x" * 9000 + " autovacuum runs every minute."
     messages: list[Any] = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "What is VACUUM?"},
@@ -87,12 +88,19 @@ def test_a_follow_up_is_made_standalone_from_earlier_questions_only(
         return await c.chat.completions.create(model="auto", messages=messages)
 
     _run(app[0], call)
-    query = app[1].asked[-1].query
-    assert query == (
+    asked = app[1].asked[-1]
+    assert asked.query == "How often does it run?"
+    assert [t.question for t in asked.conversation] == [
+        "What is VACUUM?",
+        "What is the autovacuum launcher?",
+    ]
+    assert asked.conversation[0].answer == "It reclaims storage."
+    assert asked.conversation[1].answer == long_answer[:MAX_TURN_ANSWER_CHARS]
+    assert question_of(asked) == (
         "How often does the autovacuum launcher run?"
         f"{CONTEXT_MARKER}What is VACUUM? What is the autovacuum launcher?"
     )
-    assert "x" * 10 not in query and "reclaims" not in query and "Be brief" not in query
+    assert "Be brief" not in question_of(asked)
 
 
 def test_a_single_question_is_sent_unchanged(app: tuple[FastAPI, FakeQueries]) -> None:

@@ -12,7 +12,8 @@ For a batch of questions, each with its passages in rank order:
    their question is added (units outside the ``dense_top`` keep their lexical score only);
 4. units are ranked by score; a unit too short to stand alone (a signature, a term, a line
    ending in ":") takes the next unit of its block as context; spans are kept best first up to
-   ``max_spans`` and ``max_words``.
+   ``max_spans`` and ``max_words``, leaving out a unit the user has just been shown (a
+   follow-up's last answer, :func:`repeats`): the follow-up asks for something else.
 
 The confidence of a question's evidence is its best unit's score. Identifiers the question names
 that no passage contains (``pg_stat_io``, ``typing.override``) are reported as ``missing``: the
@@ -298,8 +299,14 @@ class EvidenceSelector:
         self.max_unit_chars = max_unit_chars
         self.vocabulary = vocabulary
 
-    def select(self, batch: Sequence[tuple[str, Sequence[PassageLike]]]) -> list[Evidence]:
+    def select(
+        self,
+        batch: Sequence[tuple[str, Sequence[PassageLike]]],
+        shown: Sequence[str] | None = None,
+    ) -> list[Evidence]:
         """Evidence for each ``(question, passages best first)`` of ``batch``, in order.
+        ``shown``: per question, the text its asker has just been shown (a follow-up's last
+        answer; "" for none): no span repeats it (:func:`repeats`).
 
         One embedding call covers the whole batch.
 
@@ -315,12 +322,13 @@ class EvidenceSelector:
         if self.dense_top > 0:
             self._add_cosine(batch, scored)
         out = []
-        for (question, passages), per_passage, (ranked, missing, unknown) in zip(
-            batch, units, scored, strict=True
+        seen = [shingles(text) for text in shown] if shown else [frozenset()] * len(batch)
+        for (question, passages), per_passage, (ranked, missing, unknown), before in zip(
+            batch, units, scored, seen, strict=True
         ):
             ranked.sort(key=lambda s: -s.score)
             confidence = ranked[0].score if ranked else -math.inf
-            spans = self._spans(ranked, passages, per_passage)
+            spans = self._spans(ranked, passages, per_passage, before)
             kind = answer_type(split_context(question)[0])
             if spans and spans[0].kind == "code" and kind.name and CODE_LEAD:
                 lead = code_lead(question, spans[0].text)
@@ -458,6 +466,7 @@ class EvidenceSelector:
         ranked: list[_Scored],
         passages: Sequence[PassageLike],
         per_passage: list[list[Unit]],
+        shown: frozenset[tuple[str, ...]] = frozenset(),
     ) -> tuple[Span, ...]:
         chosen: list[Span] = []
         used: set[tuple[int, int]] = set()
@@ -474,6 +483,8 @@ class EvidenceSelector:
             if chosen and words + n_words > self.max_words:
                 continue
             p = passages[s.passage]
+            if shown and repeats(p.text[units[0].start : units[-1].end], shown):
+                continue
             first, last = units[0], units[-1]
             origin = _origin(p, first.start, last.end)
             if origin is None:
@@ -495,6 +506,33 @@ class EvidenceSelector:
             used.update((s.passage, u.start) for u in units)
             words += n_words
         return tuple(chosen)
+
+
+#: Words a shingle of :func:`shingles` holds (w-shingles, Broder 1997, "On the resemblance and
+#: containment of documents").
+SHINGLE_WORDS = 3
+#: Share of a unit's shingles found in the text shown before that makes it a repeat.
+REPEAT_SHARE = 0.6
+
+
+def shingles(text: str) -> frozenset[tuple[str, ...]]:
+    """The :data:`SHINGLE_WORDS`-word shingles of ``text``'s lower-case words (citation
+    markers such as ``[2]`` and punctuation dropped); a text shorter than that is one
+    shingle."""
+    words = re.findall(r"[a-z0-9_]+", re.sub(r"\[\d+\]", " ", text.lower()))
+    if len(words) <= SHINGLE_WORDS:
+        return frozenset({tuple(words)}) if words else frozenset()
+    return frozenset(
+        tuple(words[i : i + SHINGLE_WORDS]) for i in range(len(words) - SHINGLE_WORDS + 1)
+    )
+
+
+def repeats(text: str, shown: frozenset[tuple[str, ...]]) -> bool:
+    """Whether ``text`` says again what ``shown`` (the :func:`shingles` of a text the asker
+    has read) said: at least :data:`REPEAT_SHARE` of its shingles are in it (the containment
+    of Broder 1997)."""
+    own = shingles(text)
+    return bool(own) and len(own & shown) >= REPEAT_SHARE * len(own)
 
 
 #: Whether a DDL statement the question names in capitals that no passage writes is missing

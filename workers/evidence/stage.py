@@ -22,10 +22,18 @@ from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
 from topics.tokens import AnswerToken
 from workers.citations import citations_of
-from workers.conversation import asks_for_a_name, split_context
+from workers.conversation import asks_for_a_name, last_answer, question_of, split_context
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, quote, weakness
 from workers.evidence.lexical import holds_word, identifiers, proper_names
-from workers.evidence.select import Embeds, Evidence, EvidenceSelector, Span, Weights
+from workers.evidence.select import (
+    Embeds,
+    Evidence,
+    EvidenceSelector,
+    Span,
+    Weights,
+    repeats,
+    shingles,
+)
 from workers.retrieval.definitions import DefinitionHit, definition_of
 from workers.runtime.handler import derive_event_id
 
@@ -289,9 +297,10 @@ class EvidenceStage:
         """
         return self.selector.select(
             [
-                (r.query, passages[: len(passages) - len(_entries(passages))])
+                (question_of(r), passages[: len(passages) - len(_entries(passages))])
                 for r, passages in batch
-            ]
+            ],
+            shown=[last_answer(r) for r, _ in batch],
         )
 
     def compose_answer(
@@ -302,25 +311,35 @@ class EvidenceStage:
         (:func:`definition_first`, its span first among the evidence) with the attached entry
         of a proposed and verified name, else with the attached entry of the page its best span
         quotes when the quote names it: the evidence selector, on its own, found the answer on
-        the page that defines the name. A refusal stays a refusal."""
+        the page that defines the name. A refusal stays a refusal, and an entry the user has just
+        been shown (a follow-up's last answer, :func:`~workers.evidence.select.repeats`) does
+        not open the answer again."""
         answer = compose(evidence, self.answer_policy)
-        if answer.refused or not asks_for_a_name(request.query):
+        if answer.refused or not asks_for_a_name(question_of(request)):
             return answer, evidence.spans
-        entries = _entries(passages)
-        if entries and entries[0].proposed:
+        shown = shingles(last_answer(request))
+        entries = [
+            None if shown and repeats(f"{e.signature}\n{e.summary}", shown) else e
+            for e in _entries(passages)
+        ]
+        if entries and entries[0] is not None and entries[0].proposed:
             n = len(passages) - len(entries) + 1
             answer, lead = definition_first(answer, entries[0], n, evidence, self.answer_policy)
             return answer, (lead, *evidence.spans)
         lead_doc = answer.spans[0].doc_id
         quoted = "\n".join(f"{s.context}\n{s.text}" for s in answer.spans if s.doc_id == lead_doc)
         at = next(
-            (i for i, e in enumerate(entries) if e.doc_id == lead_doc and mentions(quoted, e.name)),
+            (
+                (i, e)
+                for i, e in enumerate(entries)
+                if e is not None and e.doc_id == lead_doc and mentions(quoted, e.name)
+            ),
             None,
         )
         if at is None:
             return answer, evidence.spans
-        n = len(passages) - len(entries) + at + 1
-        answer, lead = definition_first(answer, entries[at], n, evidence, self.answer_policy)
+        n = len(passages) - len(entries) + at[0] + 1
+        answer, lead = definition_first(answer, at[1], n, evidence, self.answer_policy)
         return answer, (lead, *evidence.spans)
 
 

@@ -51,6 +51,7 @@ from topics.responses import Citation, ErrorCode, EvidenceSpan, QueryResponse, T
 from topics.tokens import AnswerToken
 from workers.caches import CacheKeys
 from workers.citations import citations, citations_of
+from workers.conversation import question_of
 from workers.errors import (
     BackendUnavailableError,
     MalformedGenerationError,
@@ -291,9 +292,11 @@ class Generator:
         if e.evidence:
             passages, spans = compress(e.passages, e.evidence)
             renumbered = tuple(spans)
-            prompt = self.builder.build(e.request.query, passages, instruction=EVIDENCE_INSTRUCTION)
+            prompt = self.builder.build(
+                question_of(e.request), passages, instruction=EVIDENCE_INSTRUCTION
+            )
         else:
-            prompt = self.builder.build(e.request.query, e.passages)
+            prompt = self.builder.build(question_of(e.request), e.passages)
         if prompt.question_trimmed:
             raise PromptTooLongError(
                 f"the question does not fit the {self.builder.budget_tokens}-token prompt "

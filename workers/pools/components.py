@@ -20,7 +20,7 @@ from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.caches import AnswerCache, CacheKeys, answer_config
-from workers.conversation import asks_for_a_name, split_context
+from workers.conversation import asks_for_a_name, question_of, split_context
 from workers.generation.generator import Generator, TokenSink
 from workers.retrieval.definitions import DefinitionIndex
 from workers.retrieval.hybrid import HybridRetriever
@@ -207,10 +207,10 @@ def definition_candidates(
         TransientError, PermanentError: as :meth:`DefinitionIndex.search_many`.
     """
     out: list[list[Candidate]] = [[] for _ in queries]
-    asking = [i for i, q in enumerate(queries) if top > 0 and asks_for_a_name(q.query)]
+    asking = [i for i, q in enumerate(queries) if top > 0 and asks_for_a_name(question_of(q))]
     if not asking:
         return out
-    texts = [split_context(queries[i].query)[0] for i in asking]
+    texts = [split_context(question_of(queries[i]))[0] for i in asking]
     found = index.search_many(
         [
             (queries[i].tenant, text, [float(x) for x in vectors[i]], queries[i].principals)

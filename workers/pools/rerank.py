@@ -26,6 +26,7 @@ from topics.registry import RERANKED_BY_TIER, RESPONSES, RETRIEVED, TOKENS
 from topics.reranked import RerankedPassages
 from topics.retrieved import Candidate, RetrievedCandidates
 from workers.caches import CacheKeys
+from workers.conversation import question_of
 from workers.errors import dead_letter_hook, expired_hook
 from workers.evidence.stage import (
     EvidenceStage,
@@ -68,7 +69,7 @@ def rerank_handler(
     def fn(events: list[RetrievedCandidates]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
-        pairs = [(e.request.query, _passage(c)) for e in events for c in e.candidates]
+        pairs = [(question_of(e.request), _passage(c)) for e in events for c in e.candidates]
         with tracing.span("rerank", attributes={"ragstream.rerank.pairs": len(pairs)}):
             scores = reranker.score(pairs) if pairs else []
         if pairs:
@@ -85,7 +86,7 @@ def rerank_handler(
             )
             offset += n
             if evidence is not None:
-                top = promote_identifiers(e.request.query, top, e.candidates)
+                top = promote_identifiers(question_of(e.request), top, e.candidates)
             tops.append(attach_definitions(top, e.definitions))
         took = (time.perf_counter() - t0) * 1000
         reranked = [

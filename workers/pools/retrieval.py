@@ -25,6 +25,7 @@ from topics.registry import QUERIES, RESPONSES, RETRIEVED
 from topics.responses import ErrorCode, QueryResponse
 from topics.retrieved import Candidate, RetrievedCandidates
 from workers.caches import AnswerCache
+from workers.conversation import question_of
 from workers.errors import dead_letter_hook, error_response, expired_hook
 from workers.registry import register_pool
 from workers.routing import Router
@@ -92,7 +93,7 @@ def retrieval_handler(
         if not live:
             return out
         try:
-            vectors = embedder.embed([e.query for e in live])
+            vectors = embedder.embed([question_of(e) for e in live])
         except EmbeddingModelMismatchError as exc:  # the index's model is not here: say so
             return [*out, *(Emit(RESPONSES, model_mismatch(e, exc)) for e in live)]
         MODEL_CALLS.labels("embed").inc()

@@ -25,6 +25,7 @@ from ragstream.errors import PermanentError, TransientError, transient_http_stat
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate, Preceding
+from workers.conversation import question_of
 from workers.evidence.segment import continued_definition
 from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
@@ -220,7 +221,7 @@ class HybridRetriever:
             knn = knn_clause(vector.tolist(), filters, k, s.knn_num_candidates)
             body += [
                 header,
-                bm25_query(query.query, filters, size, boosts),
+                bm25_query(question_of(query), filters, size, boosts),
                 header,
                 {
                     "size": k,

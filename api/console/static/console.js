@@ -160,13 +160,15 @@ function openAsk() {
   loadHistory(true);
 }
 
-// The earlier questions of the conversation (not the answers): the API rewrites a follow-up
-// into a standalone question from them (workers/conversation.py).
-function earlierQuestions() {
-  return conversation.map((turn) => turn.question).slice(-MAX_HISTORY);
+// The earlier turns of the conversation ({question, answer}): the pipeline makes a follow-up
+// standalone from the questions and never answers it with the last answer again
+// (workers/conversation.py).
+function earlierTurns() {
+  return conversation.slice(-MAX_HISTORY).map((t) => ({ question: t.question, answer: (t.answer || "").slice(0, 8000) }));
 }
 
-// A logged query as the reader asked it: the rewritten question without its context.
+// A logged query as the reader asked it (logs from before the conversation field held the
+// rewritten question with its context).
 function askedText(query) {
   return query.split(CONTEXT_MARKER)[0];
 }
@@ -277,7 +279,7 @@ async function ask(event) {
   state.textContent = "sending...";
   try {
     let final = null;
-    await streamQuery({ query: question, history: earlierQuestions(), route: $("#route").value }, (name, data) => {
+    await streamQuery({ query: question, history: earlierTurns(), route: $("#route").value }, (name, data) => {
       if (name === "accepted") state.textContent = "accepted";
       else if (name === "queued") state.textContent = `queued (${data.backlog} ahead in ${data.pool || "the pools"})`;
       else if (name === "evidence") {
