@@ -35,7 +35,7 @@ import re
 from collections.abc import Sequence
 
 from topics.queries import QueryRequest
-from workers.evidence.lexical import NAME_CUES, STOPWORDS, answer_type
+from workers.evidence.lexical import NAME_CUES, STOPWORDS, answer_type, identifiers
 
 #: Separates the rewritten question from the earlier questions it follows.
 CONTEXT_MARKER = " | context: "
@@ -155,35 +155,66 @@ def split_context(text: str) -> tuple[str, str]:
     return question, context
 
 
-def standalone_question(history: Sequence[str], question: str) -> str:
+def standalone_question(
+    history: Sequence[str],
+    question: str,
+    *,
+    named: Sequence[str] = (),
+    in_conversation: bool = False,
+) -> str:
     """``question`` rewritten to stand alone, given the earlier questions of its conversation.
 
     Args:
         history: the earlier *user questions* of the conversation, oldest first (answers are
             not taken). Blank entries are ignored.
         question: the last question.
+        named: names the last answer gave (:func:`answer_names`), added to the context: what
+            an "it" most likely points at is what the user has just been told.
+        in_conversation: the question was asked in a conversation (it came with its turns):
+            the context follows it even when its words stand alone (step 1 then keeps the
+            question, not the context).
 
     Returns:
-        ``question`` itself (stripped, its lines kept) when it stands alone or there is no
-        history; else the
-        rewritten question followed by :data:`CONTEXT_MARKER` and the last
-        :data:`MAX_CONTEXT_QUESTIONS` earlier questions (their own context removed).
+        ``question`` itself (stripped, its lines kept) when there is no history, or when it
+        stands alone and ``in_conversation`` is false; else the (rewritten) question followed by
+        :data:`CONTEXT_MARKER`, the last :data:`MAX_CONTEXT_QUESTIONS` earlier questions (their
+        own context removed) and ``named``.
     """
     asked = question.strip()
     question = " ".join(asked.split())
     earlier = [split_context(" ".join(h.split()))[0] for h in history if h.strip()]
-    if not earlier or not is_follow_up(question):
+    if not earlier:
         return asked
-    rewritten = _LEADING.sub("", question, count=1) or question
-    rewritten = rewritten[:1].upper() + rewritten[1:]
-    kind = next((k for k in map(kind_asked, reversed(earlier)) if k), "")
-    if kind:
-        rewritten = _ONE.sub(lambda m: f"{m[1]} {kind}", rewritten, count=1)
-    topic = next((t for t in map(topic_of, reversed(earlier)) if t), "")
-    if topic:
-        rewritten = _REPLACEABLE.sub(lambda _m: topic, rewritten, count=1)
-    context = " ".join(earlier[-MAX_CONTEXT_QUESTIONS:])[-MAX_CONTEXT_CHARS:]
+    if is_follow_up(question):
+        rewritten = _LEADING.sub("", question, count=1) or question
+        rewritten = rewritten[:1].upper() + rewritten[1:]
+        kind = next((k for k in map(kind_asked, reversed(earlier)) if k), "")
+        if kind:
+            rewritten = _ONE.sub(lambda m: f"{m[1]} {kind}", rewritten, count=1)
+        topic = next((t for t in map(topic_of, reversed(earlier)) if t), "")
+        if topic:
+            rewritten = _REPLACEABLE.sub(lambda _m: topic, rewritten, count=1)
+    elif in_conversation:
+        rewritten = question
+    else:
+        return asked
+    context = " ".join([*earlier[-MAX_CONTEXT_QUESTIONS:], *named])[-MAX_CONTEXT_CHARS:]
     return f"{rewritten}{CONTEXT_MARKER}{context}"
+
+
+#: Names of the last answer carried as context (:func:`answer_names`).
+MAX_ANSWER_NAMES = 3
+#: Characters of the last answer its names are read from (its opening: what it answered with).
+ANSWER_OPENING_CHARS = 200
+
+
+def answer_names(answer: str) -> tuple[str, ...]:
+    """The code names the opening of ``answer`` gives (its first
+    :data:`ANSWER_OPENING_CHARS` characters; at most :data:`MAX_ANSWER_NAMES`, in order,
+    :func:`workers.evidence.lexical.identifiers`): ``"functools.lru_cache(user_function) ..."``
+    → ``("functools.lru_cache", ...)``. Only names, never the answer's prose: the prose would
+    bring back the passage it was quoted from."""
+    return tuple(dict.fromkeys(identifiers(answer[:ANSWER_OPENING_CHARS])))[:MAX_ANSWER_NAMES]
 
 
 def asks_for_a_name(question: str) -> bool:
@@ -194,18 +225,20 @@ def asks_for_a_name(question: str) -> bool:
 
 
 def question_of(request: QueryRequest) -> str:
-    """The question the pipeline answers for ``request``: its ``query`` made standalone by the
-    questions of its ``conversation`` (:func:`standalone_question`); ``query`` itself when
-    there is no conversation. The same text for every stage (retrieval, rerank, evidence,
-    generation, the caches' keys)."""
+    """The question the pipeline answers for ``request``: its ``query`` made standalone by its
+    ``conversation`` (:func:`standalone_question` with the turns' questions, ``in_conversation``,
+    and the names of the last answer, :func:`answer_names`); ``query`` itself when there is no
+    conversation. The same text for every stage (retrieval, rerank, evidence, generation, the
+    caches' keys)."""
     if not request.conversation:
         return request.query
-    return _standalone(tuple(t.question for t in request.conversation), request.query)
+    questions = tuple(t.question for t in request.conversation)
+    return _standalone(questions, request.query, answer_names(last_answer(request)))
 
 
 @functools.lru_cache(maxsize=4096)
-def _standalone(questions: tuple[str, ...], query: str) -> str:
-    return standalone_question(questions, query)
+def _standalone(questions: tuple[str, ...], query: str, named: tuple[str, ...]) -> str:
+    return standalone_question(questions, query, named=named, in_conversation=True)
 
 
 def last_answer(request: QueryRequest) -> str:

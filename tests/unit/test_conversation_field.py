@@ -12,8 +12,15 @@ from pydantic import ValidationError
 
 from topics.queries import MAX_TURNS, QueryRequest, Turn
 from workers.caches import exact_key
-from workers.conversation import last_answer, question_of, split_context, standalone_question
+from workers.conversation import (
+    answer_names,
+    last_answer,
+    question_of,
+    split_context,
+    standalone_question,
+)
 from workers.evidence.select import EvidenceSelector, repeats, shingles
+from workers.retrieval.query import Bm25Boosts, bm25_query
 
 
 @dataclass(frozen=True)
@@ -96,3 +103,39 @@ def test_the_selector_does_not_give_the_span_the_user_has_just_read() -> None:
     # nothing shown: the same evidence as without the argument
     [same] = selector.select([(question, [P(SETTINGS)])], shown=[""])
     assert same.spans == first.spans
+
+
+def test_the_last_answers_names_join_the_context_and_a_standalone_question_keeps_it() -> None:
+    memo = Turn(
+        question="How can I memoize the results of an expensive Python function?",
+        answer="functools.lru_cache(user_function): Decorator to wrap a function [3]",
+    )
+    follow = question_of(_request("And how do I wipe out everything it has remembered?", memo))
+    question, context = split_context(follow)
+    assert "memoize" in context and context.endswith("functools.lru_cache user_function")
+    assert "functools" not in question
+    # asked in a conversation, a question whose words stand alone still carries the context
+    alone = _request("Which function returns the current working directory?", memo)
+    assert split_context(question_of(alone)) == (alone.query, context)
+    assert standalone_question([memo.question], alone.query) == alone.query
+    assert answer_names("The server listens on TCP port 5432 by default [1].") == ()
+    assert answer_names("os.getcwd(), os.chdir() and os.getcwd() again") == (
+        "os.getcwd",
+        "os.chdir",
+    )
+
+
+def test_bm25_matches_a_follow_ups_context_apart_from_its_question() -> None:
+    body = bm25_query("How do I clear it?", [], 10, Bm25Boosts(context=0.5), "memoize lru_cache")
+    should = body["query"]["bool"]["should"]
+    on_text = [c["match"]["text"] for c in should if "text" in c["match"]]
+    assert on_text == [
+        {"query": "How do I clear it?"},
+        {"query": "memoize lru_cache", "boost": 0.5},
+    ]
+    assert any("text_stemmed" in c["match"] and c["match"]["text_stemmed"]["boost"] == 0.5
+               for c in should)  # fmt: skip
+    plain = bm25_query("How do I clear it?", [], 10, Bm25Boosts(context=0.5))
+    assert len(plain["query"]["bool"]["should"]) == len(should) - 2
+    off = bm25_query("How do I clear it?", [], 10, Bm25Boosts(context=0.0), "memoize")
+    assert off == plain

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ragstream.settings import PoolSettings, RerankSettings
 from topics.answers import NOT_IN_DOCUMENTS
-from topics.queries import QueryRequest
+from topics.queries import QueryRequest, Turn
 from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
 from topics.responses import QueryResponse
@@ -241,3 +241,21 @@ def test_the_definition_lead_is_not_quoted_again_from_its_own_passage() -> None:
     assert isinstance(response, QueryResponse)
     assert response.answer.startswith(f"deadlock_timeout (integer): {summary}"), response.answer
     assert response.answer.count("This is the amount of time") == 1, response.answer
+
+
+def test_a_follow_up_is_not_opened_with_the_definition_its_last_answer_named() -> None:
+    entry = _definition(
+        "doc-c2",
+        "deadlock_timeout",
+        "deadlock_timeout (integer)",
+        "This is the amount of time to wait on a lock before checking for a deadlock.",
+    )
+    asking = _asking(entry)
+    first = "deadlock_timeout (integer): the time to wait before a check [1]"
+    turn = Turn(question="Which setting sets the deadlock check delay?", answer=first)
+    request = asking.request.model_copy(update={"conversation": (turn,)})
+    [emit] = _run([asking.model_copy(update={"request": request})])
+    response = emit.event
+    assert isinstance(response, QueryResponse)
+    assert not response.answer.startswith("deadlock_timeout (integer): This is"), response.answer
+    assert all(c.chunk_id != "def-deadlock_timeout" for c in response.citations)

@@ -22,7 +22,13 @@ from topics.responses import EvidenceSpan, QueryResponse
 from topics.retrieved import Candidate
 from topics.tokens import AnswerToken
 from workers.citations import citations_of
-from workers.conversation import asks_for_a_name, last_answer, question_of, split_context
+from workers.conversation import (
+    answer_names,
+    asks_for_a_name,
+    last_answer,
+    question_of,
+    split_context,
+)
 from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, quote, weakness
 from workers.evidence.lexical import holds_word, identifiers, proper_names
 from workers.evidence.select import (
@@ -312,14 +318,18 @@ class EvidenceStage:
         of a proposed and verified name, else with the attached entry of the page its best span
         quotes when the quote names it: the evidence selector, on its own, found the answer on
         the page that defines the name. A refusal stays a refusal, and an entry the user has just
-        been shown (a follow-up's last answer, :func:`~workers.evidence.select.repeats`) does
-        not open the answer again."""
+        been shown (a follow-up's last answer named it, :func:`~workers.conversation.answer_names`,
+        or said what it says, :func:`~workers.evidence.select.repeats`) does not open the answer
+        again."""
         answer = compose(evidence, self.answer_policy)
         if answer.refused or not asks_for_a_name(question_of(request)):
             return answer, evidence.spans
-        shown = shingles(last_answer(request))
+        last = last_answer(request)
+        shown, named = shingles(last), set(answer_names(last))
         entries = [
-            None if shown and repeats(f"{e.signature}\n{e.summary}", shown) else e
+            None
+            if e.name.lower() in named or (shown and repeats(f"{e.signature}\n{e.summary}", shown))
+            else e
             for e in _entries(passages)
         ]
         if entries and entries[0] is not None and entries[0].proposed:

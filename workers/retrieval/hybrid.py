@@ -25,7 +25,7 @@ from ragstream.errors import PermanentError, TransientError, transient_http_stat
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate, Preceding
-from workers.conversation import question_of
+from workers.conversation import question_of, split_context
 from workers.evidence.segment import continued_definition
 from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters, knn_clause
 from workers.retrieval.rrf import reciprocal_rank_fusion
@@ -219,9 +219,10 @@ class HybridRetriever:
             size = max(s.bm25_size, query.top_n)
             k = max(s.knn_k, query.top_n)
             knn = knn_clause(vector.tolist(), filters, k, s.knn_num_candidates)
+            asked, context = split_context(question_of(query))
             body += [
                 header,
-                bm25_query(question_of(query), filters, size, boosts),
+                bm25_query(asked, filters, size, boosts, context),
                 header,
                 {
                     "size": k,

@@ -31,6 +31,9 @@ _KEYWORD_MIN, _KEYWORD_MAX = "", "\U0010ffff"
 TITLE_BOOST = 0.5
 #: Boost of the stemmed text (``text_stemmed``) in BM25.
 STEMMED_BOOST = 1.0
+#: Default weight of a follow-up's context words against its question's (``retrieval.
+#: context_boost``).
+CONTEXT_BOOST = 1.0
 
 
 def acl_clause(principals: Sequence[str] | None) -> dict[str, Any] | None:
@@ -112,20 +115,32 @@ class Bm25Boosts:
         title: ``title`` over ``text`` (both standard-analysed).
         stemmed: ``text_stemmed`` (client-stemmed, ``ingest/stemming.py``); 0 leaves it out.
         stemmed_title: ``title_stemmed``; 0 leaves it out.
+        context: a follow-up's context against its question (``text`` and, stemmed,
+            ``text_stemmed`` at ``context`` times their own boosts; 0 leaves it out).
     """
 
     title: float = TITLE_BOOST
     stemmed: float = STEMMED_BOOST
     stemmed_title: float = 0.0
+    context: float = CONTEXT_BOOST
 
     @classmethod
     def from_settings(cls, settings: RetrievalSettings) -> Bm25Boosts:
         """The boosts of the ``retrieval`` settings section."""
-        return cls(settings.title_boost, settings.stemmed_boost, settings.stemmed_title_boost)
+        return cls(
+            settings.title_boost,
+            settings.stemmed_boost,
+            settings.stemmed_title_boost,
+            settings.context_boost,
+        )
 
 
 def bm25_query(
-    text: str, filters: Sequence[dict[str, Any]], size: int, boosts: Bm25Boosts | None = None
+    text: str,
+    filters: Sequence[dict[str, Any]],
+    size: int,
+    boosts: Bm25Boosts | None = None,
+    context: str = "",
 ) -> dict[str, Any]:
     """A BM25 search body: ``match`` on ``text`` or on ``title`` (boosted), and, when their
     boosts are not 0, on the client-stemmed ``text_stemmed``/``title_stemmed`` with the question
@@ -137,7 +152,9 @@ def bm25_query(
         filters: clauses from :func:`es_filters`.
         size: hits to return.
         boosts: field boosts; default :class:`Bm25Boosts` (title 0.5, stemmed text 1.0, no
-            stemmed title: the retrieval settings' defaults).
+            stemmed title, context 1.0: the retrieval settings' defaults).
+        context: the words of a follow-up's context (:func:`workers.conversation.
+            split_context`), matched at ``boosts.context``; "" for none.
 
     Returns:
         A search body (``query``, ``size``, ``_source`` without ``embedding``, and
@@ -155,6 +172,12 @@ def bm25_query(
             for field, boost in (("text_stemmed", b.stemmed), ("title_stemmed", b.stemmed_title)):
                 if boost:
                     should.append({"match": {field: {"query": stemmed, "boost": boost}}})
+    if context.strip() and b.context:
+        should.append({"match": {"text": {"query": context, "boost": b.context}}})
+        stemmed = stem_text(context) if b.stemmed else ""
+        if stemmed:
+            boost = b.context * b.stemmed
+            should.append({"match": {"text_stemmed": {"query": stemmed, "boost": boost}}})
     return {
         "size": size,
         "track_total_hits": False,
