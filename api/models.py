@@ -157,6 +157,11 @@ class QueryResult(BaseModel):
     truncated: bool = Field(
         default=False, description="The LLM's answer hit its token limit and was cut."
     )
+    degraded: list[str] = Field(
+        default_factory=list,
+        description="Steps left out because a pool was behind ('propose': the name proposer "
+        "was shed under load); empty for a full answer.",
+    )
     tier: str = ""
     error: ErrorOut | None = None
     trace: list[StageOut] = Field(default_factory=list)

@@ -53,6 +53,8 @@ class Answer(Contract):
         evidence: the quoted spans the answer rests on, best first, with character offsets
             into their chunk's text (also on a failure, when retrieval found them).
         truncated: an LLM answer cut at its token limit (kept up to its last whole sentence).
+        degraded: steps left out because a pool was behind (``propose``: the name proposer
+            was shed under load; the answer is the evidence tier's without it).
         tier: the answer tier (``evidence``, ``small``, ``large``; "" when none ran).
         error: why it failed (``None`` unless ``failed``).
         trace: per-stage timings (ms), in order.
@@ -72,6 +74,7 @@ class Answer(Contract):
     citations: tuple[Citation, ...] = ()
     evidence: tuple[EvidenceSpan, ...] = ()
     truncated: bool = False
+    degraded: tuple[str, ...] = ()
     tier: str = ""
     error: ErrorInfo | None = None
     trace: tuple[StageTiming, ...] = ()
@@ -124,6 +127,7 @@ class Answer(Contract):
             citations=response.citations,
             evidence=response.evidence,
             truncated=response.truncated,
+            degraded=response.degraded,
             tier=response.tier,
             error=response.error,
             trace=response.trace,

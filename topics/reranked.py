@@ -40,6 +40,8 @@ class RerankedPassages(Event):
     evidence_confidence: float | None = None
     route_reason: str = ""
     fallback: FallbackAnswer | None = None
+    #: Steps left out under load (:attr:`topics.retrieved.RetrievedCandidates.degraded`).
+    degraded: tuple[Literal["propose"], ...] = ()
 
     @property
     def request_id(self) -> str:

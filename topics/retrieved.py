@@ -65,6 +65,9 @@ class RetrievedCandidates(Event):
     #: The LLM tier the router suggests, and why; the rerank pool decides the answer tier.
     tier: Literal["evidence", "small", "large"] = "small"
     route_reason: str = ""
+    #: Steps left out for this question because its pool was behind (``propose``: the name
+    #: proposer was shed, ``retrieval.propose_shed_after_s``); carried to the answer.
+    degraded: tuple[Literal["propose"], ...] = ()
 
     @property
     def request_id(self) -> str:

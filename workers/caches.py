@@ -323,7 +323,8 @@ class AnswerCache:
         over (a crude bound).
 
         A truncated answer (cut at the token budget, or a looping completion cut short) is not
-        cached: asked again, the question gets a fresh try instead of the cut text.
+        cached, nor a degraded one (a step shed under load): asked again, the question gets a
+        fresh try instead of the cut or lesser text.
 
         Returns:
             True when something was written; False for a disabled cache, a failed or truncated
@@ -333,7 +334,7 @@ class AnswerCache:
         keys = response.cache_keys
         if not self.enabled or response.status != "answered" or keys is None:
             return False
-        if response.truncated:
+        if response.truncated or response.degraded:
             return False
         body = response.model_dump_json()
         try:

@@ -7,13 +7,14 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from api.querying import QueryService
 from ingest.index import EmbeddingModelMismatchError
 from ragstream.settings import PoolSettings
 from topics.queries import QueryRequest
-from topics.responses import QueryResponse
+from topics.responses import AnswerCacheKeys, QueryResponse
 from workers.caches import CacheHit
 from workers.pools.retrieval import retrieval_handler
 from workers.runtime.handler import Emit, derive_event_id
@@ -92,3 +93,64 @@ def test_the_api_reads_the_cache_once_and_marks_a_miss(hit: bool) -> None:
     else:
         assert response is None and produced.exact_cache_checked
         assert produced.request_id == request.request_id
+
+
+class Vectors:
+    model_id = "m"
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return np.ones((len(texts), 4), dtype=np.float32)
+
+
+class Found:
+    """Two questions searched at once; the proposer was shed for the one asking for a name."""
+
+    def search_batch(self, queries: Sequence[QueryRequest], vectors: Any) -> list[list[Any]]:
+        return [[] for _ in queries]
+
+
+def test_the_retrieval_event_says_which_questions_lost_their_proposals() -> None:
+    name = QueryRequest(tenant="acme", query="How do I copy a folder?", deadline=DEADLINE)
+    plain = QueryRequest(tenant="acme", query="What is VACUUM?", deadline=DEADLINE)
+    calls: list[int] = []
+
+    def definitions(queries: Sequence[QueryRequest], vectors: Any) -> Any:
+        calls.append(len(queries))
+        return [[] for _ in queries], [q is name for q in queries]
+
+    class Route:
+        tier, reason = "evidence", "test"
+
+    class Router:
+        def route(self, request: QueryRequest, vector: Any) -> Route:
+            return Route()
+
+    class Remembers(Cache):
+        def remember_query_vector(self, request: QueryRequest, vector: Any, model: str) -> None:
+            return None
+
+    handler = retrieval_handler(
+        Vectors(),
+        Found(),
+        Remembers(hit=False),  # type: ignore[arg-type]
+        Versions(),  # type: ignore[arg-type]
+        Router(),  # type: ignore[arg-type]
+        pool=PoolSettings(),
+        definitions=definitions,
+    )
+    out = handler.fn([name, plain])
+    by_id = {o.event.request_id: o.event for o in out if isinstance(o, Emit)}
+    assert calls == [2]
+    assert by_id[name.request_id].degraded == ("propose",)
+    assert by_id[name.request_id].trace[-1].detail["degraded"] == "propose"
+    assert by_id[plain.request_id].degraded == ()
+
+
+def test_a_degraded_answer_is_not_cached() -> None:
+    from workers.caches import AnswerCache
+
+    cache = AnswerCache.__new__(AnswerCache)
+    cache.enabled = True
+    keys = AnswerCacheKeys(exact="e", semantic="s")
+    degraded = CACHED.model_copy(update={"cache_keys": keys, "degraded": ("propose",)})
+    assert cache.store(degraded) is False

@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from api.models import QueryResult
 from ragstream.settings import PoolSettings, RerankSettings
-from topics.answers import NOT_IN_DOCUMENTS
+from topics.answers import NOT_IN_DOCUMENTS, Answer
 from topics.queries import QueryRequest, Turn
 from topics.registry import RERANKED_BY_TIER, RESPONSES, TOKENS
 from topics.reranked import RerankedPassages
@@ -259,3 +260,16 @@ def test_a_follow_up_is_not_opened_with_the_definition_its_last_answer_named() -
     assert isinstance(response, QueryResponse)
     assert not response.answer.startswith("deadlock_timeout (integer): This is"), response.answer
     assert all(c.chunk_id != "def-deadlock_timeout" for c in response.citations)
+
+
+def test_a_question_whose_proposals_were_shed_is_answered_and_says_it_is_degraded() -> None:
+    event = _asking().model_copy(update={"degraded": ("propose",)})
+    [emit] = _run([event])
+    response = emit.event
+    assert isinstance(response, QueryResponse) and response.status == "answered"
+    assert response.degraded == ("propose",)
+    answer = Answer.of(response)
+    assert answer.degraded == ("propose",)
+    assert QueryResult.render(answer).degraded == ["propose"]
+    [full] = _run([_asking()])
+    assert isinstance(full.event, QueryResponse) and full.event.degraded == ()

@@ -449,6 +449,7 @@ def evidence_response(event: RerankedPassages) -> QueryResponse:
         citations=citations_of(answer.cited, event.passages),
         evidence=event.evidence,
         tier="evidence",
+        degraded=event.degraded,
         trace=event.trace,
         callback_url=event.request.callback_url,
     )

@@ -449,6 +449,7 @@ class Generator:
             truncated=truncated,
             usage=usage,
             tier=self.tier,
+            degraded=e.degraded,
             trace=e.trace,
             callback_url=e.request.callback_url,
             cache_keys=(

@@ -98,10 +98,17 @@ def build_retrieval_components(
 
 def build_definition_search(
     settings: Settings, retriever: HybridRetriever
-) -> Callable[[Sequence[QueryRequest], np.ndarray[Any, Any]], list[list[Candidate]]] | None:
+) -> (
+    Callable[
+        [Sequence[QueryRequest], np.ndarray[Any, Any]], tuple[list[list[Candidate]], list[bool]]
+    ]
+    | None
+):
     """The retrieval pool's definition search (``retrieval.definitions_top`` entries for each
-    question that asks for a name or a way) over the index ``retriever`` searches, or ``None``
-    when ``retrieval.definitions_top`` is 0."""
+    question that asks for a name or a way) over the index ``retriever`` searches, and for each
+    question whether its name proposals were shed (a proposer is set, the question asks for a
+    name, and the batch's oldest question waited past ``retrieval.propose_shed_after_s``), or
+    ``None`` when ``retrieval.definitions_top`` is 0."""
     r = settings.retrieval
     if r.definitions_top == 0:
         return None
@@ -110,12 +117,13 @@ def build_definition_search(
 
     def search(
         queries: Sequence[QueryRequest], vectors: np.ndarray[Any, Any]
-    ) -> list[list[Candidate]]:
+    ) -> tuple[list[list[Candidate]], list[bool]]:
         waited = (dt.datetime.now(dt.UTC) - min(q.created_at for q in queries)).total_seconds()
-        shed = waited > r.propose_shed_after_s
-        return definition_candidates(
+        shed = proposer is not None and waited > r.propose_shed_after_s
+        found = definition_candidates(
             index, queries, vectors, r.definitions_top, proposer, shed=shed
         )
+        return found, [shed and asks_for_a_name(question_of(q)) for q in queries]
 
     return search
 

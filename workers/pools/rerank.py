@@ -98,6 +98,7 @@ def rerank_handler(
                 tier=_llm_tier(e.tier),
                 index_version=e.index_version,
                 route_reason=e.route_reason,
+                degraded=e.degraded,
                 trace=e.trace,
             ).traced(
                 "rerank",

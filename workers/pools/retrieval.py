@@ -44,8 +44,11 @@ class Embeds(Protocol):
 
 
 #: The definition entries of each query of a batch, as passages
-#: (:func:`workers.pools.components.definition_candidates`).
-FindsDefinitions = Callable[[Sequence[QueryRequest], np.ndarray[Any, Any]], list[list[Candidate]]]
+#: (:func:`workers.pools.components.definition_candidates`), and for each query whether its
+#: name proposals were shed (the pool was behind).
+FindsDefinitions = Callable[
+    [Sequence[QueryRequest], np.ndarray[Any, Any]], tuple[list[list[Candidate]], list[bool]]
+]
 
 
 class Retrieves(Protocol):
@@ -109,13 +112,13 @@ def retrieval_handler(
             return out
         results = retriever.search_batch([live[i] for i in todo], vectors[todo])
         MODEL_CALLS.labels("msearch").inc()
-        entries = (
+        entries, shed = (
             definitions([live[i] for i in todo], vectors[todo])
             if definitions is not None
-            else [[] for _ in todo]
+            else ([[] for _ in todo], [False] * len(todo))
         )
         took = (time.perf_counter() - t0) * 1000
-        for i, candidates, found in zip(todo, results, entries, strict=True):
+        for i, candidates, found, was_shed in zip(todo, results, entries, shed, strict=True):
             e = live[i]
             route = router.route(e, vectors[i])
             cache.remember_query_vector(e, vectors[i], model_id)
@@ -128,6 +131,7 @@ def retrieval_handler(
                 index_version=version[e.tenant],
                 tier=route.tier,
                 route_reason=route.reason,
+                degraded=("propose",) if was_shed else (),
                 trace=e.trace,
             ).traced(
                 "retrieval",
@@ -136,6 +140,7 @@ def retrieval_handler(
                 batch=len(events),
                 suggested=route.tier,
                 definitions=len(found),
+                **({"degraded": "propose"} if was_shed else {}),
             )
             out.append(Emit(RETRIEVED, retrieved))
         return out
