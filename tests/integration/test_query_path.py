@@ -19,17 +19,25 @@ from ingest.chunking import Chunker
 from ingest.embedding import Embedder
 from ingest.ops import IngestOp
 from ragstream.retry import RetryPolicy
-from ragstream.settings import PoolSettings, RerankSettings, RetrievalSettings, Settings
+from ragstream.settings import (
+    EvidenceSettings,
+    PoolSettings,
+    RerankSettings,
+    RetrievalSettings,
+    Settings,
+)
 from tests.integration.ingestkit import Kit
 from tests.integration.tcpproxy import Proxy
 from topics.admin import ensure_topics, make_admin
 from topics.producer import EventProducer, make_producer
-from topics.queries import QueryRequest, TermFilter
+from topics.queries import QueryRequest, TermFilter, Turn
 from topics.registry import QUERIES, RESPONSES, TOKENS, TopicRegistry
 from topics.responses import ErrorCode, QueryResponse
 from topics.serde import decode, encode
 from topics.tokens import AnswerToken
 from workers.caches import AnswerCache
+from workers.conversation import question_of
+from workers.evidence.stage import build_evidence_stage
 from workers.generation.generator import Generator, TokenSink
 from workers.generation.llamacpp_tokens import ServerTokenCounter, n_ctx_per_slot
 from workers.generation.openai_compat import OpenAICompatibleBackend
@@ -207,6 +215,25 @@ def test_question_is_answered_with_a_citation_of_the_right_chunk(qp: QueryPath) 
     ]
     assert [t.seq for t in tokens] == list(range(len(tokens))) and tokens[-1].final
     assert "".join(t.text for t in tokens).strip() == resp.answer
+
+
+def test_a_follow_up_is_answered_with_its_own_intent(qp: QueryPath) -> None:
+    """The conversation travels as its own field: the follow-up names nothing, the earlier turn
+    says what it is about, and the evidence tier (the default) answers "how do I change it" with
+    the sentence that says how, never with the default the user has just read (both sentences
+    are in the same chunk), on the real index, embedder and retrieval."""
+    first = "Which TCP port does the server listen on by default?"
+    shown = "The server listens on TCP port 5432 by default. [1]"
+    q = _query("And how do I change it?", conversation=[Turn(question=first, answer=shown)])
+    kit = qp.kit
+    retriever = HybridRetriever(kit.es, kit.index.alias, RetrievalSettings())
+    [candidates] = retriever.search_batch([q], kit.embedder.embed([question_of(q)]))
+    assert candidates and candidates[0].doc_id == "ports"
+    stage = build_evidence_stage(EvidenceSettings(), kit.embedder)
+    [decision] = stage.run([(q, candidates, "small")])
+    assert decision.tier == "evidence", decision.reason
+    assert "port configuration parameter" in decision.answer.text, decision.answer
+    assert "5432 by default" not in decision.answer.text, decision.answer
 
 
 def _read_all(qp: QueryPath, topic: str) -> list[Any]:
