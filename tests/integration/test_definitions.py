@@ -16,8 +16,9 @@ from ingest.ops import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 from topics.queries import QueryRequest
-from workers.pools.components import definition_candidates
+from workers.pools.components import build_definition_search, definition_candidates
 from workers.retrieval.definitions import DefinitionIndex
+from workers.retrieval.hybrid import HybridRetriever
 from workers.retrieval.propose import PROPOSALS, NameProposer
 from workers.retrieval.query import bm25_query, es_filters
 
@@ -199,3 +200,50 @@ def test_propose_and_verify_against_the_real_llm_server(indexed: Kit) -> None:
     assert proposed == ["itertools.pairwise"]  # the unknown name is dropped, the other verified
     [found] = definition_candidates(lookup, [request], vector, 5, Fixed(), shed=True)  # type: ignore[arg-type]
     assert not any(c.metadata["proposed"] for c in found)  # shed: searched entries only
+
+
+def test_a_batch_that_waited_past_its_bound_is_answered_without_proposals(indexed: Kit) -> None:
+    """The retrieval pool's definition search with the real LLM server as proposer: a fresh
+    batch asks it, a batch whose oldest question waited past ``propose_shed_after_s`` does not
+    (searched entries only, the ``shed`` counter, and the flag that makes the answer say
+    ``degraded``); a question that asks for no name is never marked."""
+    settings = Settings()
+    healthy, _ = LlmService(settings).probe(2.0)
+    if not healthy:
+        infra.up(settings, only=["llm"])
+    retrieval = settings.retrieval.model_copy(
+        update={
+            "propose_url": settings.llm.base_url,
+            "propose_model": settings.llm.model,
+            "propose_timeout_s": 60.0,
+            "propose_shed_after_s": 1.0,
+        }
+    )
+    tuned = settings.model_copy(update={"retrieval": retrieval})
+    search = build_definition_search(
+        tuned, HybridRetriever(indexed.es, indexed.index.alias, retrieval)
+    )
+    assert search is not None
+    now = dt.datetime.now(dt.UTC)
+    task = "How do I iterate over overlapping pairs of a list?"
+    plain = "Is the backup generator tested every month?"
+
+    def batch(age_s: float) -> list[QueryRequest]:
+        made = now - dt.timedelta(seconds=age_s)
+        return [
+            QueryRequest(
+                tenant="acme", query=q, created_at=made, deadline=now + dt.timedelta(minutes=1)
+            )
+            for q in (task, plain)
+        ]
+
+    vectors = indexed.embedder.embed([task, plain])
+    asked, shed = (PROPOSALS.labels(o)._value.get() for o in ("proposed", "shed"))
+    [found, _], flags = search(batch(0.0), vectors)
+    assert flags == [False, False]
+    assert PROPOSALS.labels("proposed")._value.get() == asked + 1  # the task question only
+    [found, _], flags = search(batch(5.0), vectors)
+    assert flags == [True, False]  # the plain question lost nothing
+    assert PROPOSALS.labels("proposed")._value.get() == asked + 1  # the server was not asked
+    assert PROPOSALS.labels("shed")._value.get() == shed + 1
+    assert found and not any(c.metadata["proposed"] for c in found)  # searched entries only
