@@ -53,7 +53,8 @@ from the evidence with their own settings. Every error has OpenAI's shape
 The answer is ``choices[0].message.content`` (``choices[0].text``); the cited passages and the
 quoted evidence ride along as extra top-level ``citations`` and ``evidence`` lists (clients
 ignore unknown fields), with ``truncated`` (the LLM's answer was cut at its token limit;
-``finish_reason`` is then ``"length"``) and ``refused`` (the answer is "The documents do not
+``finish_reason`` is then ``"length"``), ``degraded`` (steps left out under load,
+docs/http-api.md) and ``refused`` (the answer is "The documents do not
 contain the answer."). ``usage`` counts the tokens the LLM tier processed
 for this answer (the prompt it read, the tokens it generated); it is 0 where no model ran on
 tokens: the evidence tier (the answer is quoted evidence) and the "not in the documents"
@@ -63,12 +64,12 @@ With ``stream: true`` the body is ``chat.completion.chunk`` (``text_completion``
 in ``data: [DONE]``, as the OpenAI API streams
 (https://platform.openai.com/docs/api-reference/chat-streaming); the last chunk, with
 ``finish_reason`` ``"stop"`` or ``"length"``, also carries ``usage``, ``citations``,
-``evidence``, ``truncated``, ``refused``, ``answer`` (the recorded answer) and ``replaced``.
-Deltas are the LLM's tokens as they come; when the answer check changes the text after it was
-streamed (an empty or looping completion replaced by the evidence answer, or a ``length``
-completion cut at its last whole sentence) the deltas cannot be taken back, so the last chunk
-says ``replaced: true`` and a client shows ``answer`` instead of the concatenated deltas. With
-``replaced: false`` the concatenated deltas equal ``answer``.
+``evidence``, ``truncated``, ``degraded``, ``refused``, ``answer`` (the recorded answer) and
+``replaced``. Deltas are the LLM's tokens as they come; when the answer check changes the
+text after it was streamed (an empty or looping completion replaced by the evidence answer,
+or a ``length`` completion cut at its last whole sentence) the deltas cannot be taken back, so
+the last chunk says ``replaced: true`` and a client shows ``answer`` instead of the
+concatenated deltas. With ``replaced: false`` the concatenated deltas equal ``answer``.
 Every chunk carries an SSE ``id:`` (:mod:`api.streams.ids`); the same request sent again with
 ``Last-Event-ID`` resumes the stream after that chunk, on any API process, as ``POST /v1/query``
 does (:mod:`api.streams.resume`). A streaming client that disconnects before the answer cancels
@@ -470,6 +471,7 @@ def _sources(r: Answer) -> dict[str, Any]:
         "citations": [c.model_dump(mode="json") for c in r.citations],
         "evidence": [e.model_dump(mode="json") for e in r.evidence],
         "truncated": r.truncated,
+        "degraded": list(r.degraded),
         "refused": r.refused,
     }
 
@@ -714,8 +716,8 @@ def _chunk(
 
 def final_fields(answer: Answer, shown: str) -> dict[str, Any]:
     """The extra fields of a stream's last chunk: ``usage``, ``citations``, ``evidence``,
-    ``truncated``, ``refused``, ``answer`` (the recorded answer) and ``replaced`` (the deltas
-    streamed so far are not a prefix of ``answer``: the client shows ``answer``)."""
+    ``truncated``, ``degraded``, ``refused``, ``answer`` (the recorded answer) and ``replaced``
+    (the deltas streamed so far are not a prefix of ``answer``: the client shows ``answer``)."""
     text = answer.answer or ""
     return {
         "usage": _usage(answer),

@@ -16,6 +16,7 @@ from openai import AsyncOpenAI
 from api.routes.openai_compat import MAX_TURN_ANSWER_CHARS
 from tests.unit.apikit import CHECKED, FakeQueries, answered, checked, make_app
 from topics.queries import QueryRequest
+from topics.responses import QueryResponse
 from workers.conversation import CONTEXT_MARKER, question_of
 
 
@@ -475,3 +476,27 @@ def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_not_found(
     assert _run(app[0], call).id == "small"
     err = _status_error(app[0], lambda c: c.models.retrieve("gpt-4o"))
     assert err.status_code == 404 and err.code == "model_not_found"
+
+
+def _degraded(request: QueryRequest) -> list[Any]:
+    """The answered replies of ``request`` with its response marked as shed (``propose``)."""
+    *before, response = answered(request)
+    assert isinstance(response, QueryResponse)
+    return [*before, response.model_copy(update={"degraded": ("propose",)})]
+
+
+def test_an_answer_made_without_its_proposals_says_so_through_the_openai_client(
+    tmp_path: Path, app: tuple[FastAPI, FakeQueries]
+) -> None:
+    shed, _ = make_app(tmp_path / "shed", _degraded)
+
+    async def call(c: AsyncOpenAI) -> Any:
+        return await c.chat.completions.create(model="auto", messages=USER)
+
+    async def streamed(c: AsyncOpenAI) -> list[Any]:
+        stream = await c.chat.completions.create(model="auto", messages=USER, stream=True)
+        return [chunk async for chunk in stream]
+
+    assert (_run(shed, call).model_extra or {})["degraded"] == ["propose"]
+    assert (_run(shed, streamed)[-1].model_extra or {})["degraded"] == ["propose"]
+    assert (_run(app[0], call).model_extra or {})["degraded"] == []  # a full answer
