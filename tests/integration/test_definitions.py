@@ -16,7 +16,12 @@ from ingest.ops import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit
 from topics.queries import QueryRequest
-from workers.pools.components import build_definition_search, definition_candidates
+from workers.pools import components
+from workers.pools.components import (
+    build_definition_search,
+    build_proposer,
+    definition_candidates,
+)
 from workers.retrieval.definitions import DefinitionIndex
 from workers.retrieval.hybrid import HybridRetriever
 from workers.retrieval.propose import PROPOSALS, NameProposer
@@ -202,7 +207,9 @@ def test_propose_and_verify_against_the_real_llm_server(indexed: Kit) -> None:
     assert not any(c.metadata["proposed"] for c in found)  # shed: searched entries only
 
 
-def test_a_batch_that_waited_past_its_bound_is_answered_without_proposals(indexed: Kit) -> None:
+def test_a_batch_that_waited_past_its_bound_is_answered_without_proposals(
+    indexed: Kit, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The retrieval pool's definition search with the real LLM server as proposer: a fresh
     batch asks it, a batch whose oldest question waited past ``propose_shed_after_s`` does not
     (searched entries only, the ``shed`` counter, and the flag that makes the answer say
@@ -220,6 +227,14 @@ def test_a_batch_that_waited_past_its_bound_is_answered_without_proposals(indexe
         }
     )
     tuned = settings.model_copy(update={"retrieval": retrieval})
+    made: list[NameProposer] = []  # the pool's proposer, closed after the test
+
+    def keep(s: Settings) -> NameProposer | None:
+        proposer = build_proposer(s)
+        made.extend([proposer] if proposer is not None else [])
+        return proposer
+
+    monkeypatch.setattr(components, "build_proposer", keep)
     search = build_definition_search(
         tuned, HybridRetriever(indexed.es, indexed.index.alias, retrieval)
     )
@@ -247,3 +262,5 @@ def test_a_batch_that_waited_past_its_bound_is_answered_without_proposals(indexe
     assert PROPOSALS.labels("proposed")._value.get() == asked + 1  # the server was not asked
     assert PROPOSALS.labels("shed")._value.get() == shed + 1
     assert found and not any(c.metadata["proposed"] for c in found)  # searched entries only
+    assert len(made) == 1
+    made[0].close()
