@@ -635,15 +635,15 @@ class RerankSettings(BaseModel):
 class EvidenceSettings(BaseModel):
     """The evidence stage of the rerank pool (``workers/evidence/``) and the answer tiers.
 
-    Scoring: ``w_*`` are the weights of a unit's score (:class:`workers.evidence.select.
-    Weights`); ``dense_top`` units per question are embedded (0: lexical scoring only).
-    Evidence carried to the LLM tiers: at most ``prompt_spans`` spans of ``prompt_words`` words
-    together. The evidence tier's answer: at most ``answer_spans`` spans and ``answer_words``
-    words, further spans only within ``keep_ratio`` of the best score. A refusal when the best
-    score is under ``min_confidence`` or (``refuse_missing``) an identifier of the question is
-    in no passage. Routing: ``tier_mode`` ``evidence`` answers every question from evidence,
-    ``llm`` sends every question with usable evidence to the LLM tier the router suggested,
-    ``auto`` uses the evidence tier when the confidence reaches ``evidence_min_confidence``.
+    Scoring: ``w_*`` are the weights of a unit's score (:class:`workers.evidence.select. Weights`,
+    whose defaults are these); ``dense_top`` units per question are embedded (0: lexical scoring
+    only). Evidence carried to the LLM tiers: at most ``prompt_spans`` spans of ``prompt_words``
+    words together. The evidence tier's answer: at most ``answer_spans`` spans and ``answer_words``
+    words, further spans only within ``keep_ratio`` of the best score. A refusal when the best score
+    is under ``min_confidence`` or (``refuse_missing``) an identifier of the question is in no
+    passage. Routing: ``tier_mode`` ``evidence`` answers every question from evidence, ``llm`` sends
+    every question with usable evidence to the LLM tier the router suggested, ``auto`` uses the
+    evidence tier when the confidence reaches ``evidence_min_confidence``.
     The defaults are chosen with ``ragstream eval`` (docs/evaluation.md).
     """
 
@@ -654,11 +654,9 @@ class EvidenceSettings(BaseModel):
     w_cosine: float = 0.5
     w_lexical: float = 0.3
     w_titled: float = 0.3
-    w_identifier: float = 0.2
     w_rank: float = 0.2
     w_answer_type: float = 0.3
     w_block: float = 0.8
-    w_rest: float = 0.0
     w_label: float = 0.4
     #: Added to ``w_answer_type`` for a question that asks for a value and not for a name or a
     #: way. 0.3: shared and dev sets unchanged, the sample set 8 -> 9 of 12 (the TCP port) and

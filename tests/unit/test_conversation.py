@@ -87,18 +87,3 @@ def test_which_one_asks_for_the_kind_the_earlier_question_named() -> None:
     assert standalone_question(["How do I create a database?"], "Which one is faster?").startswith(
         "Which one is faster?"
     )
-
-
-def test_a_code_lead_weighs_a_follow_ups_context_less_than_what_it_asks() -> None:
-    from workers.evidence.select import code_lead
-
-    code = (
-        ">>> import os\n"
-        ">>> os.getcwd()      # Return the current working directory\n"
-        "'C:\\\\Python311'\n"
-        ">>> os.chdir('/server/accesslogs')   # Change current working directory\n"
-    )
-    asked = "Which function of the os module returns the current working directory as a string?"
-    assert code_lead(asked, code).startswith("os.getcwd()")
-    follow_up = f"Which function changes it?{CONTEXT_MARKER}{asked}"
-    assert code_lead(follow_up, code).startswith("os.chdir(")

@@ -1,6 +1,5 @@
 """Issue 22, sixth pass: release notes yield to the reference page unless the question asks
-about versions, navigation pages (indexes, tables of contents) are no evidence, and a name
-in a format placeholder (``{msecs:03d}``) is a name."""
+about versions, and near-tied passages share their rank bonus."""
 
 from __future__ import annotations
 
@@ -10,28 +9,21 @@ import pytest
 
 from tests.unit.test_evidence import P
 from workers.evidence import select
-from workers.evidence.lexical import asks_about_versions, is_navigation, is_release_notes
+from workers.evidence.lexical import asks_about_versions, is_release_notes
 from workers.evidence.select import EvidenceSelector, Weights
 
 
 @pytest.mark.parametrize(
-    ("title", "navigation", "release"),
+    ("title", "release"),
     [
-        ("Index > C", True, False),
-        ("Index \u2013 P", True, False),
-        ("Python Documentation contents", True, False),
-        ("Python Module Index", True, False),
-        ("dataclasses \u2014 Data Classes > Module contents", False, False),
-        ("11.1. Introduction > Indexes", False, False),
-        ("What\u2019s New in Python 2.7 > PEP 389: The argparse Module", False, True),
-        ("E.1. Release 15.20 > E.1.2. Changes", False, True),
-        ("argparse \u2014 Parser for command-line options", False, False),
+        ("Index > C", False),
+        ("dataclasses \u2014 Data Classes > Module contents", False),
+        ("What\u2019s New in Python 2.7 > PEP 389: The argparse Module", True),
+        ("E.1. Release 15.20 > E.1.2. Changes", True),
+        ("argparse \u2014 Parser for command-line options", False),
     ],
 )
-def test_page_kinds_are_read_from_the_first_heading(
-    title: str, navigation: bool, release: bool
-) -> None:
-    assert is_navigation(title) is navigation
+def test_page_kinds_are_read_from_the_first_heading(title: str, release: bool) -> None:
     assert is_release_notes(title) is release
 
 
@@ -71,47 +63,6 @@ def test_release_notes_yield_to_the_reference_page_unless_versions_are_asked() -
     assert _lead(question, passages, 0.2).doc_id == "argparse"
     dated = "How were command line arguments parsed in Python 2.7?"
     assert _lead(dated, passages, 0.2).doc_id == "whatsnew"
-
-
-def test_a_navigation_page_is_no_evidence(monkeypatch: pytest.MonkeyPatch) -> None:
-    contents = P(
-        "csv \u2014 CSV File Reading and Writing\nModule Contents\nreader()\nwriter()",
-        title="Python Documentation contents",
-        doc_id="contents",
-    )
-    page = P(
-        "The csv module\u2019s reader and writer objects read and write sequences.",
-        title="csv \u2014 CSV File Reading and Writing",
-        doc_id="csv",
-    )
-    question = "How do I read a CSV file with the csv module reader?"
-    [evidence] = EvidenceSelector(None, Weights()).select([(question, [contents, page])])
-    assert all(span.doc_id == "csv" for span in evidence.spans)
-    monkeypatch.setattr(select, "SKIP_NAVIGATION", False)  # the rule off: the contents quoted
-    [evidence] = EvidenceSelector(None, Weights()).select([(question, [contents, page])])
-    assert any(span.doc_id == "contents" for span in evidence.spans)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "For example: a placeholder of {msecs:03d} would format a millisecond value of 4 as 004.",
-        "The record's time is written with %(asctime)s in the format string.",
-        "With a template, use the form ${attrname} instead.",
-    ],
-)
-def test_a_name_in_a_format_placeholder_is_a_name(
-    text: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from workers.evidence import lexical
-
-    question = "Which LogRecord attribute holds the milliseconds of the record's time?"
-    kind = lexical.answer_type(question)
-    asked = lexical.question_tokens(question)
-    assert lexical.type_match(kind, text, lexical.terms(text), False, asked) == 1.0
-    assert lexical.type_match(kind, "A dict such as {1: 2} is no field.", [], False, asked) == 0.0
-    monkeypatch.setattr(lexical, "PLACEHOLDER_NAMES", False)  # the rule off: no name found
-    assert lexical.type_match(kind, text, lexical.terms(text), False, asked) == 0.0
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def test_an_identifier_below_the_top_k_is_promoted_and_quoted() -> None:
     [emit] = _run([_event("What does shared_buffers default to?", top_k=1)])
     assert isinstance(emit.event, QueryResponse)
     assert [c.chunk_id for c in emit.event.citations] == ["c3"]  # the third candidate
-    assert "shared_buffers" in emit.event.answer
+    assert "(128MB)" in emit.event.answer
 
 
 def test_a_missing_identifier_is_a_refusal_without_an_llm() -> None:

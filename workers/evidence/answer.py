@@ -230,9 +230,6 @@ def compose(evidence: Evidence, policy: AnswerPolicy) -> EvidenceAnswer:
         ordered = value_first(chosen)
         if ordered != chosen:
             text, chosen = render_spans(ordered), ordered
-    lead = getattr(chosen[0], "lead", "")
-    if lead:  # the example's line that names the answer, then the example
-        text = f"{lead} [{chosen[0].n}]\n{text}"
     return EvidenceAnswer(text, chosen, False)
 
 

@@ -184,14 +184,6 @@ _CONFORMS = re.compile(
 )
 
 
-#: The first part of a navigation page's title (an index or a table of contents: "Index",
-#: "Index - P", "Python Documentation contents", "Python Module Index"): lists of names and
-#: links that state nothing.
-_NAVIGATION = re.compile(
-    r"^(?:Index(?:\s+[\u2013-]\s+\S+)?|.*\bDocumentation contents|.*\bModule Index|"
-    r"Table of Contents)$",
-    re.IGNORECASE,
-)
 #: The first part of a release-notes page's title ("What's New in Python 2.4", "E.1. Release
 #: 15.20"): what changed in one version, long ago for most of them.
 _RELEASE_NOTES = re.compile(r"^(?:What.s New\b|(?:[A-Z]\.\d+\.\s+)?Release \d)", re.IGNORECASE)
@@ -203,12 +195,6 @@ _VERSION_CUES = re.compile(
     r"releases?|history|(?:what|has|have)\s+changed|changed\s+in)\b",
     re.IGNORECASE,
 )
-
-
-def is_navigation(title: str) -> bool:
-    """Whether a passage's ``title`` (headings joined by " > ") is a navigation page's
-    (:data:`_NAVIGATION`)."""
-    return _NAVIGATION.search(title.split(" > ", 1)[0].strip()) is not None
 
 
 def is_release_notes(title: str) -> bool:
@@ -362,9 +348,6 @@ _VALUES = re.compile(
     r"twenty|thirty|fifty|hundred|thousand|million|billion|half|twice|none|null)\b",
     re.IGNORECASE,
 )
-#: An upper-case word of four letters or more: an SQL keyword as the PostgreSQL manual writes
-#: them (``CONCURRENTLY``, ``ON CONFLICT``, ``CREATE POLICY``), a name of a way to do something.
-_KEYWORD = re.compile(r"\b[A-Z]{4,}(?:_[A-Z]+)*\b")
 #: A reference to a part of a document or another document ("see Section 21.1", "Table 8.13",
 #: "PEP 8", "bpo-32314"): its number is no value of the text.
 _REFERENCE = re.compile(
@@ -372,21 +355,8 @@ _REFERENCE = re.compile(
     r"[\s\xa0-]*\d+(?:\.\d+)*",
     re.IGNORECASE,
 )
-#: A name inside a format placeholder: ``{msecs:03d}``, ``{attrname}``, ``%(asctime)s``,
-#: ``${name}`` (str.format, printf-style and string.Template fields): code naming a field.
-_PLACEHOLDER = re.compile(
-    r"\{([a-z_]\w*)(?:[:!][^{}\s]*)?\}|%\(([a-z_]\w*)\)[-#0 +]*\d*(?:\.\d+)?[a-z]|"
-    r"\$\{([a-z_]\w*)\}",
-    re.IGNORECASE,
-)
-#: Whether :func:`type_match` counts the names inside format placeholders as names.
-PLACEHOLDER_NAMES = True
 #: Most words of a table row's first cell that still make it a name of its own.
 LABEL_NAME_WORDS = 3
-#: Whether :func:`type_match` counts SQL keywords as names.
-SQL_KEYWORDS = True
-#: Whether :func:`type_match` ignores values and names the question already holds.
-NOVEL_ANSWERS = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,11 +433,6 @@ def type_match(
     number, in digits or words, for a value; an identifier or code for a name; the share of the
     focus words it holds: dev +1, the other sets unchanged, against any one of them).
 
-    The answer to a factoid question is not one of its own words (the "novelty" filter of answer
-    extraction, e.g. Prager et al. 2000; Harabagiu et al. 2000): a value or a name the question
-    already holds (``asked``: its lower-case tokens, as :func:`question_tokens` gives them, such
-    as "3.11" in "In Python 3.11, ...") does not count.
-
     A table row's ``label`` (its first cell, e.g. ``allballs`` in a table of special input
     strings) is a name of its own, and so is the ``subject`` of the unit's page (lower-case, as
     :func:`workers.evidence.select.subject_name` reads it from the title: ``configparser`` of
@@ -476,22 +441,21 @@ def type_match(
     wants, though a plain word is no identifier.
 
     A question for an option or a flag ("Which pg_dumpall option ...") wants an option
-    (``--globals-only``), not any name.
+    (``--globals-only``), not any name, and not one it names itself (``asked``: its names, as
+    :func:`question_tokens` gives them; the "novelty" filter of answer extraction, Prager et al.
+    2000). That filter for every value and name (``NOVEL_ANSWERS``) changed 10 of 248 answers
+    and none of their judgements, and was removed (docs/evaluation.md, "The selector's rules").
     """
     checks: list[float] = []
     if kind.value:
         values = {v.lower() for v in _VALUES.findall(_REFERENCE.sub(" ", text))}
-        checks.append(bool(values - asked) if NOVEL_ANSWERS else bool(values))
+        checks.append(bool(values))
     if kind.name:
         names = {
             t.lower().removesuffix("()").lstrip("-")
             for t in _TOKEN.findall(text)
             if is_identifier(t)
         }
-        if SQL_KEYWORDS:
-            names |= {k.lower() for k in _KEYWORD.findall(text)}
-        if PLACEHOLDER_NAMES:
-            names |= {n.lower() for m in _PLACEHOLDER.findall(text) for n in m if n}
         if label and len(label.split()) <= LABEL_NAME_WORDS:
             names.add(label.lower().strip())
         if subject and holds_word(text.lower(), subject):
@@ -500,7 +464,7 @@ def type_match(
             names = {t.lower().lstrip("-") for t in _TOKEN.findall(text) if t.startswith("-")}
             checks.append(bool(names - asked))
         else:
-            checks.append(is_code or bool((names - asked) if NOVEL_ANSWERS else names))
+            checks.append(is_code or bool(names))
     if kind.focus:
         # The share of the focus words held: "the default limit" wants a sentence about the
         # default limit ("The default limit is 4300 digits") over one about a default alone.
@@ -509,13 +473,10 @@ def type_match(
 
 
 def question_tokens(question: str) -> frozenset[str]:
-    """The values and names of ``question`` as :func:`type_match` compares them (lower-case;
-    identifiers without ``()`` or leading dashes)."""
-    values = {v.lower() for v in _VALUES.findall(question)}
-    names = {
+    """The names of ``question`` as :func:`type_match` compares them (lower-case; identifiers
+    without ``()`` or leading dashes)."""
+    return frozenset(
         t.lower().removesuffix("()").lstrip("-")
         for t in _TOKEN.findall(question)
         if is_identifier(t)
-    }
-    keywords = {k.lower() for k in _KEYWORD.findall(question)}
-    return frozenset(values | names | keywords)
+    )

@@ -7,17 +7,16 @@ can be quoted as evidence on its own:
 
 - a prose line is split into sentences (a full stop, ``?`` or ``!`` followed by a space and an
   upper-case letter, a digit or an opening quote/bracket; common abbreviations such as "e.g."
-  and "i.e." do not end a sentence; a parenthetical that is no sentence of its own, "(SQLSTATE
-  23505)", stays with the sentence before it);
+  and "i.e." do not end a sentence);
 - a code block (a verbatim block: a block whose lines are indented, or that holds prompt or
   statement markers such as ``>>>``, ``$ ``, ``;`` line ends, braces) stays whole;
 - a table row stays whole and carries its table's first row (the header) as context;
 - a list item or definition line is its own unit (it is a line of its own already);
-- a definition term (a block of one short line that neither ends nor holds a sentence end, such
-  as a PostgreSQL ``varlistentry`` term "checkpoint_timeout (integer)" or a Sphinx signature
-  "pprint.pprint(object, width=80)"; not "Base class for ... of int. (Notes)") is a unit of
-  kind ``term`` and shares its block number with the block that follows it (its description):
-  "The default is five minutes." is about the term.
+- a definition term (a block of one short line that does not end like a sentence and is no
+  field line such as "Source code: Lib/copy.py": a PostgreSQL ``varlistentry`` term
+  "checkpoint_timeout (integer)" or a Sphinx signature "pprint.pprint(object, width=80)") is a
+  unit of kind ``term`` and shares its block number with the block that follows it (its
+  description): "The default is five minutes." is about the term.
 
 Every unit keeps ``[start, end)`` character offsets into the chunk text, so a quote can be
 traced back exactly (``text[start:end] == unit.text``).
@@ -37,10 +36,6 @@ ABBREVIATIONS = frozenset(
 #: A sentence boundary candidate: end punctuation (optionally closed by a quote or bracket),
 #: white space, then something that can start a sentence.
 _BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[`])")
-#: A sentence end inside a line (a definition term holds none).
-_SENTENCE_END = re.compile(r"[a-z][.!?][\"')\]]?\s+\S")
-#: A parenthetical that is no sentence of its own: "(SQLSTATE 23505)", "(Notes)".
-_BARE_PARENTHETICAL = re.compile(r"\([^()]*[^.!?()]\)")
 _WORD_BEFORE = re.compile(r"(\S+)\.$")
 _TABLE_ROW = re.compile(r"\S \| \S|^\S[^|]*\|$")
 _CODE_MARKERS = re.compile(r"^(>>>|\.\.\.|\$ |#|--|/\*|\w+=# )|[;{}]\s*$|^\s{2,}\S")
@@ -116,15 +111,11 @@ def _is_term(lines: list[tuple[int, str]]) -> bool:
     if len(lines) != 1:
         return False
     line = lines[0][1].rstrip()
-    if TERM_ONE_SENTENCE and _SENTENCE_END.search(line):
-        return False  # "Base class for ... subclasses of int. (Notes)": prose, not a term
     if FIELD_LINES and _FIELD.match(line):
         return False  # "Source code: Lib/json/tool.py": a field of the page, not a term
     return len(line.split()) <= MAX_TERM_WORDS and not line.endswith((".", ":", "!", "?"))
 
 
-#: Whether a line holding a sentence end ("... subclasses of int. (Notes)") is never a term.
-TERM_ONE_SENTENCE = True
 #: Whether a field line of a page ("Source code: Lib/copy.py", "Availability: Unix, not
 #: Emscripten") is never a term: as one it headed the next paragraph's sentences, and answers
 #: read "Source code: Lib/json/tool.py / The json.tool module provides ...".
@@ -149,21 +140,9 @@ def split_sentences(line: str) -> list[tuple[int, int]]:
         start = match.end()
     if line[start:].strip():
         spans.append((start, len(line)))
-    if not ATTACH_PARENTHETICALS:
-        return spans
-    # A bare parenthetical closes the sentence before it ("... unique constraint. (SQLSTATE
-    # 23505)"): alone it says nothing.
-    merged: list[tuple[int, int]] = []
-    for s, e in spans:
-        if merged and _BARE_PARENTHETICAL.fullmatch(line[s:e].strip()):
-            merged[-1] = (merged[-1][0], e)
-        else:
-            merged.append((s, e))
-    return merged
+    return spans
 
 
-#: Whether a bare parenthetical joins the sentence before it (:func:`split_sentences`).
-ATTACH_PARENTHETICALS = True
 #: Whether a "See also" box (the heading, the title of the document it points to and that
 #: title's description) is left out of the units: it describes another document ("PEP 305 -
 #: CSV File API / The Python Enhancement Proposal which proposed this addition to Python." led

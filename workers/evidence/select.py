@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from ragstream.settings import EvidenceSettings
 from workers.conversation import split_context
 from workers.evidence.lexical import (
     about_standard,
@@ -41,7 +42,6 @@ from workers.evidence.lexical import (
     holds_word,
     identifiers,
     idf,
-    is_navigation,
     is_pointer,
     is_release_notes,
     near_word,
@@ -74,9 +74,6 @@ SHORT_UNIT_WORDS = 6
 #: A quoted sentence of a definition carries its term as context ("checkpoint_timeout (integer) /
 #: The default is five minutes (5min)."): the value alone does not say what it is the value of.
 QUOTE_HEAD = True
-#: A sentence of a definition names the identifier of its term: under "shared_buffers (integer)",
-#: "The default is 128MB." is the value of ``shared_buffers``.
-HEAD_NAMES = True
 
 
 class Embeds(Protocol):
@@ -112,25 +109,25 @@ class PassageLike(Protocol):
     def title(self) -> str: ...
 
 
+#: The one source of the weights' defaults: the settings' (``evidence.w_*``).
+_DEFAULTS = EvidenceSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class Weights:
-    """Weights of the unit score (chosen with ``ragstream eval``; see docs/evaluation.md).
+    """Weights of the unit score (chosen with ``ragstream eval``; see docs/evaluation.md). The
+    defaults are :class:`ragstream.settings.EvidenceSettings`' ``w_*``.
 
     Attributes:
         cosine: cosine similarity of question and unit embeddings, in [-1, 1].
         lexical: IDF-weighted coverage of the question's terms in the unit, in [0, 1].
         titled: the same coverage in the unit plus its passage's title, in [0, 1].
-        identifier: 1 when the unit, or the definition term heading its block, contains an
-            identifier the question names.
         rank: ``1 / (1 + rank)`` of the unit's passage (rank 0 is the best passage).
         answer_type: how well the unit fits the question's expected answer type
             (:func:`workers.evidence.lexical.type_match`), in [0, 1].
         block: IDF-weighted coverage of the question's terms in the unit's whole block (its
             paragraph, definition or table) plus the passage's title, in [0, 1]: a sentence
             such as "The default is five minutes." is about what its paragraph is about.
-        rest: IDF-weighted coverage in the unit of the question's terms that are not part of an
-            identifier it names, in [0, 1]: the identifier says what the question is about (the
-            passage, title or term often says it too), the other words what it asks about it.
         label: IDF-weighted coverage of the question's terms in the unit's label, in [0, 1]:
             the definition term heading it (``deadlock_timeout (integer)`` over "The default is
             one second."), a table row's first cell (``columns per table``), or a term itself.
@@ -167,19 +164,22 @@ class Weights:
             gives its page types).
     """
 
-    cosine: float = 0.5
-    lexical: float = 0.3
-    titled: float = 0.3
-    identifier: float = 0.2
-    rank: float = 0.2
-    answer_type: float = 0.3
-    block: float = 0.8
-    rest: float = 0.0
-    label: float = 0.0
-    value_type: float = 0.0
-    pointer: float = 0.2
-    default_statement: float = 0.0
-    release_notes: float = 0.0
+    cosine: float = _DEFAULTS.w_cosine
+    lexical: float = _DEFAULTS.w_lexical
+    titled: float = _DEFAULTS.w_titled
+    rank: float = _DEFAULTS.w_rank
+    answer_type: float = _DEFAULTS.w_answer_type
+    block: float = _DEFAULTS.w_block
+    label: float = _DEFAULTS.w_label
+    value_type: float = _DEFAULTS.w_value_type
+    pointer: float = _DEFAULTS.w_pointer
+    default_statement: float = _DEFAULTS.w_default_statement
+    release_notes: float = _DEFAULTS.w_release_notes
+
+    @classmethod
+    def from_settings(cls, settings: EvidenceSettings) -> Weights:
+        """The weights ``settings`` give (its ``w_<name>`` for every field ``<name>``)."""
+        return cls(**{f.name: getattr(settings, f"w_{f.name}") for f in fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +200,6 @@ class Span:
             :data:`EXAMPLE` for a line introducing an example quoted with the example.
         fit: how well its unit fits the kind of answer asked for, in [0, 1]
             (:func:`workers.evidence.lexical.type_match`).
-        lead: for a code block leading the answer to a question for a name or a way, its line
-            that names the answer when that is not its first line (:func:`code_lead`); else "".
     """
 
     n: int
@@ -214,7 +212,6 @@ class Span:
     context: str = ""
     kind: str = "sentence"
     fit: float = 0.0
-    lead: str = ""
 
     @property
     def words(self) -> int:
@@ -330,10 +327,6 @@ class EvidenceSelector:
             confidence = ranked[0].score if ranked else -math.inf
             spans = self._spans(ranked, passages, per_passage, before)
             kind = answer_type(split_context(question)[0])
-            if spans and spans[0].kind == "code" and kind.name and CODE_LEAD:
-                lead = code_lead(question, spans[0].text)
-                if lead:
-                    spans = (replace(spans[0], lead=lead), *spans[1:])
             knn = [k for p in passages if (k := getattr(p, "knn_score", None)) is not None]
             out.append(
                 Evidence(
@@ -357,14 +350,7 @@ class EvidenceSelector:
         # context: what kind of answer is wanted comes from the question alone, and the
         # context's terms count at CONTEXT_WEIGHT of their IDF.
         own, q_terms, extra = question_terms(question)
-        # A name that half the passages hold ("PostgreSQL" in "... before PostgreSQL looks
-        # for a deadlock?") is what the whole collection is about, not what the question asks.
         texts = [f"{p.title}\n{p.text}".lower() for p in passages]
-        common = COMMON_NAME_SHARE * len(texts) if len(texts) >= COMMON_NAME_PASSAGES else math.inf
-        q_ids = {i for i in identifiers(question) if sum(i in t for t in texts) < common}
-        id_terms = {t for i in q_ids for t in terms(i)}
-        bare = bare_names(q_ids)
-        q_rest = [t for t in q_terms if t not in id_terms]
         kind = answer_type(own)
         # A question for a value alone (not a name or a way) weighs the fit more: a sentence
         # without any value cannot state the answer.
@@ -395,8 +381,6 @@ class EvidenceSelector:
         scored: list[_Scored] = []
         rank_bonus = rank_bonuses(passages)
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
-            if SKIP_NAVIGATION and is_navigation(passage.title):
-                continue  # an index or a table of contents states nothing
             subject = subject_name(passage.title)
             old = dated if is_release_notes(passage.title) else 0.0
             title_terms = terms(passage.title)
@@ -406,8 +390,6 @@ class EvidenceSelector:
             block_cover = {b: coverage(q_terms, t, weights) for b, t in blocks.items()}
             for ui, unit in enumerate(plist):
                 ut = unit_terms[pi][ui]
-                low = unit.text.lower()
-                head = unit.head.lower() if HEAD_NAMES else ""
                 label = _label(unit)
                 code, cell = unit.kind == "code", _cell(unit)
                 example = _example(plist, ui)
@@ -427,13 +409,11 @@ class EvidenceSelector:
                 score = (
                     w.lexical * coverage(q_terms, ut, weights)
                     + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
-                    + w.identifier * _names(low, head, q_ids, bare)
                     - w.pointer * (is_pointer(unit.text) or about_standard(unit.text, own))
                     + w.rank * rank_bonus[pi]
                     + (w.answer_type + value_only) * fit
                     + w.block * block_cover[unit.block]
                     + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
-                    + w.rest * coverage(q_rest, ut, weights)
                     + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
                     + w.default_statement * (states_default(unit, q_words) if default_q else 0.0)
                     - old
@@ -539,21 +519,6 @@ def repeats(text: str, shown: frozenset[tuple[str, ...]]) -> bool:
 #: (:func:`workers.evidence.lexical.statement_names`).
 STATEMENTS = True
 
-#: Share of a question's passages that, holding one of its identifiers, makes the identifier
-#: count for no unit (:attr:`Weights.identifier`): 0.5 put the deadlock_timeout sentence first
-#: for "By default, how long is a session blocked on a lock before PostgreSQL bothers to look for
-#: a deadlock?" and quoted ``msecs`` for a LogRecord question (shared set +1, answer first
-#: 0.444 -> 0.481; dev and sample unchanged; 0.7 and 0.9 gained only the order).
-COMMON_NAME_SHARE = 0.5
-#: ... among this many passages at least (one or two passages about the asked thing all hold it).
-COMMON_NAME_PASSAGES = 4
-
-#: Shortest last part of a dotted identifier, without an underscore, that counts as a name of
-#: its own (:func:`bare_names`): ``getcwd`` of ``os.getcwd`` does, ``open`` of ``gzip.open`` does
-#: not. Bare names put "... leaving the maxsize at its default value of 128" first for
-#: ``functools.lru_cache`` (dev +1, sample +1, shared unchanged; 4 and 6 measured the same).
-BARE_NAME_CHARS = 6
-
 #: Scale (of the answer-type weight) of the bonus of a definition term that declares the kind
 #: of thing the question asks for ("Which class ..." and the term "class asyncio.TaskGroup"):
 #: a term is short, so its own word coverage is low. 0.5 answered one more of the 90 questions
@@ -564,11 +529,6 @@ TERM_BONUS = 0.5
 #: with the span that holds one (``leads_with_value``: "Cluster-wide data can be dumped alone
 #: using the pg_dumpall --globals-only option." before the paragraph introducing pg_dumpall).
 OPTION_KINDS = ("option", "flag")
-#: Whether the units of a navigation page (an index, a table of contents:
-#: :func:`workers.evidence.lexical.is_navigation`) are left out of the evidence: "csv — CSV File
-#: Reading and Writing" of the contents page led "How do I read a CSV file line by line?" once
-#: the release notes' ``csv.reader`` example no longer did.
-SKIP_NAVIGATION = True
 #: The stem :func:`workers.evidence.lexical.answer_type` puts in a question's focus when it
 #: asks for a default.
 DEFAULT_FOCUS = "default"
@@ -797,31 +757,6 @@ def subject_name(title: str) -> str:
     return name.strip().lower() if sep else ""
 
 
-def bare_names(identifiers: set[str]) -> set[str]:
-    """The last parts of the dotted ``identifiers`` (lower-case) that are names of their own:
-    with an underscore or of :data:`BARE_NAME_CHARS` characters or more. A module's page calls
-    its functions by their bare names ("the lru_cache decorator" on the page of
-    ``functools.lru_cache``); "open" of ``gzip.open`` is too common a word to count."""
-    parts = {i.rsplit(".", 1)[1] for i in identifiers if "." in i.strip(".")}
-    return {p for p in parts if ("_" in p or len(p) >= BARE_NAME_CHARS) and p not in identifiers}
-
-
-#: An identifier of the question counts only as a whole name: ``work_mem`` is not named by
-#: ``autovacuum_work_mem (integer) / It defaults to -1, ...`` (a new user's "What is the default
-#: work_mem?" was answered with that other setting's default).
-WHOLE_IDENTIFIERS = True
-
-
-def _names(low: str, head: str, identifiers: set[str], bare: set[str]) -> float:
-    """1.0 when a unit (``low``) or its definition term (``head``), both lower-case, holds one
-    of the question's ``identifiers`` or one of their ``bare`` names, each as a whole word
-    (:data:`WHOLE_IDENTIFIERS`)."""
-    if not WHOLE_IDENTIFIERS and any(i in low or i in head for i in identifiers):
-        return 1.0
-    names = identifiers | bare if WHOLE_IDENTIFIERS else bare
-    return 1.0 if any(holds_word(low, n) or holds_word(head, n) for n in names) else 0.0
-
-
 def _declared(named: str, unit: Unit) -> float:
     if not named or unit.kind != "term":
         return 0.0
@@ -908,86 +843,3 @@ EXAMPLE = "example"
 
 #: Most words of the code block an introducing line takes with it (:func:`_with_context`).
 INTRO_CODE_WORDS = 40
-
-
-#: Whether a code block leading an answer for a name or a way is opened by the line of it that
-#: names the answer (:func:`code_lead`).
-CODE_LEAD = True
-#: Most words of a lead line (:func:`code_lead`): it repeats a line of the quoted block, so it
-#: stays short within the answer's word budget.
-LEAD_WORDS = 20
-#: The prompt of an interactive example's input lines (its other lines are output).
-_PROMPTS = (">>>", "...")
-
-
-def code_lead(question: str, code: str) -> str:
-    """The line of ``code`` that names what ``question`` asks for, when it is not its first
-    line; else "".
-
-    An example answers with one line among several: ``os.getcwd()  # Return the current working
-    directory`` after ``import os``, ``reader = csv.reader(f)`` after ``import csv, sys``. A
-    reader scans an answer's first line; the block is quoted whole after it. Each input line
-    (without its ``>>>`` prompt; output lines of an interactive example are not code) is scored
-    by the IDF-weighted coverage of the question's terms (IDF over the block's lines, comments
-    included, string literals not: ``'file {}, line {}'`` is data, not what the line does; a
-    name every line holds says nothing) plus its fit to the answer type
-    (:func:`workers.evidence.lexical.type_match`: a name the question does not hold); the best,
-    first on ties, whitespace collapsed ("" when longer than :data:`LEAD_WORDS` words). A
-    statement continued over several lines counts as one line (:func:`_statements`).
-    Sample set answer first 8/10 -> 10/10 (``os.getcwd``, ``csv.reader``); shared and dev
-    unchanged. A follow-up's context terms weigh :data:`CONTEXT_WEIGHT` of their IDF ("Which
-    function changes it? | context: Which function ... returns the current working directory
-    ...?" leads with ``os.chdir(...)``, not ``os.getcwd()``).
-    """
-    raw = [line.strip() for line in code.splitlines() if line.strip()]
-    interactive = any(line.startswith(">>>") for line in raw)
-    lines = [
-        line[3:].strip() if interactive else line
-        for line in raw
-        if not interactive or line.startswith(_PROMPTS)
-    ]
-    lines = _statements([line for line in lines if line and not line.startswith(("#", "--"))])
-    if len(lines) < 2:
-        return ""
-    own, q_terms, extra = question_terms(question)
-    kind, asked = answer_type(own), question_tokens(question)
-    line_terms = [terms(_without_strings(line)) for line in lines]
-    weights = idf(line_terms)
-    _scale(weights, extra, CONTEXT_WEIGHT)  # a follow-up's context counts less, as above
-    scores = [
-        coverage(q_terms, t, weights) + type_match(kind, line, t, False, asked)
-        for line, t in zip(lines, line_terms, strict=True)
-    ]
-    best = max(range(len(lines)), key=lambda i: (scores[i], -i))
-    words = lines[best].split()
-    return " ".join(words) if best > 0 and len(words) <= LEAD_WORDS else ""
-
-
-def _statements(lines: list[str]) -> list[str]:
-    """``lines`` with every statement continued over several lines joined into one line.
-
-    A line whose brackets stay open (``parser.add_argument("-v", "--verbose", help="...",``)
-    takes the lines after it until they close (``action="store_true")``): as a lead, the first
-    line alone cut the call short of the argument asked for. String literals are not counted.
-    """
-    out: list[str] = []
-    depth = 0
-    for line in lines:
-        code = _without_strings(line).partition("#")[0]
-        if depth > 0 and out:
-            out[-1] = f"{out[-1]} {line}"
-        else:
-            out.append(line)
-        opened = sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
-        depth = max(0, depth + opened)
-    return out
-
-
-#: A string literal on one line of code.
-_STRING = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
-
-
-def _without_strings(line: str) -> str:
-    """``line`` with the string literals of its code (before a ``#`` comment) emptied."""
-    code, hash_, comment = line.partition("#")
-    return _STRING.sub("''", code) + hash_ + comment

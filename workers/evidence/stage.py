@@ -406,21 +406,7 @@ def build_evidence_stage(
     ``refuse_uncommon_words`` is off)."""
     selector = EvidenceSelector(
         embedder,
-        Weights(
-            cosine=settings.w_cosine,
-            lexical=settings.w_lexical,
-            titled=settings.w_titled,
-            identifier=settings.w_identifier,
-            rank=settings.w_rank,
-            answer_type=settings.w_answer_type,
-            block=settings.w_block,
-            rest=settings.w_rest,
-            label=settings.w_label,
-            value_type=settings.w_value_type,
-            pointer=settings.w_pointer,
-            default_statement=settings.w_default_statement,
-            release_notes=settings.w_release_notes,
-        ),
+        Weights.from_settings(settings),
         dense_top=settings.dense_top,
         max_spans=settings.prompt_spans,
         max_words=settings.prompt_words,
