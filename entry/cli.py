@@ -42,7 +42,7 @@ def _mount_subcommands() -> None:
     """Attach the command groups that live beside their code (imports stay light)."""
     from api.cli import keys_app
     from bench.cli import bench_app
-    from bench.evaluation.cli import eval_command
+    from bench.evaluation.cli import ablate_command, eval_command
     from bench.replay.cli import replay_command
     from entry.demo import demo_app
     from entry.mcp import mcp_command
@@ -59,6 +59,7 @@ def _mount_subcommands() -> None:
     app.add_typer(index_app, name="index")
     app.command("ingest")(ingest_command)
     app.command("eval")(eval_command)
+    app.command("ablate")(ablate_command)
     app.command("replay")(replay_command)
     app.command("mcp")(mcp_command)
     app.add_typer(keys_app, name="keys")

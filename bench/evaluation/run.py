@@ -119,6 +119,11 @@ class EvalOptions:
 
 #: An earlier turn's key in :func:`earlier_answers`: its conversation before it and its question.
 TurnKey = tuple[tuple[str, ...], str]
+#: Retrieval kept between runs of :func:`run_evaluation` over the same questions (the rule
+#: ablation, :mod:`bench.evaluation.ablation`): keyed by the modes and the requests, each run's
+#: query vectors, ranked lists and definition entries. The rules of the evidence stage act after
+#: retrieval, so a second run with a rule switched off retrieves nothing again.
+RetrievalMemo = dict[tuple[Any, ...], tuple[Any, ...]]
 
 
 def earlier_answers(
@@ -126,6 +131,7 @@ def earlier_answers(
     qs: Sequence[EvalQuestion],
     options: EvalOptions,
     say: Callable[[str], None],
+    memo: RetrievalMemo | None = None,
 ) -> dict[TurnKey, str]:
     """The answer of every earlier turn of the follow-ups in ``qs``, keyed by ``(the questions
     before it, its question)``: each asked as a question of its own (after the questions before
@@ -151,7 +157,7 @@ def earlier_answers(
     ]
     say(f"answering {len(turns)} earlier turns of the follow-ups")
     inner = replace(options, limit=None, off_topic=None, tiers=options.tiers[:1], modes=())
-    report = run_evaluation(settings, turns, inner, earlier={})
+    report = run_evaluation(settings, turns, inner, earlier={}, memo=memo)
     return {k: r.answer or "" for k, r in zip(keys, report.questions, strict=True)}
 
 
@@ -225,10 +231,12 @@ def run_evaluation(
     questions_file: str = "",
     progress: Callable[[str], None] | None = None,
     earlier: Mapping[TurnKey, str] | None = None,
+    memo: RetrievalMemo | None = None,
 ) -> EvalReport:
     """Evaluate ``questions`` (see the module docstring) and return the report. ``earlier``:
     the follow-ups' earlier answers (:func:`earlier_answers`; ``None``: answered here first
-    when answers are asked).
+    when answers are asked). ``memo``: retrieval of earlier runs (:data:`RetrievalMemo`),
+    used and filled; its timings are those of the run that retrieved.
 
     Raises:
         EvaluationError: no question, or the default mode cannot run while answers are asked.
@@ -256,7 +264,7 @@ def run_evaluation(
 
     embedder = build_embedder(settings, role="query")
     if earlier is None:
-        earlier = earlier_answers(settings, every, options, say) if options.generate else {}
+        earlier = earlier_answers(settings, every, options, say, memo) if options.generate else {}
     deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
     requests = [
         QueryRequest(
@@ -269,20 +277,13 @@ def run_evaluation(
         )
         for q in every
     ]
-    tv = time.perf_counter()
-    vectors = embedder.embed([question_of(r) for r in requests])
-    embed_s = time.perf_counter() - tv
-    es = Elasticsearch(
-        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
-    )
-    try:
-        runner = _checked_runner(es, alias, settings, embedder)
-        run = _retrieve(runner, to_run, requests, vectors, say)
-        definitions = _definitions(settings, es, alias, requests, vectors)
-    finally:
-        es.close()
-    for mode in run.seconds:
-        run.seconds[mode] += embed_s
+    key = (alias, tuple(to_run), tuple(r.model_dump_json(exclude={"deadline"}) for r in requests))
+    if memo is not None and key in memo:
+        vectors, run, definitions = memo[key]
+    else:
+        vectors, run, definitions = _retrieve_all(settings, embedder, alias, to_run, requests, say)
+        if memo is not None:
+            memo[key] = (vectors, run, definitions)
     if options.generate and default in run.skipped:
         raise EvaluationError(f"the default mode {default} cannot run: {run.skipped[default]}")
     answers: dict[str, list[Answer]] | None = None
@@ -332,6 +333,33 @@ def run_evaluation(
         off_topic_file=str(options.off_topic) if probes else "",
         off_topic_questions=probe_records,
     ).with_headline()
+
+
+def _retrieve_all(  # noqa: PLR0917 - one call site
+    settings: Settings,
+    embedder: Any,
+    alias: str,
+    to_run: Sequence[str],
+    requests: Sequence[QueryRequest],
+    say: Callable[[str], None],
+) -> tuple[npt.NDArray[np.float32], _Run, list[list[Candidate]]]:
+    """The query vectors, the ranked lists of every mode (their seconds include the embedding)
+    and the definition entries of ``requests``."""
+    tv = time.perf_counter()
+    vectors = embedder.embed([question_of(r) for r in requests])
+    embed_s = time.perf_counter() - tv
+    es = Elasticsearch(
+        settings.elasticsearch.url, request_timeout=settings.elasticsearch.request_timeout_s
+    )
+    try:
+        runner = _checked_runner(es, alias, settings, embedder)
+        run = _retrieve(runner, to_run, requests, vectors, say)
+        definitions = _definitions(settings, es, alias, requests, vectors)
+    finally:
+        es.close()
+    for mode in run.seconds:
+        run.seconds[mode] += embed_s
+    return vectors, run, definitions
 
 
 def _definitions(

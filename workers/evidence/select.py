@@ -2,22 +2,40 @@
 
 For a batch of questions, each with its passages in rank order:
 
-1. every passage is split into units (:func:`workers.evidence.segment.segment`: sentences, code
-   blocks, table rows with their header, list items);
-2. every unit gets a lexical score: the IDF-weighted coverage of the question's terms (stems and
-   identifiers, :mod:`workers.evidence.lexical`; IDF over the question's own units) in the unit
-   and in the unit plus its passage's title, an exact-identifier match, and its passage's rank;
-3. the ``dense_top`` best units of every question by that score are embedded, together with the
-   questions, in ONE call of the embedder for the whole batch, and their cosine similarity to
-   their question is added (units outside the ``dense_top`` keep their lexical score only);
+1. every passage is read with the part of the chunk before it that it continues
+   (:func:`read_whole`) and split into units (:func:`workers.evidence.segment.segment`:
+   sentences, code blocks, table rows with their header, list items, definition terms; "See
+   also" boxes left out); a passage that continues another retrieved one takes its definition
+   term (:func:`carry_heads`);
+2. every unit gets a score, the sum of (weights: :class:`Weights`, defaults
+   ``evidence.w_*``): the IDF-weighted coverage of the question's terms (stems and
+   identifiers, :mod:`workers.evidence.lexical`; IDF over the question's own units; a
+   follow-up's context terms at :data:`CONTEXT_WEIGHT`, answer-type cue words at
+   :data:`CUE_WEIGHT`) in the unit, in the unit plus its passage's title, in its whole block
+   plus the title, and in its label (its term or row's first cell); its fit to the asked answer
+   type (:func:`workers.evidence.lexical.type_match`, more for a question for a value alone;
+   a line introducing an example fits as the two together), plus a share of that for a term
+   declaring the asked kind of thing; its passage's rank bonus (:func:`rank_bonuses`); a bonus
+   for a statement of a default when one is asked (:func:`states_default`); minus a penalty for
+   a sentence pointing elsewhere or reporting the SQL standard, and for release notes when the
+   question does not ask about versions;
+3. with ``dense_top`` > 0 (0 by default), that many best units of every question are embedded,
+   with the questions, in ONE call of the embedder for the whole batch, and their cosine
+   similarity to their question is added;
 4. units are ranked by score; a unit too short to stand alone (a signature, a term, a line
-   ending in ":") takes the next unit of its block as context; spans are kept best first up to
-   ``max_spans`` and ``max_words``, leaving out a unit the user has just been shown (a
-   follow-up's last answer, :func:`repeats`): the follow-up asks for something else.
+   ending in ":") takes the next unit of its block as context, a line introducing an example
+   takes the example; spans are kept best first up to ``max_spans`` and ``max_words``, leaving
+   out a unit the user has just been shown (a follow-up's last answer, :func:`repeats`): the
+   follow-up asks for something else. A sentence of a definition is quoted under its term.
 
 The confidence of a question's evidence is its best unit's score. Identifiers the question names
-that no passage contains (``pg_stat_io``, ``typing.override``) are reported as ``missing``: the
-passages are then about something else, the signature of a question the documents do not answer.
+that no passage contains (``pg_stat_io``, ``typing.override``) and DDL statements it names in
+capitals that no passage writes are reported as ``missing``: the passages are then about
+something else, the signature of a question the documents do not answer.
+
+Every rule of this module and its neighbours has a switch (an upper-case ``bool``) or a weight,
+and is kept for its gain on blind question sets: docs/evaluation.md, "The selector's rules"
+(``ragstream ablate`` measures it).
 """
 
 from __future__ import annotations
