@@ -226,7 +226,13 @@ def eval_numbers(data: dict[str, Any]) -> dict[str, Any]:
 #: Headline numbers of the latest blind set kept as ``eval.blind.<key>``.
 BLIND_KEYS = ("answer_accuracy", "howto_accuracy", "answer_first_rate", "absent_refusal_rate")
 #: Where the eval reports whose follow-up questions ``eval.followup_rate`` counts are.
-FOLLOWUP_DIRS = ("eval-blind", "eval-blind-2026-12-04", "eval-dev", "eval-newuser")
+FOLLOWUP_DIRS = (
+    "eval-blind",
+    "eval-blind-2026-12-04b",
+    "eval-blind-2026-12-04",
+    "eval-dev",
+    "eval-newuser",
+)
 
 
 def blind_numbers(directory: Path, shared: dict[str, Any], notes: list[str]) -> dict[str, Any]:
