@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -90,13 +92,11 @@ def eval_command(  # noqa: PLR0917 - typer options
     from bench.evaluation.questions import (
         OFF_TOPIC_QUESTIONS,
         SAMPLE_QUESTIONS,
-        EvaluationError,
         load_questions,
         parse_roots,
     )
     from bench.evaluation.report import summary_line, write_report
     from bench.evaluation.run import EvalOptions, run_evaluation
-    from ragstream.errors import RagstreamError
     from ragstream.logging import configure_logging
     from ragstream.settings import get_settings
 
@@ -106,7 +106,7 @@ def eval_command(  # noqa: PLR0917 - typer options
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out_dir = out or settings.infra.local_dir / "eval" / stamp
     asked = tuple(m.strip() for m in modes.split(",") if m.strip()) if modes else DEFAULT_MODES
-    try:
+    with _exits_on_failure():
         options = EvalOptions(
             modes=asked,
             tenant=tenant,
@@ -129,18 +129,29 @@ def eval_command(  # noqa: PLR0917 - typer options
             questions_file=str(path),
             progress=lambda msg: console.print(f"[dim]{msg}[/dim]"),
         )
-    except (EvaluationError, ValueError) as exc:
-        console.print(f"[red]error[/red]: {exc}")
-        raise typer.Exit(2) from exc
-    except RagstreamError as exc:
-        console.print(f"[red]failed[/red]: {type(exc).__name__}: {exc}")
-        raise typer.Exit(1) from exc
     for mode, reason in report.skipped_modes.items():
         console.print(f"[yellow]skipped[/yellow] {mode}: {reason}")
     if aggregate_only:
         report = report.aggregate_only()
     write_report(report, out_dir, side_by_side=not aggregate_only)
     typer.echo(summary_line(report, out_dir))
+
+
+@contextmanager
+def _exits_on_failure() -> Iterator[None]:
+    """Turn an expected failure into one line on stderr: exit 2 for bad input (a question
+    file, an option), 1 for a failing service."""
+    from bench.evaluation.questions import EvaluationError
+    from ragstream.errors import RagstreamError
+
+    try:
+        yield
+    except (EvaluationError, ValueError) as exc:
+        console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(2) from exc
+    except RagstreamError as exc:
+        console.print(f"[red]failed[/red]: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from exc
 
 
 def _model_url(value: str) -> tuple[str, str]:
@@ -183,8 +194,7 @@ def ablate_command(  # noqa: PLR0917 - typer options
     shown, so a blind set stays blind.
     """
     from bench.evaluation.ablation import ablate, ablation_table, all_rules, answerer
-    from bench.evaluation.questions import EvaluationError, load_questions
-    from ragstream.errors import RagstreamError
+    from bench.evaluation.questions import load_questions
     from ragstream.logging import configure_logging
     from ragstream.settings import get_settings
 
@@ -198,7 +208,7 @@ def ablate_command(  # noqa: PLR0917 - typer options
         console.print(f"[red]error[/red]: two sets share a name: {names}")
         raise typer.Exit(2)
     asked = all_rules() if rules.strip() == "all" else [r.strip() for r in rules.split(",") if r]
-    try:
+    with _exits_on_failure():
         sets = {name: load_questions(p) for name, p in zip(names, paths, strict=True)}
         report = ablate(
             settings,
@@ -208,12 +218,6 @@ def ablate_command(  # noqa: PLR0917 - typer options
             answer=answerer(tenant, index),
             progress=lambda msg: console.print(f"[dim]{msg}[/dim]"),
         )
-    except (EvaluationError, ValueError) as exc:
-        console.print(f"[red]error[/red]: {exc}")
-        raise typer.Exit(2) from exc
-    except RagstreamError as exc:
-        console.print(f"[red]failed[/red]: {type(exc).__name__}: {exc}")
-        raise typer.Exit(1) from exc
     table = ablation_table(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "ablation.json").write_text(report.model_dump_json(indent=2) + "\n")

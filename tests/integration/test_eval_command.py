@@ -65,9 +65,8 @@ def _html(title: str, text: str) -> bytes:
     ).encode()
 
 
-def test_eval_command_measures_modes_and_answers(
-    kit: Kit, settings: Settings, tmp_path: Path
-) -> None:
+def _index_pages(kit: Kit, tmp_path: Path) -> dict[str, Path]:
+    """Write :data:`PAGES` under ``tmp_path/<corpus>/html`` and index them; the html roots."""
     roots = {"py": tmp_path / "py" / "html", "pg": tmp_path / "pg" / "html"}
     ops = []
     for (corpus, page), (title, text) in PAGES.items():
@@ -78,6 +77,13 @@ def test_eval_command_measures_modes_and_answers(
         ops.append(IngestOp(TENANT, str(path), data=data, filename=str(path), source=str(path)))
     assert all(o[0].status == "indexed" for o in kit.pipeline.apply(ops))
     kit.index.refresh()
+    return roots
+
+
+def test_eval_command_measures_modes_and_answers(
+    kit: Kit, settings: Settings, tmp_path: Path
+) -> None:
+    roots = _index_pages(kit, tmp_path)
     qfile = tmp_path / "questions.jsonl"
     qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     probes = tmp_path / "offtopic.jsonl"  # two of the repository's probes: a short LLM run
@@ -144,15 +150,7 @@ def test_ablate_command_switches_each_rule_off_over_the_real_index(
 ) -> None:
     from workers.evidence import answer
 
-    ops = []
-    for (corpus, page), (title, text) in PAGES.items():
-        path = tmp_path / corpus / "html" / page
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = _html(title, text) if page.endswith(".html") else f"{title}\n\n{text}".encode()
-        path.write_bytes(data)
-        ops.append(IngestOp(TENANT, str(path), data=data, filename=str(path), source=str(path)))
-    assert all(o[0].status == "indexed" for o in kit.pipeline.apply(ops))
-    kit.index.refresh()
+    _index_pages(kit, tmp_path)
     dev, blind = tmp_path / "questions.dev.jsonl", tmp_path / "questions.blind.jsonl"
     dev.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS[:2]))
     blind.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS[2:]))
