@@ -727,3 +727,21 @@ def test_a_ddl_statement_no_passage_writes_is_missing(monkeypatch: pytest.Monkey
     assert present.missing == ()  # written across a line break, still written
     monkeypatch.setattr(select, "STATEMENTS", False)
     assert EvidenceSelector(None).select([(question, [initdb])])[0].missing == ()
+
+
+def test_a_sentence_two_passages_hold_is_quoted_once() -> None:
+    # A definition entry and its page's chunk state the same description: the answer quotes it
+    # once and goes on to what else the passages say.
+    about = "Sets the amount of memory the database server uses for shared memory buffers."
+    entry = P(f"shared_buffers (integer)\n{about}", chunk_id="e", doc_id="runtime-config")
+    chunk = P(
+        f"shared_buffers (integer)\n{about} This parameter can only be set at server start.",
+        chunk_id="c",
+        doc_id="runtime-config",
+    )
+    [ev] = EvidenceSelector(None).select(
+        [("How much memory do shared buffers use?", [entry, chunk])]
+    )
+    texts = [" ".join(s.text.split()) for s in ev.spans]
+    assert sum(about in t for t in texts) == 1, texts
+    assert any("server start" in t for t in texts)

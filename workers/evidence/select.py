@@ -26,7 +26,9 @@ For a batch of questions, each with its passages in rank order:
    ending in ":") takes the next unit of its block as context, a line introducing an example
    takes the example; spans are kept best first up to ``max_spans`` and ``max_words``, leaving
    out a unit the user has just been shown (a follow-up's last answer, :func:`repeats`): the
-   follow-up asks for something else. A sentence of a definition is quoted under its term.
+   follow-up asks for something else, and a unit that says again what a span kept before it
+   says (the same sentence in a definition entry and in its page's chunk). A sentence of a
+   definition is quoted under its term.
 
 The confidence of a question's evidence is its best unit's score. Identifiers the question names
 that no passage contains (``pg_stat_io``, ``typing.override``) and DDL statements it names in
@@ -468,6 +470,7 @@ class EvidenceSelector:
     ) -> tuple[Span, ...]:
         chosen: list[Span] = []
         used: set[tuple[int, int]] = set()
+        said: set[tuple[str, ...]] = set()  # the shingles of the spans chosen so far
         words = 0
         for s in ranked:
             if len(chosen) >= self.max_spans:
@@ -481,8 +484,11 @@ class EvidenceSelector:
             if chosen and words + n_words > self.max_words:
                 continue
             p = passages[s.passage]
-            if shown and repeats(p.text[units[0].start : units[-1].end], shown):
+            text = p.text[units[0].start : units[-1].end]
+            if shown and repeats(text, shown):
                 continue
+            if said and repeats(text, frozenset(said)):
+                continue  # the same sentence from another passage (an entry and its chunk)
             first, last = units[0], units[-1]
             origin = _origin(p, first.start, last.end)
             if origin is None:
@@ -502,6 +508,7 @@ class EvidenceSelector:
                 )
             )
             used.update((s.passage, u.start) for u in units)
+            said.update(shingles(text))
             words += n_words
         return tuple(chosen)
 
