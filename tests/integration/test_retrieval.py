@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from ingest.ops import IngestOp
-from ragstream.settings import RetrievalSettings
+from ragstream.settings import KafkaSettings, RetrievalSettings
 from tests.integration.ingestkit import Kit
 from topics.queries import Filter, QueryRequest, RangeFilter, TermFilter
-from topics.retrieved import Candidate
+from topics.retrieved import Candidate, RetrievedCandidates
+from topics.serde import encode
 from workers.retrieval.hybrid import HybridRetriever, QueryRejectedError
 
 DOCS: dict[str, tuple[str, dict[str, str | int]]] = {
@@ -99,7 +100,7 @@ def test_paraphrase_found_by_knn_and_rare_term_by_bm25(acme: Kit) -> None:
     top_frob = next(c for c in exact if c.doc_id == "frob")
     assert top_frob.bm25_rank == 1
     assert top_frob.title and top_frob.source == "kb://acme/frob"
-    assert top_frob.metadata["team"] == "infra"
+    assert top_frob.metadata == {}  # no stage after retrieval reads it (CANDIDATE_EXCLUDES)
     assert all(a.score >= b.score for a, b in itertools.pairwise(exact))
 
 
@@ -239,3 +240,26 @@ def test_a_chunk_inside_a_definition_carries_the_part_before_it_from_the_term(ki
     assert len(rest) == p.overlap and second.text.lstrip().startswith(rest)
     # The chunk before the third holds no term: the third is read as it is.
     assert all(c.preceding is None for c in found if no[c.chunk_id] != 1)
+
+
+def test_candidates_of_documents_with_large_metadata_fit_on_the_retrieved_topic(kit: Kit) -> None:
+    # Four documents whose metadata is 400 KB each: candidates that carried it would make a
+    # rag.retrieved event of 1.6 MB, over the producer's max_request_size (1 MiB).
+    big: dict[str, str | int] = {f"note{k}": "x" * 10_000 for k in range(40)}
+    big["team"] = "audit"
+    docs = {
+        f"big{i}": (f"# Big {i}\n\nThe quarterly zebra audit report number {i}.", big)
+        for i in range(4)
+    }
+    _ingest(kit, "acme", docs)
+    [cands] = _search(kit, [_request("zebra audit report")])
+    assert {c.doc_id for c in cands} >= set(docs)
+    assert all(c.metadata == {} for c in cands)
+    event = RetrievedCandidates(
+        tenant="acme", request=_request("zebra audit report"), candidates=tuple(cands)
+    )
+    assert len(encode(event)) < KafkaSettings().max_request_size
+    # Filters still read the metadata, in Elasticsearch.
+    team = TermFilter(field="metadata.team", values=("audit",))
+    [audited] = _search(kit, [_request("zebra audit report", filters=[team])])
+    assert {c.doc_id for c in audited} == set(docs)

@@ -132,7 +132,9 @@ def test_bm25_and_knn_bodies_carry_the_filters() -> None:
     filters = es_filters("acme", [TermFilter(field="lang", values=("en",))])
     body = bm25_query("how to vacuum", filters, 50)
     assert body["size"] == 50
-    assert body["_source"] == {"excludes": ["embedding", "text_stemmed", "title_stemmed"]}
+    assert body["_source"] == {
+        "excludes": ["embedding", "text_stemmed", "title_stemmed", "metadata"]
+    }
     assert body["track_total_hits"] is False  # no hit count: block-max WAND may skip
     assert body["query"]["bool"]["filter"] == filters
     assert body["query"]["bool"]["minimum_should_match"] == 1

@@ -27,7 +27,13 @@ from topics.queries import QueryRequest
 from topics.retrieved import Candidate, Preceding
 from workers.conversation import question_of, split_context
 from workers.evidence.segment import continued_definition
-from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters, knn_clause
+from workers.retrieval.query import (
+    CANDIDATE_EXCLUDES,
+    Bm25Boosts,
+    bm25_query,
+    es_filters,
+    knn_clause,
+)
 from workers.retrieval.rrf import reciprocal_rank_fusion
 
 log = structlog.get_logger(__name__)
@@ -227,7 +233,7 @@ class HybridRetriever:
                 {
                     "size": k,
                     "track_total_hits": False,
-                    "_source": {"excludes": ["embedding", "text_stemmed", "title_stemmed"]},
+                    "_source": {"excludes": CANDIDATE_EXCLUDES},
                     "knn": knn,
                 },
             ]
@@ -368,5 +374,4 @@ def _candidate(
         knn_rank=ranks[1].get(chunk_id),
         bm25_score=raw[0].get(chunk_id),
         knn_score=raw[1].get(chunk_id),
-        metadata=dict(source.get("metadata") or {}),
     )

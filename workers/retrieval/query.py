@@ -22,6 +22,12 @@ from topics.queries import Filter, RangeFilter, TermFilter
 
 #: Same field whitelist as :data:`topics.queries.FilterField`, checked again here so a filter
 #: built without validation (``model_construct``) cannot name ``tenant`` or any other field.
+#: Fields of a chunk's ``_source`` a search leaves out: the vector and the stemmed copies (only
+#: Elasticsearch reads them), and the document's ``metadata``, which no stage after retrieval
+#: reads (filters run in Elasticsearch): a document's metadata can be as large as an ingest
+#: event allows, and ten candidates of such documents on ``rag.retrieved`` would pass the
+#: producer's ``max_request_size`` (issue 39).
+CANDIDATE_EXCLUDES = ["embedding", "text_stemmed", "title_stemmed", "metadata"]
 _FIELD = re.compile(r"^(doc_id|source|content_type|lang|metadata\.[A-Za-z0-9_]{1,64})$")
 #: Open bounds of a range on a ``metadata.<key>`` (flattened) field, which Elasticsearch requires
 #: to have both: the smallest keyword, and the largest code point (UTF-8 F4 8F BF BF).
@@ -157,7 +163,7 @@ def bm25_query(
             split_context`), matched at ``boosts.context``; "" for none.
 
     Returns:
-        A search body (``query``, ``size``, ``_source`` without ``embedding``, and
+        A search body (``query``, ``size``, ``_source`` without :data:`CANDIDATE_EXCLUDES`, and
         ``track_total_hits: false``: no hit count is needed, so block-max WAND may skip
         documents that cannot reach the top ``size``).
     """
@@ -181,7 +187,7 @@ def bm25_query(
     return {
         "size": size,
         "track_total_hits": False,
-        "_source": {"excludes": ["embedding", "text_stemmed", "title_stemmed"]},
+        "_source": {"excludes": CANDIDATE_EXCLUDES},
         "query": {
             "bool": {
                 "should": should,
