@@ -16,6 +16,7 @@ options), so the pool does not parse the file again.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -39,7 +40,9 @@ class IngestOp:
     or read back from the parse stored beside an upload); ``None``: the pipeline parses ``data``
     (:func:`parse_op`). ``principals``: the document's readers (:mod:`topics.acl`); on an
     upsert ``None`` keeps the readers it has (a new document: everyone of the tenant); on an
-    ``acl``, ``None`` makes it readable by everyone of the tenant.
+    ``acl``, ``None`` makes it readable by everyone of the tenant. ``sent_at``: when its
+    producer sent it (the event's ``created_at``, UTC), what orders it against the other
+    operations of the document (:mod:`ingest.order`); ``None`` on the batch path.
     """
 
     tenant: str
@@ -53,6 +56,7 @@ class IngestOp:
     metadata: dict[str, MetaValue] = field(default_factory=dict)
     parsed: tuple[ParsedDocument, ...] | None = None
     principals: tuple[str, ...] | None = None
+    sent_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,23 +168,24 @@ def prepare_op(
 
 
 def op_from_request(event: IngestRequest, settings: IngestSettings) -> IngestOp:
-    """The op of a ``rag.ingest`` event (the ingest pool).
+    """The op of a ``rag.ingest`` event (the ingest pool), ``sent_at`` its ``created_at``.
 
     Raises:
         SourceRejectedError: ``source_path`` is outside the allowed roots or unreadable.
     """
+    sent_at = event.created_at
     if event.op == "delete":
-        return IngestOp(event.tenant, event.doc_id, "delete")
+        return IngestOp(event.tenant, event.doc_id, "delete", sent_at=sent_at)
     principals = normalise_readers(event.principals)
     if event.op == "acl":
-        return IngestOp(event.tenant, event.doc_id, "acl", principals=principals)
+        return IngestOp(event.tenant, event.doc_id, "acl", principals=principals, sent_at=sent_at)
     source: Source
     if event.text is not None:
         source = InlineText(event.text, event.content_type)
     else:
         assert event.source_path is not None  # the event's validator: exactly one of the two
         source = SourcePath(event.source_path, event.content_type)
-    return prepare_op(
+    op = prepare_op(
         event.tenant,
         event.doc_id,
         source,
@@ -190,6 +195,7 @@ def op_from_request(event: IngestRequest, settings: IngestSettings) -> IngestOp:
         metadata=event.metadata,
         principals=principals,
     )
+    return replace(op, sent_at=sent_at)
 
 
 def op_from_item(

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-#: ``acl``: its readers changed (``op="acl"``), nothing re-embedded.
-Status = Literal["indexed", "unchanged", "deleted", "failed", "acl"]
+#: ``acl``: its readers changed (``op="acl"``), nothing re-embedded. ``superseded``: the event
+#: was older than the newest one applied to the document, and dropped (:mod:`ingest.order`).
+Status = Literal["indexed", "unchanged", "deleted", "failed", "acl", "superseded"]
 
 
 @dataclass(slots=True)

@@ -10,7 +10,9 @@ Consistency: a document's new chunks are written before its old chunks are delet
 an update a search finds at least one version; the outcome is returned only after the deletes
 and the refresh, so once acknowledged a search finds exactly one version. If any new chunk
 fails to index, the chunks already written for it are removed and the old version stays.
-Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves).
+Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves). An op
+older than the newest event already applied to its document is dropped with the outcome
+``superseded`` (the version guard, :mod:`ingest.order`).
 
 With a :class:`~ingest.model_follow.ModelFollower` as embedder (``build_pipeline``), chunks are
 embedded with the model the index alias records and written into that model's physical index,
@@ -45,6 +47,7 @@ from ingest.index import (
 )
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
+from ingest.order import event_time, superseded
 from ingest.outcome import IngestOutcome, Status
 from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
 from ingest.registry import DocumentRegistry
@@ -57,6 +60,9 @@ from ragstream.errors import RagstreamError, TransientError
 
 log = structlog.get_logger(__name__)
 
+
+#: Outcomes of an op that applied to its document: the registry records when the op was sent.
+APPLIED = frozenset({"indexed", "unchanged", "deleted", "acl"})
 
 #: Content types whose files hold many documents (records ``<doc_id>#<record id>``).
 RECORD_TYPES = frozenset({"json", "jsonl"})
@@ -163,6 +169,9 @@ class IngestPipeline:
     def apply(self, ops: Sequence[IngestOp]) -> list[list[IngestOutcome]]:
         """Apply ``ops`` in order; return the outcomes of each op (one per document).
 
+        An op sent before the newest event applied to its document (:mod:`ingest.order`) is
+        not applied: its one outcome is ``superseded``.
+
         A JSON/JSONL file op yields one document per record (``<doc_id>#<record id>``).
         Never raises for bad input: a document that cannot be parsed, chunked or indexed
         fails alone, and so does an op whose tenant or id holds a lone surrogate (recorded
@@ -192,7 +201,8 @@ class IngestPipeline:
                 refused.append(failed)
         self._record_failed(refused)
         cleaned = [_clean_op(ops[i]) for i in kept]
-        for wave in _waves(cleaned):
+        for whole in _waves(cleaned):
+            wave = self._drop_superseded(whole, cleaned, kept, results)
             timings: dict[str, float] = {}
             outcomes = self._apply_isolated([cleaned[i] for i in wave], timings)
             for i, outs in zip(wave, outcomes, strict=True):
@@ -200,6 +210,25 @@ class IngestPipeline:
                     o.timings_ms = timings
                 results[kept[i]] = outs
         return results
+
+    def _drop_superseded(
+        self,
+        wave: list[int],
+        ops: list[IngestOp],
+        kept: list[int],
+        results: list[list[IngestOutcome]],
+    ) -> list[int]:
+        """The indices of ``wave`` to apply: an op older than the newest event applied to its
+        document (:mod:`ingest.order`) gets its ``superseded`` outcome in ``results`` instead."""
+        rows = self.registry.get_many((ops[i].tenant, ops[i].doc_id) for i in wave)
+        live: list[int] = []
+        for i in wave:
+            dropped = superseded(ops[i], rows.get((ops[i].tenant, ops[i].doc_id)))
+            if dropped is None:
+                live.append(i)
+            else:
+                results[kept[i]] = [dropped]
+        return live
 
     def _apply_isolated(
         self, ops: list[IngestOp], timings: dict[str, float]
@@ -261,9 +290,8 @@ class IngestPipeline:
             if op.op == "delete":
                 per_op[i].append(self._delete(op, touched))
                 for child in self.registry.children(op.tenant, op.doc_id):
-                    per_op[i].append(
-                        self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
-                    )
+                    record = IngestOp(op.tenant, child.doc_id, "delete", sent_at=op.sent_at)
+                    per_op[i].append(self._delete(record, touched))
             elif op.op == "acl":
                 per_op[i].extend(set_readers(self.index, self.registry, op, touched, acl_rows))
         if touched:
@@ -273,9 +301,17 @@ class IngestPipeline:
             if self.versions is not None:  # before the registry: see ingest/acl.py
                 for tenant in sorted(touched):
                     self.versions.bump(tenant)
-        # Only now, once a search can find them, are the documents recorded as indexed.
+        # Only now, once a search can find them, are the documents recorded as indexed; each
+        # document an op changed or confirmed records when that op was sent (ingest/order.py).
         self.registry.record_many(
-            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows
+            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed]
+            + acl_rows
+            + [
+                (o.tenant, o.doc_id, {"last_event_at": event_time(op)})
+                for op, outs in zip(ops, per_op, strict=True)
+                for o in outs
+                if o.status in APPLIED
+            ]
         )
         self.registry.record_failures(
             [

@@ -25,6 +25,17 @@ class IngestRequest(Event):
     an ``acl``. ``principals`` (:mod:`topics.acl`): the document's readers; on an upsert,
     ``None`` keeps the readers it has (a new document: everyone of the tenant); on an ``acl``,
     ``None`` makes it readable by everyone of the tenant again; a delete carries none.
+
+    Order (the version guard, ``ingest/order.py``, ``docs/write-path.md``): ``created_at`` (the
+    producer's clock, UTC) orders the events of one document. An event sent strictly before
+    the newest event already applied to its ``(tenant, doc_id)`` (upsert, delete or ``acl``;
+    a deleted document keeps a tombstone in the document registry, never purged) is dropped:
+    its result is ``superseded`` and the document stays as it is. So a late copy of an old
+    event (a redelivery, a DLQ replay: both keep the original value) cannot bring back a
+    deleted document or an older version. An event sent at the same instant or later is
+    applied; re-sending the same content is harmless (``unchanged``: no new version). A
+    producer should therefore leave ``created_at`` to be set when the event is made, not copy
+    it from an older event.
     """
 
     doc_id: DocId = Field(min_length=1, max_length=512)
@@ -61,11 +72,17 @@ class IngestResult(Event):
     here, per document, what became of each request. ragstream itself reads outcomes from the
     document registry (SQL), which the ingest pipeline writes before this event is sent, so no
     pool of its own consumes this topic.
+
+    ``status``: ``indexed`` (a new ``version``), ``unchanged`` (same content hash),
+    ``deleted``, ``acl`` (readers set), ``failed`` (``error`` says why; the document stays as it
+    was) or ``superseded`` (the request was older than the newest event applied to the
+    document and was dropped; ``error`` says when each was sent; ``version`` and
+    ``chunk_count`` are what is still served, 0 for a deleted document).
     """
 
     doc_id: DocId
     request_event_id: str
-    status: Literal["indexed", "unchanged", "deleted", "failed", "acl"]
+    status: Literal["indexed", "unchanged", "deleted", "failed", "acl", "superseded"]
     version: int = 0
     chunk_count: int = 0
     error: str | None = None

@@ -65,6 +65,10 @@ class Document(Base):
     #: Who may read it (:mod:`ragstream.db.acl`: ``",group:eng,user:ada,"``); NULL: everyone
     #: of the tenant.
     readers: Mapped[str | None] = mapped_column(Text)
+    #: When the newest ingest event applied to it was sent (its ``created_at``; the apply time
+    #: for the batch path): older events are dropped (:mod:`ingest.order`). NULL: none recorded
+    #: (rows before revision 0008).
+    last_event_at: Mapped[dt.datetime | None] = mapped_column()
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -165,3 +165,60 @@ def test_index_rebuild_swaps_the_alias_and_keeps_every_chunk(kit: Kit) -> None:
     assert kit.counting.sent == embedded  # same model: every vector came from the cache
     hit = kit.es.search(index=kit.index.alias, query={"match": {"text": "number 3"}}, size=1)
     assert hit["hits"]["hits"][0]["_source"]["doc_id"] == "d3"
+
+
+def test_a_late_copy_of_an_older_event_is_superseded(
+    settings: Settings, kit: Kit, unique_name: Callable[[str], str]
+) -> None:
+    """The version guard: upsert v1, upsert v2, delete, then a late copy of v2 (a DLQ replay
+    re-publishes the same bytes) leaves the document deleted; a late v1 after v2 leaves v2."""
+    registry = TopicRegistry(unique_name("vg") + ".")
+    admin = make_admin(settings.kafka)
+    ensure_topics(admin, registry.physical_topics())
+    admin.close()
+    pool = PoolSettings(max_batch=1, max_wait_ms=50)  # one event a batch: each its own apply
+    handler = ingest_handler(kit.pipeline, settings.ingest, pool, group=unique_name("g"))
+    runner = PoolRunner(
+        handler,
+        kafka=settings.kafka,
+        producer=EventProducer(make_producer(settings.kafka)),
+        registry=registry,
+    )
+    thread = threading.Thread(target=runner.run, daemon=True)
+    thread.start()
+
+    def upsert(doc_id: str, words: str) -> IngestRequest:
+        return IngestRequest(
+            tenant="acme",
+            doc_id=doc_id,
+            op="upsert",
+            text=f"# T\n\n{words}",
+            content_type="markdown",
+        )
+
+    v1, v2 = upsert("a", "first version alpha"), upsert("a", "second version beta")
+    gone = IngestRequest(tenant="acme", doc_id="a", op="delete")
+    w1, w2 = upsert("b", "first version gamma"), upsert("b", "second version delta")
+    sends = [encode(v1), encode(v2), encode(gone), encode(v2), encode(w1), encode(w2), encode(w1)]
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    for value in sends:
+        producer.send(registry.name(INGEST), key=b"acme", value=value).get(timeout=30)
+    producer.flush()
+    producer.close()
+    records = consume_all(
+        settings, registry.name(INGEST_RESULTS), lambda r: len(r) >= len(sends), timeout_s=120
+    )
+    runner.stop()
+    thread.join(timeout=60)
+    statuses = [decode(IngestResult, r.value).status for r in records]
+    assert statuses == [
+        "indexed", "indexed", "deleted", "superseded", "indexed", "indexed", "superseded"
+    ]  # fmt: skip
+    late = decode(IngestResult, records[3].value)
+    assert late.request_event_id == v2.event_id and "superseded" in (late.error or "")
+    assert kit.chunks("acme", "a") == []
+    rows = kit.pipeline.registry.get_many([("acme", "a"), ("acme", "b")])
+    assert rows[("acme", "a")].status == "deleted"
+    assert rows[("acme", "b")].version == 2
+    texts = " ".join(str(c) for c in kit.chunks("acme", "b"))
+    assert "delta" in texts and "gamma" not in texts

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,9 @@ def test_the_pool_and_the_celery_task_prepare_the_same_op_of_a_path(tmp_path: Pa
     f.write_bytes(b"some text")
     event = IngestRequest(tenant="t", doc_id=str(f), op="upsert", source_path=str(f), title="T")
     item = IngestJobItem(path=str(f), doc_id=str(f), title="T", metadata_={})
-    assert op_from_request(event, settings) == op_from_item("t", item, settings)
+    streamed = op_from_request(event, settings)
+    assert streamed.sent_at == event.created_at  # what orders it (ingest/order.py)
+    assert replace(streamed, sent_at=None) == op_from_item("t", item, settings)
     delete = IngestRequest(tenant="t", doc_id="d", op="delete")
     assert op_from_request(delete, settings).op == "delete"
 
