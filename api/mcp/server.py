@@ -8,6 +8,9 @@ header of the HTTP request (:mod:`api.mcp.http`), or the key ``ragstream mcp`` w
 (stdio). Failures are tool errors (``isError`` results) with the API's reason: ``unknown or
 revoked API key``, ``no document 'x' for this tenant``, ...; a resource that does not exist is
 the protocol's resource-not-found error.
+
+A document's resource URI carries its id percent-encoded (:func:`document_uri`), so every id a
+tenant may choose (``/abs/id``, ``a/b``, ``50% off #1``, ``..``) has exactly one URI.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 import structlog
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, ResourceSecurity
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from prometheus_client import Counter
 
@@ -38,11 +42,28 @@ KeyOf = Callable[[Context], str | None]
 INSTRUCTIONS = (
     "Search and ask the knowledge base of your ragstream tenant. `search` returns passages "
     "with their document ids (cite them); `ask` returns an answer with citations and quoted "
-    "evidence; `get_document` or the resource ragstream://documents/{doc_id} returns a "
-    "whole document."
+    "evidence; `get_document` or the resource ragstream://documents/{doc_id} (the id "
+    "percent-encoded, `/` as %2F; the list ragstream://documents gives each document's `uri`) "
+    "returns a whole document."
 )
 #: Most passages ``search`` returns.
 MAX_TOP_K = 20
+#: Where a document's resource URIs start; the percent-encoded id follows.
+DOCUMENT_URI_PREFIX = "ragstream://documents/"
+#: The path checks of the SDK's resource templates (on by default) are for values joined onto
+#: a filesystem path; a document id is a registry key a tenant chooses freely, and ``/abs/id``,
+#: ``..`` or ``c:notes`` are ids like any other. NUL stays refused: no id holds a control
+#: character (the API refuses them), and the SQL driver would fail on one.
+DOC_ID_SECURITY = ResourceSecurity(reject_path_traversal=False, reject_absolute_paths=False)
+
+
+def document_uri(doc_id: str) -> str:
+    """The resource URI of document ``doc_id``: ``ragstream://documents/`` and the id's UTF-8
+    bytes percent-encoded, every character but RFC 3986's unreserved ones (letters, digits,
+    ``-._~``) encoded, ``/`` included (``/abs/id`` -> ``ragstream://documents/%2Fabs%2Fid``,
+    ``50% off`` -> ``...documents/50%25%20off``). It is the template's own expansion (RFC 6570
+    simple string), and the SDK decodes the value it matches, so a read gets the id back."""
+    return DOCUMENT_URI_PREFIX + quote(doc_id, safe="")
 
 
 async def _call(tool: str, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -116,30 +137,43 @@ def _add_tools(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
 
 
 def _add_resources(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
-    """``ragstream://documents{?status}`` (the list) and ``ragstream://documents/{doc_id}``
-    (a static resource cannot know its caller: the SDK gives those no context)."""
+    """``ragstream://documents{?status}`` (the list, each document with its ``uri``) and
+    ``ragstream://documents/{doc_id}`` (the id percent-encoded, see :func:`document_uri`).
+    Both are templates: a static resource cannot know its caller (the SDK gives those no
+    context)."""
 
     @server.resource(
         "ragstream://documents{?status}",
         name="documents",
         description="The tenant's documents (newest first; `status`: only those, e.g. "
-        "indexed): id, title, source, status.",
+        "indexed): id, title, source, status and `uri`, the document's resource URI.",
         mime_type="application/json",
     )
     async def documents(ctx: Context, status: str = "") -> str:
         async def work() -> str:
             listed = await kb.documents(await caller(ctx))
-            return json.dumps([d for d in listed if not status or d["status"] == status])
+            return json.dumps(
+                [
+                    {**d, "uri": document_uri(d["doc_id"])}
+                    for d in listed
+                    if not status or d["status"] == status
+                ]
+            )
 
         return await _call("documents", work)  # type: ignore[no-any-return]
 
     @server.resource(
-        "ragstream://documents/{doc_id}",
+        DOCUMENT_URI_PREFIX + "{doc_id}",
         name="document",
-        description="One document's text (its indexed chunks, in order).",
+        description="One document's text (its indexed chunks, in order). `doc_id` is "
+        "percent-encoded, every reserved character included (`a/b` -> a%2Fb, `/x` -> %2Fx); "
+        "the documents list gives each URI.",
         mime_type="text/plain",
+        security=DOC_ID_SECURITY,
     )
     async def document(doc_id: str, ctx: Context) -> str:
+        # The SDK's match has decoded ``doc_id`` already; decoding again would change ids
+        # that hold a ``%`` (``50%20`` is an id, not ``50 ``).
         try:
             found = await kb.document(await caller(ctx), doc_id)
         except ApiError as exc:

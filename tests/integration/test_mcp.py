@@ -10,6 +10,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import httpx2
@@ -18,7 +19,14 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.integration.stack import RAGSTREAM, Stack, index_document, make_stack
+from tests.integration.stack import (
+    RAGSTREAM,
+    Stack,
+    get_json,
+    index_document,
+    make_stack,
+    wait_for,
+)
 
 DOC = (
     "# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples. The autovacuum launcher "
@@ -29,6 +37,12 @@ SECRET = (
     "ninety seconds."
 )
 POOLS = ("ingest", "retrieval", "rerank", "delivery")
+#: Ids a tenant may choose that are not path-safe, each with the one resource URI it has.
+ODD_IDS = {
+    "/abs/id": "ragstream://documents/%2Fabs%2Fid",
+    "a/b": "ragstream://documents/a%2Fb",
+    "50% off #1": "ragstream://documents/50%25%20off%20%231",
+}
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +198,49 @@ def test_a_key_sees_only_the_documents_its_principals_may_read(
     assert plain["doc"][0] and "no document 'secret'" in plain["doc"][1]
     assert "secret" in eng["found"] and {"secret", "vacuum"} <= eng["listed"]
     assert not eng["doc"][0] and "ignition sequence" in eng["doc"][1]
+
+
+@pytest.fixture(scope="module")
+def odd_ids_key(stack: Stack) -> str:
+    """The key of a tenant of its own whose documents are :data:`ODD_IDS`, all indexed."""
+    url, key = stack.apis[0].url, stack.key(stack.name + "-odd-ids")
+    headers = {"Authorization": f"Bearer {key}"}
+    for n, doc_id in enumerate(ODD_IDS):
+        body = {"doc_id": doc_id, "text": f"# Odd {n}\n\nThe text of document number {n}."}
+        posted = httpx.post(f"{url}/v1/documents", json=body, headers=headers, timeout=30)
+        assert posted.status_code == 202, posted.text
+    for doc_id in ODD_IDS:  # the HTTP API's path takes the id percent-encoded too
+        wait_for(
+            lambda d=doc_id: (
+                get_json(f"{url}/v1/documents/{quote(d, safe='')}", key)[1].get("status")
+                == "indexed"
+            ),
+            timeout_s=120,
+            what=f"document {doc_id!r} indexed",
+        )
+    return key
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_a_document_of_any_id_is_read_by_the_uri_the_list_gives(
+    stack: Stack, odd_ids_key: str, transport: str
+) -> None:
+    """Ids with a leading or inner ``/``, a space, ``%`` and ``#`` each have one resource URI
+    (the id percent-encoded), listed with the document and read back by the SDK's client."""
+
+    async def read(session: ClientSession, uri: str) -> str:
+        try:
+            return _text((await session.read_resource(uri)).contents[0])
+        except Exception as exc:  # shown by the assertion: which URI failed, and why
+            return f"error: {exc!r}"
+
+    async def go() -> tuple[list[dict[str, Any]], dict[str, str]]:
+        async with TRANSPORTS[transport](stack, odd_ids_key) as session:
+            listed = await session.read_resource("ragstream://documents")
+            texts = {doc_id: await read(session, uri) for doc_id, uri in ODD_IDS.items()}
+            return json.loads(_text(listed.contents[0])), texts
+
+    listed, texts = run(go())
+    for n, doc_id in enumerate(ODD_IDS):
+        assert f"The text of document number {n}." in texts[doc_id], (doc_id, texts[doc_id])
+    assert {d["doc_id"]: d.get("uri") for d in listed} == ODD_IDS

@@ -22,13 +22,27 @@ from tests.unit.apikit import answered, make_app
 from topics.answers import Answer
 
 KEY = "rsk_good"
+#: Ids a tenant may choose, with the one resource URI each has (every reserved character
+#: percent-encoded, ``/`` included); the SDK's default path checks refuse the first, ``..``
+#: and ``c:notes``.
+ODD_IDS = {
+    "/abs/id": "ragstream://documents/%2Fabs%2Fid",
+    "a/b": "ragstream://documents/a%2Fb",
+    "50% off #1?x=y": "ragstream://documents/50%25%20off%20%231%3Fx%3Dy",
+    "naïve/日本": "ragstream://documents/na%C3%AFve%2F%E6%97%A5%E6%9C%AC",
+    "..": "ragstream://documents/..",
+    "c:notes": "ragstream://documents/c%3Anotes",
+}
 
 
 class FakeKnowledge:
-    """The methods the tools call; the key ``rsk_good`` is tenant ``acme``."""
+    """The methods the tools call; the key ``rsk_good`` is tenant ``acme``, whose documents
+    are ``docs`` (id -> text, all indexed) and ``old`` (failed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, docs: dict[str, str] | None = None) -> None:
         self.keys: list[str | None] = []
+        self.docs = docs or {"vacuum": "VACUUM reclaims storage."}
+        self.read: list[str] = []
 
     async def principal(self, key: str | None) -> Principal:
         self.keys.append(key)
@@ -44,16 +58,20 @@ class FakeKnowledge:
                       answer=f"{route}: VACUUM reclaims storage [1].")  # fmt: skip
 
     async def document(self, who: Principal, doc_id: str) -> dict[str, Any]:
-        if doc_id != "vacuum":
+        self.read.append(doc_id)
+        if doc_id not in self.docs:
             raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
-        return {"doc_id": doc_id, "text": "VACUUM reclaims storage."}
+        return {"doc_id": doc_id, "text": self.docs[doc_id]}
 
     async def documents(self, who: Principal) -> list[dict[str, Any]]:
-        return [{"doc_id": "vacuum", "status": "indexed"}, {"doc_id": "old", "status": "failed"}]
+        indexed = [{"doc_id": d, "status": "indexed"} for d in self.docs]
+        return [*indexed, {"doc_id": "old", "status": "failed"}]
 
 
-def _calls(key: str, *calls: tuple[str, str, dict[str, Any]]) -> tuple[list[Any], FakeKnowledge]:
-    kb = FakeKnowledge()
+def _calls(
+    key: str, *calls: tuple[str, str, dict[str, Any]], kb: FakeKnowledge | None = None
+) -> tuple[list[Any], FakeKnowledge]:
+    kb = kb or FakeKnowledge()
     server = build_server(kb, lambda _ctx: key)  # type: ignore[arg-type]
 
     async def go() -> list[Any]:
@@ -87,7 +105,9 @@ def test_tools_answer_for_the_keys_tenant() -> None:
     answer = json.loads(asked.content[0].text)
     assert answer["answer"] == "evidence: VACUUM reclaims storage [1]." and "trace" not in answer
     assert json.loads(doc.content[0].text)["text"] == "VACUUM reclaims storage."
-    assert json.loads(listed.contents[0].text) == [{"doc_id": "vacuum", "status": "indexed"}]
+    assert json.loads(listed.contents[0].text) == [
+        {"doc_id": "vacuum", "status": "indexed", "uri": "ragstream://documents/vacuum"}
+    ]
     assert kb.keys == [KEY] * 4  # every call authenticated
 
 
@@ -111,6 +131,36 @@ def test_a_missing_document_resource_is_a_protocol_error() -> None:
     with pytest.raises(BaseException) as raised:
         _calls(KEY, ("read", "ragstream://documents/nope", {}))
     assert any("no document 'nope'" in m for m in _messages(raised.value)), raised.value
+
+
+def test_the_documents_list_gives_each_documents_one_uri() -> None:
+    kb = FakeKnowledge({doc_id: "" for doc_id in ODD_IDS})
+    (listed,), _ = _calls(KEY, ("read", "ragstream://documents?status=indexed", {}), kb=kb)
+    assert {d["doc_id"]: d["uri"] for d in json.loads(listed.contents[0].text)} == ODD_IDS
+
+
+@pytest.mark.parametrize(("doc_id", "uri"), ODD_IDS.items())
+def test_a_read_of_a_documents_uri_gets_that_document(doc_id: str, uri: str) -> None:
+    kb = FakeKnowledge({d: f"the text of {d}" for d in ODD_IDS})
+    (read,), _ = _calls(KEY, ("read", uri, {}), kb=kb)
+    assert kb.read == [doc_id]  # the URI decoded to the id, as is
+    assert read.contents[0].text == f"the text of {doc_id}"
+    assert str(read.contents[0].uri) == uri
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "ragstream://documents/a/b",  # an inner "/" must be %2F: the id has one URI
+        "ragstream://documents/a%00b",  # NUL: no id holds a control character
+    ],
+)
+def test_other_spellings_of_a_document_uri_are_unknown_resources(uri: str) -> None:
+    kb = FakeKnowledge({"a/b": "x", "a\x00b": "y"})
+    with pytest.raises(BaseException) as raised:
+        _calls(KEY, ("read", uri, {}), kb=kb)
+    assert any("Unknown resource" in m for m in _messages(raised.value)), raised.value
+    assert kb.read == []
 
 
 @pytest.mark.parametrize(
