@@ -235,6 +235,14 @@ class DocumentOut(BaseModel):
     updated_at: UtcDateTime | None = None
     #: Who may read it; ``None``: everyone of the tenant.
     readers: list[str] | None = None
+    #: How many changes were applied to it, in the order the write path applied them
+    #: (``docs/write-path.md``); 0: none recorded.
+    sequence: int = 0
+    #: The ``event_id`` of the newest ``rag.ingest`` event applied to it (``None``: its last
+    #: change came from a bulk job), and when that change was applied (UTC). The API's own
+    #: writes (``DELETE``, ``PUT /v1/readers``) are never dropped: they apply in order.
+    last_event_id: str | None = None
+    last_event_at: UtcDateTime | None = None
 
 
 class JobBody(Body):

@@ -203,4 +203,5 @@ def build_pipeline(settings: Settings, embedder: CachedEmbedder | None = None) -
         IndexVersions(client),
         parse_options=ParseOptions.from_settings(settings.ingest),
         definitions=settings.ingest.definitions,
+        max_clock_skew_s=settings.ingest.max_clock_skew_s,
     )

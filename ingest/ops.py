@@ -41,8 +41,10 @@ class IngestOp:
     (:func:`parse_op`). ``principals``: the document's readers (:mod:`topics.acl`); on an
     upsert ``None`` keeps the readers it has (a new document: everyone of the tenant); on an
     ``acl``, ``None`` makes it readable by everyone of the tenant. ``sent_at``: when its
-    producer sent it (the event's ``created_at``, UTC), what orders it against the other
-    operations of the document (:mod:`ingest.order`); ``None`` on the batch path.
+    producer says it sent it (the event's ``created_at``, UTC): refused when too far in the
+    future, and ordering nothing (:mod:`ingest.order`); ``None`` on the batch path.
+    ``event_id``: the ``rag.ingest`` event's id (a copy of an applied event is not applied
+    again); ``None`` on the batch path.
     """
 
     tenant: str
@@ -57,6 +59,7 @@ class IngestOp:
     parsed: tuple[ParsedDocument, ...] | None = None
     principals: tuple[str, ...] | None = None
     sent_at: dt.datetime | None = None
+    event_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,17 +171,25 @@ def prepare_op(
 
 
 def op_from_request(event: IngestRequest, settings: IngestSettings) -> IngestOp:
-    """The op of a ``rag.ingest`` event (the ingest pool), ``sent_at`` its ``created_at``.
+    """The op of a ``rag.ingest`` event (the ingest pool): ``sent_at`` its ``created_at``,
+    ``event_id`` its ``event_id``.
 
     Raises:
         SourceRejectedError: ``source_path`` is outside the allowed roots or unreadable.
     """
-    sent_at = event.created_at
+    sent_at, event_id = event.created_at, event.event_id
     if event.op == "delete":
-        return IngestOp(event.tenant, event.doc_id, "delete", sent_at=sent_at)
+        return IngestOp(event.tenant, event.doc_id, "delete", sent_at=sent_at, event_id=event_id)
     principals = normalise_readers(event.principals)
     if event.op == "acl":
-        return IngestOp(event.tenant, event.doc_id, "acl", principals=principals, sent_at=sent_at)
+        return IngestOp(
+            event.tenant,
+            event.doc_id,
+            "acl",
+            principals=principals,
+            sent_at=sent_at,
+            event_id=event_id,
+        )
     source: Source
     if event.text is not None:
         source = InlineText(event.text, event.content_type)
@@ -195,7 +206,7 @@ def op_from_request(event: IngestRequest, settings: IngestSettings) -> IngestOp:
         metadata=event.metadata,
         principals=principals,
     )
-    return replace(op, sent_at=sent_at)
+    return replace(op, sent_at=sent_at, event_id=event_id)
 
 
 def op_from_item(

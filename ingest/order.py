@@ -1,22 +1,29 @@
-"""The version guard of the write path: an ingest event older than the newest event already
-applied to its document is dropped (outcome ``superseded``), counted and logged.
+"""Which change of a document wins: the order the write path applies them in, never a
+producer's clock.
 
-What orders the events of one document: the ``created_at`` of its ``rag.ingest`` event, the
-producer's clock (UTC), carried in the event's value. A redelivery (the consumer crashed before
-its commit) and a dead-letter replay (``ragstream dlq replay`` re-publishes the original bytes)
-both keep it, so a late copy of an old event is recognised as old. Nothing else would do: the
-Kafka offset changes when a copy is re-published, ``event_id`` is random and the content hash
-says what a document holds, not when it was sent. The document registry keeps, per document,
-the ``created_at`` of the newest event applied to it (``last_event_at``; a delete keeps its row
-as a tombstone, so a deleted document has one too).
+The order. Every ``rag.ingest`` event is keyed by ``doc_id``, so one document's events sit in
+one partition and the ingest pool applies them in that partition's order; the bulk jobs of the
+batch path apply theirs when they run. Each applied change (upsert, delete or ``acl``, whether
+it changed the index or not) increments the document's ``sequence`` in the registry
+(:attr:`~ragstream.db.models.Document.sequence`, 1 for the first): the version the write path
+assigns, beside the content ``version`` that counts indexed texts. A producer's ``created_at``
+orders nothing: a producer whose clock is behind loses nothing, one whose clock is ahead
+freezes nothing, and a record without ``created_at`` (it gets the Kafka record's timestamp,
+which a re-send renews) is ordered like any other.
 
-The rule (:func:`is_superseded`): an event sent strictly before ``last_event_at`` is dropped;
-one sent at the same instant or later is applied. So a re-send of the same event, or of the
-same content later, stays harmless: it applies again and the content hash makes it
-``unchanged`` (a delete of a deleted document deletes nothing). Operations of the batch path
-(Celery bulk jobs) carry no producer time: they are never dropped, and record the time they are
-applied as ``last_event_at``, so a stream event sent before a bulk job wrote the document loses
-to it.
+Copies are no-ops (:func:`duplicate`). A redelivery (the pool crashed before its commit), a
+producer's re-send and a dead-letter replay all carry the event's ``event_id``; a record whose
+producer left ``event_id`` out is identified by its bytes instead
+(:meth:`topics.ingest.IngestRequest.record_defaults`), so the same record produced twice is
+one event. The registry keeps the ``(tenant, event_id)`` of every event applied
+(``ingest_events``); an event found there is not applied again: its outcome is
+``duplicate``, with the sequence it was applied as. So a copy of v2 after "v2, delete" cannot
+bring the document back, whatever its timestamps.
+
+Clocks ahead (:func:`too_far_ahead`): an event whose ``created_at`` is more than
+``max_clock_skew_s`` ahead of the write path's clock is refused (outcome ``refused``, the
+document unchanged, counted and logged): its producer's clock is wrong, and its times would
+mislead every reader of the trace.
 """
 
 from __future__ import annotations
@@ -28,64 +35,104 @@ from prometheus_client import Counter
 
 from ingest.ops import IngestOp
 from ingest.outcome import IngestOutcome
-from ragstream.db.models import Document, as_utc, utcnow
+from ragstream.db.models import Document, as_utc
 
 log = structlog.get_logger(__name__)
 
-SUPERSEDED = Counter(
-    "ragstream_ingest_superseded_total",
-    "Ingest events dropped because a newer event of their document was applied already, by op "
-    "(upsert, delete, acl).",
+#: The default bound of a producer's clock ahead of the write path's (``ingest.max_clock_skew_s``):
+#: five minutes, the skew Kerberos and AWS request signing tolerate.
+MAX_CLOCK_SKEW_S = 300.0
+
+DUPLICATES = Counter(
+    "ragstream_ingest_duplicates_total",
+    "Ingest events not applied because an event with their (tenant, event_id) was applied "
+    "already (a redelivery, a producer's re-send, a dead-letter replay), by op.",
     ["op"],
+)
+REFUSED = Counter(
+    "ragstream_ingest_refused_total",
+    "Ingest events refused before they were applied, by reason (clock_ahead: created_at "
+    "beyond ingest.max_clock_skew_s in the future).",
+    ["reason"],
 )
 
 
-def is_superseded(sent_at: dt.datetime | None, last_event_at: dt.datetime | None) -> bool:
-    """Whether an event sent at ``sent_at`` loses against the newest event already applied to
-    its document, sent at ``last_event_at``: only when both are known and ``sent_at`` is
-    strictly earlier (a timestamp without a timezone is read as UTC)."""
-    if sent_at is None or last_event_at is None:
-        return False
-    return as_utc(sent_at) < as_utc(last_event_at)
+def duplicate(
+    op: IngestOp, applied: tuple[int, str] | None, row: Document | None
+) -> IngestOutcome | None:
+    """The ``duplicate`` outcome of ``op`` when ``applied`` (the change of the document its
+    ``(tenant, event_id)`` was applied as, and that change's status; ``None``: never applied)
+    shows it was applied already, counted (:data:`DUPLICATES`) and logged; ``None`` when
+    ``op`` is to be applied.
 
-
-def event_time(op: IngestOp) -> dt.datetime:
-    """What the registry records as ``last_event_at`` once ``op`` is applied: its producer's
-    ``sent_at`` (UTC), or now for an op that carries none (the batch path)."""
-    return as_utc(op.sent_at) if op.sent_at is not None else utcnow()
-
-
-def superseded(op: IngestOp, row: Document | None) -> IngestOutcome | None:
-    """The ``superseded`` outcome of ``op`` when ``row`` (its document's registry row, or
-    ``None``) records a newer applied event, counted (:data:`SUPERSEDED`) and logged; ``None``
-    when ``op`` is to be applied.
-
-    The outcome carries the document's current version and chunk count (what is still served;
-    0 for a deleted document) and, in ``error``, why it was dropped.
+    The outcome carries what is served now (``row``, the document's registry row: its version
+    and chunk count, 0 when it is not indexed) and, in ``error``, the sequence the event was
+    applied as and the document's sequence and status now.
     """
-    latest = row.last_event_at if row is not None else None
-    if row is None or latest is None or not is_superseded(op.sent_at, latest):
+    if applied is None:
         return None
-    assert op.sent_at is not None  # is_superseded: both are known
-    sent, newest = as_utc(op.sent_at).isoformat(), as_utc(latest).isoformat()
-    SUPERSEDED.labels(op.op).inc()
+    applied_sequence, applied_status = applied
+    DUPLICATES.labels(op.op).inc()
+    now_seq = row.sequence if row is not None else 0
+    now_status = row.status if row is not None else "unknown"
     log.info(
-        "ingest.event_superseded",
+        "ingest.event_duplicate",
         tenant=op.tenant,
         doc_id=op.doc_id,
         op=op.op,
-        sent_at=sent,
-        last_event_at=newest,
-        status=row.status,
-        version=row.version,
+        event_id=op.event_id,
+        applied_sequence=applied_sequence,
+        sequence=now_seq,
+        status=now_status,
     )
-    indexed = row.status == "indexed"
+    indexed = row is not None and row.status == "indexed"
     return IngestOutcome(
         op.tenant,
         op.doc_id,
-        "superseded",
-        version=row.version,
-        chunk_count=row.chunk_count if indexed else 0,
-        error=f"superseded: sent at {sent}, before the document's newest applied event "
-        f"({newest}, now {row.status}); dropped",
+        "duplicate",
+        version=row.version if row is not None else 0,
+        chunk_count=row.chunk_count if row is not None and indexed else 0,
+        error=f"duplicate: event {op.event_id} was applied already as change "
+        f"{applied_sequence} of the document ({applied_status}); it is now at change "
+        f"{now_seq} ({now_status}); not applied again (give a change of its own a new "
+        "event_id)",
+    )
+
+
+def too_far_ahead(
+    op: IngestOp,
+    row: Document | None,
+    now: dt.datetime,
+    max_skew_s: float = MAX_CLOCK_SKEW_S,
+) -> IngestOutcome | None:
+    """The ``refused`` outcome of ``op`` when its producer's ``sent_at`` is more than
+    ``max_skew_s`` seconds after ``now`` (the write path's clock, UTC), counted
+    (:data:`REFUSED`, reason ``clock_ahead``) and logged; ``None`` otherwise (also for an op
+    that carries no producer time, as the batch path's do). The outcome carries what is served
+    now (``row``, the document's registry row or ``None``)."""
+    if op.sent_at is None:
+        return None
+    ahead_s = (as_utc(op.sent_at) - as_utc(now)).total_seconds()
+    if ahead_s <= max_skew_s:
+        return None
+    REFUSED.labels("clock_ahead").inc()
+    log.warning(
+        "ingest.event_refused",
+        tenant=op.tenant,
+        doc_id=op.doc_id,
+        op=op.op,
+        event_id=op.event_id,
+        reason="clock_ahead",
+        ahead_s=round(ahead_s, 3),
+    )
+    return IngestOutcome(
+        op.tenant,
+        op.doc_id,
+        "refused",
+        version=row.version if row is not None else 0,
+        chunk_count=row.chunk_count if row is not None and row.status == "indexed" else 0,
+        error=f"refused: created_at {as_utc(op.sent_at).isoformat()} is {ahead_s:.0f} s ahead "
+        f"of the write path's clock ({as_utc(now).isoformat()}; allowed skew "
+        f"{max_skew_s:.0f} s, ingest.max_clock_skew_s); fix the producer's clock or leave "
+        "created_at out",
     )

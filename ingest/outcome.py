@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-#: ``acl``: its readers changed (``op="acl"``), nothing re-embedded. ``superseded``: the event
-#: was older than the newest one applied to the document, and dropped (:mod:`ingest.order`).
-Status = Literal["indexed", "unchanged", "deleted", "failed", "acl", "superseded"]
+#: ``acl``: its readers changed (``op="acl"``), nothing re-embedded. ``duplicate``: an event
+#: with the same ``(tenant, event_id)`` was applied already, so this copy was not;
+#: ``refused``: the event's ``created_at`` is too far in the future (:mod:`ingest.order`).
+Status = Literal["indexed", "unchanged", "deleted", "failed", "acl", "duplicate", "refused"]
 
 
 @dataclass(slots=True)

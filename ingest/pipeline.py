@@ -10,9 +10,10 @@ Consistency: a document's new chunks are written before its old chunks are delet
 an update a search finds at least one version; the outcome is returned only after the deletes
 and the refresh, so once acknowledged a search finds exactly one version. If any new chunk
 fails to index, the chunks already written for it are removed and the old version stays.
-Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves). An op
-older than the newest event already applied to its document is dropped with the outcome
-``superseded`` (the version guard, :mod:`ingest.order`).
+Operations on the same ``(tenant, doc_id)`` within one call apply in order (in waves); each
+applied one increments the document's ``sequence``. A copy of a ``rag.ingest`` event applied
+already is not applied again (outcome ``duplicate``) and an event whose ``created_at`` is too
+far in the future is refused (outcome ``refused``): :mod:`ingest.order`.
 
 With a :class:`~ingest.model_follow.ModelFollower` as embedder (``build_pipeline``), chunks are
 embedded with the model the index alias records and written into that model's physical index,
@@ -47,10 +48,10 @@ from ingest.index import (
 )
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
-from ingest.order import event_time, superseded
+from ingest.order import MAX_CLOCK_SKEW_S, duplicate, too_far_ahead
 from ingest.outcome import IngestOutcome, Status
 from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
-from ingest.registry import DocumentRegistry
+from ingest.registry import Change, DocumentRegistry
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, Definition, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
@@ -61,7 +62,8 @@ from ragstream.errors import RagstreamError, TransientError
 log = structlog.get_logger(__name__)
 
 
-#: Outcomes of an op that applied to its document: the registry records when the op was sent.
+#: Outcomes of an op that applied to its document: each is a change of the document's
+#: ``sequence`` (:mod:`ingest.order`).
 APPLIED = frozenset({"indexed", "unchanged", "deleted", "acl"})
 
 #: Content types whose files hold many documents (records ``<doc_id>#<record id>``).
@@ -145,6 +147,8 @@ class IngestPipeline:
     :func:`ingest.factory.build_pipeline` gives the settings' (``ingest.json_text_field``).
     ``definitions``: index each document's definition entries beside its chunks (embedded with
     them, under the same tenant, version and readers, replaced and deleted with them).
+    ``max_clock_skew_s``: how far ahead of this process's clock an event's ``created_at`` may
+    be before the event is refused (:func:`ingest.order.too_far_ahead`).
     """
 
     def __init__(
@@ -157,7 +161,9 @@ class IngestPipeline:
         *,
         parse_options: ParseOptions | None = None,
         definitions: bool = True,
+        max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
     ) -> None:
+        self.max_clock_skew_s = max_clock_skew_s
         self.parse_options = parse_options or ParseOptions()
         self.definitions = definitions
         self.chunker = chunker
@@ -169,8 +175,9 @@ class IngestPipeline:
     def apply(self, ops: Sequence[IngestOp]) -> list[list[IngestOutcome]]:
         """Apply ``ops`` in order; return the outcomes of each op (one per document).
 
-        An op sent before the newest event applied to its document (:mod:`ingest.order`) is
-        not applied: its one outcome is ``superseded``.
+        A copy of an event applied already, or of one earlier in ``ops``, is not applied: its
+        one outcome is ``duplicate``; an op whose ``sent_at`` is too far in the future is not
+        applied either: ``refused`` (:mod:`ingest.order`).
 
         A JSON/JSONL file op yields one document per record (``<doc_id>#<record id>``).
         Never raises for bad input: a document that cannot be parsed, chunked or indexed
@@ -201,8 +208,11 @@ class IngestPipeline:
                 refused.append(failed)
         self._record_failed(refused)
         cleaned = [_clean_op(ops[i]) for i in kept]
+        screened = self._screen(cleaned)
+        for i, outcome in screened.items():
+            results[kept[i]] = [outcome]
         for whole in _waves(cleaned):
-            wave = self._drop_superseded(whole, cleaned, kept, results)
+            wave = [i for i in whole if i not in screened]
             timings: dict[str, float] = {}
             outcomes = self._apply_isolated([cleaned[i] for i in wave], timings)
             for i, outs in zip(wave, outcomes, strict=True):
@@ -211,24 +221,34 @@ class IngestPipeline:
                 results[kept[i]] = outs
         return results
 
-    def _drop_superseded(
-        self,
-        wave: list[int],
-        ops: list[IngestOp],
-        kept: list[int],
-        results: list[list[IngestOutcome]],
-    ) -> list[int]:
-        """The indices of ``wave`` to apply: an op older than the newest event applied to its
-        document (:mod:`ingest.order`) gets its ``superseded`` outcome in ``results`` instead."""
-        rows = self.registry.get_many((ops[i].tenant, ops[i].doc_id) for i in wave)
-        live: list[int] = []
-        for i in wave:
-            dropped = superseded(ops[i], rows.get((ops[i].tenant, ops[i].doc_id)))
-            if dropped is None:
-                live.append(i)
-            else:
-                results[kept[i]] = [dropped]
-        return live
+    def _screen(self, ops: list[IngestOp]) -> dict[int, IngestOutcome]:
+        """The outcomes of the ``ops`` not to apply, by index (:mod:`ingest.order`): a copy of
+        an event the registry records as applied, or of an event earlier in ``ops``
+        (``duplicate``), and an event too far in the future (``refused``)."""
+        applied = self.registry.applied_events(
+            (op.tenant, op.event_id) for op in ops if op.event_id is not None
+        )
+        rows = self.registry.get_many((op.tenant, op.doc_id) for op in ops)
+        now = utcnow()
+        #: Events of ``ops`` to be applied: the change of their document each will be.
+        seen: dict[tuple[str, str], tuple[int, str]] = {}
+        pending: dict[tuple[str, str], int] = {}
+        out: dict[int, IngestOutcome] = {}
+        for i, op in enumerate(ops):
+            row = rows.get((op.tenant, op.doc_id))
+            key = (op.tenant, op.event_id) if op.event_id is not None else None
+            before = applied.get(key) if key is not None else None
+            known = (before.sequence, before.status) if before is not None else None
+            if known is None and key is not None:
+                known = seen.get(key)  # the same event twice in one batch
+            found = duplicate(op, known, row) or too_far_ahead(op, row, now, self.max_clock_skew_s)
+            if found is not None:
+                out[i] = found
+            elif key is not None:
+                doc = (op.tenant, op.doc_id)
+                pending[doc] = pending.get(doc, row.sequence if row is not None else 0) + 1
+                seen[key] = (pending[doc], "in this batch")
+        return out
 
     def _apply_isolated(
         self, ops: list[IngestOp], timings: dict[str, float]
@@ -302,16 +322,15 @@ class IngestPipeline:
                 for tenant in sorted(touched):
                     self.versions.bump(tenant)
         # Only now, once a search can find them, are the documents recorded as indexed; each
-        # document an op changed or confirmed records when that op was sent (ingest/order.py).
+        # change an op made or confirmed counts in its document's sequence (ingest/order.py).
         self.registry.record_many(
-            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed]
-            + acl_rows
-            + [
-                (o.tenant, o.doc_id, {"last_event_at": event_time(op)})
+            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows,
+            [
+                Change(o.tenant, o.doc_id, o.status, op.event_id)
                 for op, outs in zip(ops, per_op, strict=True)
                 for o in outs
                 if o.status in APPLIED
-            ]
+            ],
         )
         self.registry.record_failures(
             [

@@ -7,13 +7,26 @@ belong to the indexed version (deleted by id when the next version is acknowledg
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream.db.acl import readable_by
-from ragstream.db.models import Document, utcnow
+from ragstream.db.models import AppliedIngestEvent, Document, utcnow
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change applied to ``(tenant, doc_id)``: its outcome ``status`` (``indexed``,
+    ``unchanged``, ``deleted`` or ``acl``) and the ``rag.ingest`` ``event_id`` it came from
+    (``None``: a bulk job's operation)."""
+
+    tenant: str
+    doc_id: str
+    status: str
+    event_id: str | None = None
 
 
 class DocumentRegistry:
@@ -32,6 +45,23 @@ class DocumentRegistry:
                 stmt = select(Document).where(tuple_(Document.tenant, Document.doc_id).in_(part))
                 for row in session.scalars(stmt):
                     found[(row.tenant, row.doc_id)] = row
+        return found
+
+    def applied_events(
+        self, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], AppliedIngestEvent]:
+        """The applied ``rag.ingest`` events among ``(tenant, event_id)`` keys (detached,
+        read-only use); see :mod:`ingest.order`."""
+        wanted = list(set(keys))
+        found: dict[tuple[str, str], AppliedIngestEvent] = {}
+        with self._sessions() as session:
+            for start in range(0, len(wanted), 500):
+                part = wanted[start : start + 500]
+                stmt = select(AppliedIngestEvent).where(
+                    tuple_(AppliedIngestEvent.tenant, AppliedIngestEvent.event_id).in_(part)
+                )
+                for row in session.scalars(stmt):
+                    found[(row.tenant, row.event_id)] = row
         return found
 
     def page(
@@ -85,10 +115,20 @@ class DocumentRegistry:
             row.updated_at = utcnow()
         return row
 
-    def record_many(self, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
-        """:meth:`record` for many rows in one transaction."""
-        if not rows:
+    def record_many(
+        self,
+        rows: list[tuple[str, str, dict[str, Any]]],
+        changes: Sequence[Change] = (),
+    ) -> None:
+        """:meth:`record` for many rows, and the applied ``changes``, in one transaction.
+
+        Each :class:`Change` increments its document's ``sequence`` (in the order given),
+        sets ``last_event_at`` to now and ``last_event_id`` to its event id, and, when it has
+        an event id, records the event in ``ingest_events`` (:mod:`ingest.order`).
+        """
+        if not rows and not changes:
             return
+        rows = rows + [(c.tenant, c.doc_id, {}) for c in changes]
         keys = [(t, d) for t, d, _ in rows]
         with self._sessions.begin() as session:
             existing = {
@@ -112,6 +152,24 @@ class DocumentRegistry:
                 for name, value in fields.items():
                     setattr(row, name, value)
                 row.updated_at = now
+            events: set[tuple[str, str]] = set()  # a records file's event: its first row
+            for change in changes:
+                row = existing[(change.tenant, change.doc_id)]
+                row.sequence = (row.sequence or 0) + 1
+                row.last_event_at = now
+                row.last_event_id = change.event_id
+                if change.event_id is not None and (change.tenant, change.event_id) not in events:
+                    events.add((change.tenant, change.event_id))
+                    session.add(
+                        AppliedIngestEvent(
+                            tenant=change.tenant,
+                            event_id=change.event_id,
+                            doc_id=change.doc_id,
+                            sequence=row.sequence,
+                            status=change.status,
+                            applied_at=now,
+                        )
+                    )
 
     def record_failures(self, failures: list[tuple[str, str, str]]) -> None:
         """Record ``(tenant, doc_id, error)`` of documents whose upsert failed.

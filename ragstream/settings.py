@@ -305,6 +305,10 @@ class IngestSettings(BaseModel):
     #: ``ingest/parsers/definitions.py``) beside its chunks; ``false`` indexes chunks only.
     definitions: bool = True
     max_document_bytes: int = 20 * 1024 * 1024
+    #: How far ahead of the write path's clock a ``rag.ingest`` event's ``created_at`` may be,
+    #: in seconds; an event further ahead is refused (``ingest/order.py``). Five minutes, the
+    #: skew Kerberos and AWS request signing tolerate.
+    max_clock_skew_s: float = Field(default=300.0, ge=0)
     #: Documents per Celery batch task.
     job_batch_size: int = 32
     #: A running job whose heartbeat is older than this is resumed or failed by the watchdog.

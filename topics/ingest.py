@@ -7,7 +7,9 @@ a permission change (``op="acl"``) is never overtaken by an upsert sent before i
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+import json
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -26,16 +28,16 @@ class IngestRequest(Event):
     ``None`` keeps the readers it has (a new document: everyone of the tenant); on an ``acl``,
     ``None`` makes it readable by everyone of the tenant again; a delete carries none.
 
-    Order (the version guard, ``ingest/order.py``, ``docs/write-path.md``): ``created_at`` (the
-    producer's clock, UTC) orders the events of one document. An event sent strictly before
-    the newest event already applied to its ``(tenant, doc_id)`` (upsert, delete or ``acl``;
-    a deleted document keeps a tombstone in the document registry, never purged) is dropped:
-    its result is ``superseded`` and the document stays as it is. So a late copy of an old
-    event (a redelivery, a DLQ replay: both keep the original value) cannot bring back a
-    deleted document or an older version. An event sent at the same instant or later is
-    applied; re-sending the same content is harmless (``unchanged``: no new version). A
-    producer should therefore leave ``created_at`` to be set when the event is made, not copy
-    it from an older event.
+    Order (``ingest/order.py``, ``docs/write-path.md``): the events of one document apply in
+    the order of their partition (keyed by ``doc_id``); each applied one increments the
+    document's ``sequence``, the version the write path assigns. ``created_at`` orders nothing.
+    An event whose ``(tenant, event_id)`` was applied already (a redelivery, a producer's
+    re-send, a DLQ replay) is not applied again: its result is ``duplicate``. A record without
+    ``event_id`` is identified by its content (:meth:`record_defaults`): the same record
+    produced twice is one event, so give every change of your own an ``event_id`` (or a
+    ``created_at``) to apply the same change twice on purpose. An event whose ``created_at``
+    is more than ``ingest.max_clock_skew_s`` (default 300 s) ahead of the write path's clock
+    is refused: its result is ``refused`` and the document stays as it is.
     """
 
     doc_id: DocId = Field(min_length=1, max_length=512)
@@ -60,6 +62,20 @@ class IngestRequest(Event):
             raise ValueError("a delete carries no principals")
         return self
 
+    @classmethod
+    def record_defaults(
+        cls, raw: dict[str, Any], key: bytes | None, timestamp_ms: int | None
+    ) -> dict[str, Any]:
+        """As :meth:`Event.record_defaults`, and a missing ``event_id`` is taken from the
+        record's content: ``sha256-`` and the first 48 hex digits of the SHA-256 of its value as
+        produced (canonical JSON: keys sorted, no spaces), so copies of one record are one
+        event (``ingest/order.py``) and a timestamp filled from the record changes nothing."""
+        if "event_id" not in raw:
+            canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+            raw = {**raw, "event_id": f"sha256-{digest[:48]}"}
+        return super().record_defaults(raw, key, timestamp_ms)
+
     def key(self) -> bytes:
         """Keyed by ``doc_id``."""
         return self.doc_id.encode()
@@ -75,14 +91,19 @@ class IngestResult(Event):
 
     ``status``: ``indexed`` (a new ``version``), ``unchanged`` (same content hash),
     ``deleted``, ``acl`` (readers set), ``failed`` (``error`` says why; the document stays as it
-    was) or ``superseded`` (the request was older than the newest event applied to the
-    document and was dropped; ``error`` says when each was sent; ``version`` and
-    ``chunk_count`` are what is still served, 0 for a deleted document).
+    was), ``duplicate`` (an event with the same ``event_id`` was applied already, so this copy
+    was not; ``error`` says as which change) or ``refused`` (its ``created_at`` is more than
+    ``ingest.max_clock_skew_s`` in the future; ``error`` says by how much). For ``duplicate``
+    and ``refused``, ``version`` and ``chunk_count`` are what is still served (0 for a deleted
+    document). ``superseded`` was written before 2026-12-07, when a producer's clock ordered
+    events; it is read, never written now.
     """
 
     doc_id: DocId
     request_event_id: str
-    status: Literal["indexed", "unchanged", "deleted", "failed", "acl", "superseded"]
+    status: Literal[
+        "indexed", "unchanged", "deleted", "failed", "acl", "duplicate", "refused", "superseded"
+    ]
     version: int = 0
     chunk_count: int = 0
     error: str | None = None

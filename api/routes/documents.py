@@ -419,6 +419,8 @@ def _document_out(row: Document) -> DocumentOut:
         title=row.title, source=row.source, error=row.error,
         updated_at=as_utc(row.updated_at) if row.updated_at else None,
         readers=None if row.readers is None else list(from_column(row.readers) or ()),
+        sequence=row.sequence or 0, last_event_id=row.last_event_id,
+        last_event_at=as_utc(row.last_event_at) if row.last_event_at else None,
     )  # fmt: skip
 
 

@@ -65,12 +65,39 @@ class Document(Base):
     #: Who may read it (:mod:`ragstream.db.acl`: ``",group:eng,user:ada,"``); NULL: everyone
     #: of the tenant.
     readers: Mapped[str | None] = mapped_column(Text)
-    #: When the newest ingest event applied to it was sent (its ``created_at``; the apply time
-    #: for the batch path): older events are dropped (:mod:`ingest.order`). NULL: none recorded
-    #: (rows before revision 0008).
+    #: When the newest change was applied to it (the write path's clock, UTC; an ingest event's
+    #: or a bulk job's). NULL: none recorded (rows before revision 0008).
     last_event_at: Mapped[dt.datetime | None] = mapped_column()
+    #: How many changes (ingest events and bulk-job operations) were applied to it: the order
+    #: the write path assigns, 1 for the first (:mod:`ingest.order`). 0: none recorded (rows
+    #: before revision 0009).
+    sequence: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: The ``event_id`` of the newest ``rag.ingest`` event applied to it; NULL for a bulk job's
+    #: operation (which has none) or a row before revision 0009.
+    last_event_id: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+
+
+class AppliedIngestEvent(Base):
+    """One ``rag.ingest`` event applied to a document, by ``(tenant, event_id)``: a later copy of
+    it (a redelivery, a producer's re-send, a dead-letter replay) is a no-op
+    (:mod:`ingest.order`).
+
+    ``sequence`` is the document's :attr:`Document.sequence` the event was applied as;
+    ``status`` its outcome (``indexed``, ``unchanged``, ``deleted`` or ``acl``).
+    """
+
+    __tablename__ = "ingest_events"
+    __table_args__ = (UniqueConstraint("tenant", "event_id", name="uq_ingest_events_tenant_event"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    event_id: Mapped[str] = mapped_column(String(128))
+    doc_id: Mapped[str] = mapped_column(String(512))
+    sequence: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(32))
+    applied_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
 
 
 #: Statuses after which a bulk ingest job changes no more (see :class:`IngestJob`).

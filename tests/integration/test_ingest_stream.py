@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
@@ -167,16 +168,15 @@ def test_index_rebuild_swaps_the_alias_and_keeps_every_chunk(kit: Kit) -> None:
     assert hit["hits"]["hits"][0]["_source"]["doc_id"] == "d3"
 
 
-def test_a_late_copy_of_an_older_event_is_superseded(
-    settings: Settings, kit: Kit, unique_name: Callable[[str], str]
-) -> None:
-    """The version guard: upsert v1, upsert v2, delete, then a late copy of v2 (a DLQ replay
-    re-publishes the same bytes) leaves the document deleted; a late v1 after v2 leaves v2."""
-    registry = TopicRegistry(unique_name("vg") + ".")
+def _start_ingest_pool(
+    settings: Settings, kit: Kit, unique_name: Callable[[str], str], tag: str
+) -> tuple[TopicRegistry, PoolRunner[IngestRequest], threading.Thread]:
+    """An ingest pool on topics of its own, one event a batch (each its own apply)."""
+    registry = TopicRegistry(unique_name(tag) + ".")
     admin = make_admin(settings.kafka)
     ensure_topics(admin, registry.physical_topics())
     admin.close()
-    pool = PoolSettings(max_batch=1, max_wait_ms=50)  # one event a batch: each its own apply
+    pool = PoolSettings(max_batch=1, max_wait_ms=50)
     handler = ingest_handler(kit.pipeline, settings.ingest, pool, group=unique_name("g"))
     runner = PoolRunner(
         handler,
@@ -186,6 +186,37 @@ def test_a_late_copy_of_an_older_event_is_superseded(
     )
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
+    return registry, runner, thread
+
+
+def _produce_and_collect(
+    settings: Settings, registry: TopicRegistry, sends: list[tuple[bytes, bytes]]
+) -> dict[str, list[IngestResult]]:
+    """Produce ``(key, value)`` records to the ingest topic in order; each document's results,
+    in the order of its results partition (results of different documents have no order
+    between them: they are keyed by doc_id, so they sit in different partitions)."""
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    for key, value in sends:
+        producer.send(registry.name(INGEST), key=key, value=value).get(timeout=30)
+    producer.flush()
+    producer.close()
+    records = consume_all(
+        settings, registry.name(INGEST_RESULTS), lambda r: len(r) >= len(sends), timeout_s=120
+    )
+    by_doc: dict[str, list[IngestResult]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        result = decode(IngestResult, r.value)
+        by_doc.setdefault(result.doc_id, []).append(result)
+    return by_doc
+
+
+def test_a_copy_of_an_applied_event_is_a_duplicate(
+    settings: Settings, kit: Kit, unique_name: Callable[[str], str]
+) -> None:
+    """Order by the write path: upsert v1, upsert v2, delete, then a copy of v2 (a DLQ replay
+    re-publishes the same bytes) leaves the document deleted; a copy of w1 after w2 leaves w2.
+    Each document's results are compared in its own partition's order."""
+    registry, runner, thread = _start_ingest_pool(settings, kit, unique_name, "vg")
 
     def upsert(doc_id: str, words: str) -> IngestRequest:
         return IngestRequest(
@@ -199,26 +230,40 @@ def test_a_late_copy_of_an_older_event_is_superseded(
     v1, v2 = upsert("a", "first version alpha"), upsert("a", "second version beta")
     gone = IngestRequest(tenant="acme", doc_id="a", op="delete")
     w1, w2 = upsert("b", "first version gamma"), upsert("b", "second version delta")
-    sends = [encode(v1), encode(v2), encode(gone), encode(v2), encode(w1), encode(w2), encode(w1)]
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
-    for value in sends:
-        producer.send(registry.name(INGEST), key=b"acme", value=value).get(timeout=30)
-    producer.flush()
-    producer.close()
-    records = consume_all(
-        settings, registry.name(INGEST_RESULTS), lambda r: len(r) >= len(sends), timeout_s=120
-    )
+    sends = [v1, v2, gone, v2, w1, w2, w1]
+    by_doc = _produce_and_collect(settings, registry, [(e.key(), encode(e)) for e in sends])
     runner.stop()
     thread.join(timeout=60)
-    statuses = [decode(IngestResult, r.value).status for r in records]
-    assert statuses == [
-        "indexed", "indexed", "deleted", "superseded", "indexed", "indexed", "superseded"
-    ]  # fmt: skip
-    late = decode(IngestResult, records[3].value)
-    assert late.request_event_id == v2.event_id and "superseded" in (late.error or "")
+    assert [r.status for r in by_doc["a"]] == ["indexed", "indexed", "deleted", "duplicate"]
+    assert [r.status for r in by_doc["b"]] == ["indexed", "indexed", "duplicate"]
+    late = by_doc["a"][3]
+    assert late.request_event_id == v2.event_id and "applied already" in (late.error or "")
     assert kit.chunks("acme", "a") == []
     rows = kit.pipeline.registry.get_many([("acme", "a"), ("acme", "b")])
-    assert rows[("acme", "a")].status == "deleted"
+    assert (rows[("acme", "a")].status, rows[("acme", "a")].sequence) == ("deleted", 3)
     assert rows[("acme", "b")].version == 2
     texts = " ".join(str(c) for c in kit.chunks("acme", "b"))
     assert "delta" in texts and "gamma" not in texts
+
+
+def test_a_copy_of_a_record_without_created_at_or_event_id_stays_a_copy(
+    settings: Settings, kit: Kit, unique_name: Callable[[str], str]
+) -> None:
+    """Records produced by hand with neither ``created_at`` nor ``event_id`` (each gets the
+    Kafka record's timestamp, which a re-send renews): v1, v2, delete, then v2's bytes again.
+    The document stays deleted: the copy is the same event (identified by its content)."""
+    registry, runner, thread = _start_ingest_pool(settings, kit, unique_name, "nc")
+
+    def raw(**fields: str) -> bytes:
+        return json.dumps({"tenant": "acme", "doc_id": "c", **fields}).encode()
+
+    v1 = raw(op="upsert", text="# T\n\nfirst version epsilon", content_type="markdown")
+    v2 = raw(op="upsert", text="# T\n\nsecond version zeta", content_type="markdown")
+    sends = [(b"c", v1), (b"c", v2), (b"c", raw(op="delete")), (b"c", v2)]
+    by_doc = _produce_and_collect(settings, registry, sends)
+    runner.stop()
+    thread.join(timeout=60)
+    assert [r.status for r in by_doc["c"]] == ["indexed", "indexed", "deleted", "duplicate"]
+    assert kit.chunks("acme", "c") == []
+    row = kit.pipeline.registry.get_many([("acme", "c")])[("acme", "c")]
+    assert (row.status, row.sequence) == ("deleted", 3)

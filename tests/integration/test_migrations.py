@@ -25,6 +25,7 @@ TABLES = {
     "api_keys",
     "webhook_endpoints",
     "webhook_tenant_secrets",
+    "ingest_events",
     "alembic_version",
 }
 

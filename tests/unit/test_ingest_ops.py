@@ -104,8 +104,8 @@ def test_the_pool_and_the_celery_task_prepare_the_same_op_of_a_path(tmp_path: Pa
     event = IngestRequest(tenant="t", doc_id=str(f), op="upsert", source_path=str(f), title="T")
     item = IngestJobItem(path=str(f), doc_id=str(f), title="T", metadata_={})
     streamed = op_from_request(event, settings)
-    assert streamed.sent_at == event.created_at  # what orders it (ingest/order.py)
-    assert replace(streamed, sent_at=None) == op_from_item("t", item, settings)
+    assert (streamed.sent_at, streamed.event_id) == (event.created_at, event.event_id)
+    assert replace(streamed, sent_at=None, event_id=None) == op_from_item("t", item, settings)
     delete = IngestRequest(tenant="t", doc_id="d", op="delete")
     assert op_from_request(delete, settings).op == "delete"
 

@@ -1,39 +1,132 @@
-"""The version guard's rule (ingest/order.py): only a strictly older event loses."""
+"""Order by the write path (ingest/order.py): copies of an applied event are no-ops, a clock
+ahead is refused, a producer's clock orders nothing, every applied change counts in the
+document's sequence. Pipeline over a SQLite registry and an in-memory index."""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from sqlalchemy import create_engine
+from sqlalchemy.orm import sessionmaker
+
 from ingest.ops import IngestOp
-from ingest.order import event_time, is_superseded, superseded
-from ragstream.db.models import Document
+from ingest.order import duplicate, too_far_ahead
+from ingest.pipeline import IngestPipeline
+from ingest.registry import DocumentRegistry
+from ragstream.db.models import Base, Document
+from tests.unit.test_ingest_outcomes import Embed, FakeIndex, Log, OneChunk
+from topics.ingest import IngestRequest
+from topics.serde import decode
 
-T0 = dt.datetime(2026, 12, 5, 12, 0, tzinfo=dt.UTC)
-
-
-def test_only_an_event_sent_strictly_before_the_newest_applied_one_is_superseded() -> None:
-    later = T0 + dt.timedelta(microseconds=1)
-    assert is_superseded(T0, later)
-    assert not is_superseded(later, T0)
-    assert not is_superseded(T0, T0)  # a re-send of the same event applies (idempotent)
-    assert not is_superseded(None, T0)  # the batch path carries no producer time
-    assert not is_superseded(T0, None)  # a row from before the guard
-    assert is_superseded(T0.replace(tzinfo=None), later)  # naive is read as UTC
+NOW = dt.datetime(2026, 12, 7, 12, 0, tzinfo=dt.UTC)
 
 
-def test_a_superseded_op_reports_what_is_still_served() -> None:
-    row = Document(
-        tenant="acme", doc_id="a", status="deleted", version=2, chunk_count=3,
-        last_event_at=T0 + dt.timedelta(seconds=1),
-    )  # fmt: skip
-    late = IngestOp("acme", "a", "upsert", sent_at=T0)
-    out = superseded(late, row)
-    assert out is not None and out.status == "superseded" and out.chunk_count == 0
-    assert out.version == 2 and "superseded" in (out.error or "")
-    assert (
-        superseded(IngestOp("acme", "a", "delete", sent_at=T0 + dt.timedelta(seconds=2)), row)
-        is None
+def _pipeline(max_clock_skew_s: float = 300.0) -> tuple[IngestPipeline, DocumentRegistry]:
+    engine = create_engine("sqlite://")
+    Base.metadata.create_all(engine)
+    registry = DocumentRegistry(sessionmaker(engine, expire_on_commit=False))
+    pipeline = IngestPipeline(
+        OneChunk(),
+        Embed(),
+        FakeIndex(Log()),  # type: ignore[arg-type]
+        registry,
+        max_clock_skew_s=max_clock_skew_s,
     )
-    assert superseded(late, None) is None
-    assert event_time(late) == T0
-    assert event_time(IngestOp("acme", "a", "delete")).tzinfo is not None
+    return pipeline, registry
+
+
+def _upsert(text: str, event_id: str, sent_at: dt.datetime | None = None) -> IngestOp:
+    return IngestOp(
+        "t", "a", data=text.encode(), content_type="text", event_id=event_id, sent_at=sent_at
+    )
+
+
+def _statuses(pipeline: IngestPipeline, *ops: IngestOp) -> list[str]:
+    return [o.status for outs in pipeline.apply(list(ops)) for o in outs]
+
+
+def test_a_copy_of_an_applied_event_is_a_duplicate_and_leaves_the_document_deleted() -> None:
+    pipeline, registry = _pipeline()
+    v1, v2 = _upsert("first version", "e1"), _upsert("second version", "e2")
+    gone = IngestOp("t", "a", "delete", event_id="e3")
+    assert _statuses(pipeline, v1) == ["indexed"]
+    assert _statuses(pipeline, v2) == ["indexed"]
+    assert _statuses(pipeline, gone) == ["deleted"]
+    out = pipeline.apply([v2])[0]
+    assert [o.status for o in out] == ["duplicate"]
+    assert "applied already as change 2" in (out[0].error or "")
+    assert "now at change 3 (deleted)" in (out[0].error or "")
+    row = registry.get_many([("t", "a")])[("t", "a")]
+    assert (row.status, row.sequence, row.last_event_id) == ("deleted", 3, "e3")
+
+
+def test_the_same_event_twice_in_one_batch_applies_once() -> None:
+    pipeline, registry = _pipeline()
+    v1 = _upsert("one text", "e1")
+    assert _statuses(pipeline, v1, v1) == ["indexed", "duplicate"]
+    assert registry.get_many([("t", "a")])[("t", "a")].sequence == 1
+
+
+def test_a_producer_clock_behind_orders_nothing() -> None:
+    """v2 sent 'before' v1 by its producer's clock still wins: it applied later."""
+    pipeline, registry = _pipeline()
+    now = dt.datetime.now(dt.UTC)
+    v1 = _upsert("first version", "e1", sent_at=now)
+    v2 = _upsert("second version", "e2", sent_at=now - dt.timedelta(hours=1))
+    assert _statuses(pipeline, v1) == ["indexed"]
+    assert _statuses(pipeline, v2) == ["indexed"]
+    row = registry.get_many([("t", "a")])[("t", "a")]
+    assert (row.version, row.sequence) == (2, 2)
+
+
+def test_a_clock_ahead_beyond_the_skew_is_refused_and_a_later_delete_applies() -> None:
+    pipeline, registry = _pipeline(max_clock_skew_s=300)
+    now = dt.datetime.now(dt.UTC)
+    assert _statuses(pipeline, _upsert("served text", "e1")) == ["indexed"]
+    ahead = _upsert("from the future", "e2", sent_at=now + dt.timedelta(hours=1))
+    out = pipeline.apply([ahead])[0]
+    assert [o.status for o in out] == ["refused"]
+    assert out[0].version == 1 and out[0].chunk_count == 1  # what is still served
+    assert "ahead of the write path's clock" in (out[0].error or "")
+    within = _upsert("within the skew", "e3", sent_at=now + dt.timedelta(seconds=60))
+    assert _statuses(pipeline, within) == ["indexed"]
+    gone = IngestOp("t", "a", "delete", event_id="e4", sent_at=now)
+    assert _statuses(pipeline, gone) == ["deleted"]
+    assert registry.get_many([("t", "a")])[("t", "a")].sequence == 3
+
+
+def test_the_batch_path_counts_in_the_sequence_without_an_event() -> None:
+    pipeline, registry = _pipeline()
+    assert _statuses(pipeline, IngestOp("t", "a", data=b"text", content_type="text")) == ["indexed"]
+    assert _statuses(pipeline, IngestOp("t", "a", data=b"text", content_type="text")) == [
+        "unchanged"
+    ]
+    row = registry.get_many([("t", "a")])[("t", "a")]
+    assert (row.sequence, row.last_event_id) == (2, None)
+    assert registry.applied_events([("t", "e1")]) == {}
+
+
+def test_duplicate_and_refused_report_what_is_served() -> None:
+    row = Document(tenant="t", doc_id="a", status="deleted", version=2, chunk_count=4, sequence=3)
+    op = IngestOp("t", "a", "delete", event_id="e")
+    out = duplicate(op, (2, "indexed"), row)
+    assert out is not None and (out.status, out.version, out.chunk_count) == ("duplicate", 2, 0)
+    assert duplicate(op, None, row) is None
+    assert too_far_ahead(op, row, NOW) is None  # no producer time: the batch path
+    late = IngestOp("t", "a", "delete", sent_at=NOW + dt.timedelta(seconds=301))
+    assert too_far_ahead(late, row, NOW, 300) is not None
+    assert too_far_ahead(late, row, NOW, 302) is None
+
+
+def test_a_record_without_event_id_is_identified_by_its_content() -> None:
+    value = b'{"tenant": "t", "doc_id": "a", "op": "delete"}'
+    first = decode(IngestRequest, value, timestamp_ms=1_000)
+    again = decode(IngestRequest, value, timestamp_ms=9_000)  # a re-send: a new timestamp
+    assert first.event_id == again.event_id and first.event_id.startswith("sha256-")
+    assert first.created_at != again.created_at
+    other = decode(IngestRequest, b'{"tenant": "t", "doc_id": "b", "op": "delete"}')
+    assert other.event_id != first.event_id
+    given = decode(
+        IngestRequest, b'{"tenant": "t", "doc_id": "a", "op": "delete", "event_id": "x"}'
+    )
+    assert given.event_id == "x"

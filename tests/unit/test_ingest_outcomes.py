@@ -51,8 +51,14 @@ class FakeRegistry:
     def children(self, tenant: str, parent: str) -> list[Any]:
         return []
 
-    def record_many(self, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
-        if rows:
+    def applied_events(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+        list(keys)
+        return {}
+
+    def record_many(
+        self, rows: list[tuple[str, str, dict[str, Any]]], changes: Sequence[Any] = ()
+    ) -> None:
+        if rows or changes:
             self.log.append("record")
         self.rows.extend(rows)
 

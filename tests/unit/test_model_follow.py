@@ -232,7 +232,12 @@ class Registry:
     def children(self, tenant: str, parent: str) -> list[Any]:
         return []
 
-    def record_many(self, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    def applied_events(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Any]:
+        return {}
+
+    def record_many(
+        self, rows: list[tuple[str, str, dict[str, Any]]], changes: Sequence[Any] = ()
+    ) -> None:
         pass
 
     def record_failures(self, failures: list[tuple[str, str, str]]) -> None:
