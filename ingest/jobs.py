@@ -251,12 +251,13 @@ def page_jobs(
 
 
 def failures(sessions: sessionmaker[Session], job_id: str) -> list[tuple[str, str]]:
-    """``(path, error)`` of every failed item of the job."""
+    """``(name, error)`` of every failed item of the job: its document id when it has one
+    (an archive's member: ``<archive>/<member>``, not the server's folder), else its path."""
     with sessions() as session:
-        stmt = select(IngestJobItem.path, IngestJobItem.error).where(
+        stmt = select(IngestJobItem.path, IngestJobItem.doc_id, IngestJobItem.error).where(
             IngestJobItem.job_id == job_id, IngestJobItem.status == "failed"
         )
-        return [(p, e or "") for p, e in session.execute(stmt).all()]
+        return [(d or p, e or "") for p, d, e in session.execute(stmt).all()]
 
 
 def reset_failed(sessions: sessionmaker[Session], job_id: str) -> int:

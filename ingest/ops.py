@@ -215,18 +215,24 @@ def op_from_item(
     settings: IngestSettings,
     readers: tuple[str, ...] | None = None,
 ) -> IngestOp:
-    """The op of one item of a bulk job (the Celery task); ``doc_id`` defaults to its path;
-    ``readers``: the job's (every document of a job gets them; ``None``: keep / everyone).
+    """The op of one item of a bulk job (the Celery task); ``doc_id`` defaults to its path and
+    is the document's ``source`` (an archive's member: ``<archive>/<member>``, never the
+    server's folder); ``readers``: the job's (every document of a job gets them; ``None``:
+    keep / everyone).
 
     Raises:
         SourceRejectedError: the item's path is outside the allowed roots or unreadable.
     """
-    return prepare_op(
+    doc_id = item.doc_id or item.path
+    op = prepare_op(
         tenant,
-        item.doc_id or item.path,
+        doc_id,
         SourcePath(item.path),
         settings,
         title=item.title,
+        label=doc_id,
         metadata=item.metadata_ or {},
         principals=readers,
     )
+    # An archive's member is filed under its name in the archive, not the server's folder.
+    return op if doc_id == item.path else replace(op, filename=doc_id)

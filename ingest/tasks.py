@@ -150,15 +150,26 @@ def _ingest_items(
         try:
             ops.append((item.id, op_from_item(tenant, item, ctx.settings.ingest, readers)))
         except SourceRejectedError as exc:
-            results[item.id] = ("failed", 0, str(exc))
+            results[item.id] = ("failed", 0, _as_filed(str(exc), item))
     if ops:
+        by_id = {item.id: item for item in items}
         outcomes = _pipeline().apply([op for _, op in ops])
         for (item_id, _), outs in zip(ops, outcomes, strict=True):
             failed = [o for o in outs if o.status == "failed"]
             status = "failed" if failed else (outs[0].status if len(outs) == 1 else "indexed")
             error = "; ".join(o.error or "" for o in failed) or None
+            if error is not None:
+                error = _as_filed(error, by_id[item_id])
             results[item_id] = (status, sum(o.chunk_count for o in outs), error)
     return results
+
+
+def _as_filed(error: str, item: IngestJobItem) -> str:
+    """``error`` with the item's server path written as its document id (an archive's member:
+    ``<archive>/<member>``; no message shows the server's folder)."""
+    if item.doc_id and item.doc_id != item.path:
+        return error.replace(item.path, item.doc_id)
+    return error
 
 
 def _record(

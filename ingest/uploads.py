@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import structlog
@@ -156,3 +156,28 @@ def extract_job_archive(settings: IngestSettings, tenant: str, job_id: str, data
     )
     extract_archive(data, dest, limits)
     return dest
+
+
+#: The name of an uploaded archive sent without a file name.
+DEFAULT_ARCHIVE_NAME = "archive"
+
+
+def archive_name(filename: str | None) -> str:
+    """The name an uploaded archive's documents are filed under: the last part of the file
+    name the client sent (``C:\\kb\\docs.zip`` and ``/tmp/docs.zip`` both give ``docs.zip``),
+    control characters removed; :data:`DEFAULT_ARCHIVE_NAME` when nothing is left."""
+    base = PurePosixPath((filename or "").replace("\\", "/")).name
+    clean = "".join(c for c in base if c.isprintable()).strip()
+    return clean or DEFAULT_ARCHIVE_NAME
+
+
+def archive_doc_id(name: str, folder: Path, path: str | Path) -> str:
+    """The document id of the archive member extracted to ``path`` under ``folder``:
+    ``<name>/<its path inside the archive>`` (POSIX separators), so that the same archive
+    uploaded again updates the same documents and no id holds the server's folder.
+
+    Raises:
+        ValueError: ``path`` is not under ``folder``.
+    """
+    member = Path(path).resolve().relative_to(folder.resolve()).as_posix()
+    return f"{name}/{member}"

@@ -24,6 +24,7 @@ Every route is scoped to the API key's tenant.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import shutil
 import uuid
@@ -233,10 +234,13 @@ async def create_ingest_job(request: Request, who: Principal = Depends(principal
     settings = svc.settings
     job_id = str(uuid.uuid4())
     if media_type(request) == MULTIPART:
-        form, _, data = await read_form(request, JobForm, "archive")
+        form, upload, data = await read_form(request, JobForm, "archive")
         callback_url, readers = form.callback_url, form.readers_tuple()
         await check_callback(settings, callback_url)
-        files, rejected = await _archive_files(settings, who.tenant, job_id, data)
+        from ingest.uploads import archive_name
+
+        name = archive_name(upload.filename)
+        files, rejected = await _archive_files(settings, who.tenant, job_id, data, name)
     else:
         body = await json_body(request, JobBody, upload_field="archive")
         callback_url, readers = body.callback_url, normalise_readers(body.readers)
@@ -276,13 +280,17 @@ async def _path_files(settings: Settings, tenant: str, paths: list[str]) -> list
 
 
 async def _archive_files(
-    settings: Settings, tenant: str, job_id: str, data: bytes
+    settings: Settings, tenant: str, job_id: str, data: bytes, name: str
 ) -> tuple[list[SourceFile], list[tuple[str, str]]]:
     """The archive's files, and ``(member, reason)`` of each member that cannot be read
-    (a name that is not UTF-8): it fails alone in the job while the others are ingested."""
+    (a name that is not UTF-8): it fails alone in the job while the others are ingested.
+
+    A member's document id (and ``source``) is ``<name>/<its path in the archive>``
+    (:func:`archive_doc_id`), never the server's folder: the same archive uploaded again
+    updates the same documents."""
     from ingest.archives import ArchiveRejectedError
     from ingest.sources import scan
-    from ingest.uploads import extract_job_archive
+    from ingest.uploads import archive_doc_id, extract_job_archive
 
     try:
         folder = await asyncio.to_thread(extract_job_archive, settings.ingest, tenant, job_id, data)
@@ -300,8 +308,15 @@ async def _archive_files(
         raise ApiError(
             422, "INVALID_REQUEST", f"archive: nothing to ingest: {found.nothing_reason()}"
         )
-    rejected = [(s.path, s.detail) for s in found.skipped if s.cause == "unreadable"]
-    return found.files, rejected
+    files = [
+        dataclasses.replace(f, doc_id=archive_doc_id(name, folder, f.path)) for f in found.files
+    ]
+    rejected = [
+        (archive_doc_id(name, folder, s.path), s.detail.replace(str(folder), name))
+        for s in found.skipped
+        if s.cause == "unreadable"
+    ]
+    return files, rejected
 
 
 async def _submit(request: Request, who: Principal, job_id: str) -> JSONResponse:

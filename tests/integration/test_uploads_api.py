@@ -146,6 +146,8 @@ def test_a_docx_upload_is_indexed_by_the_ingest_pool(stack: tuple[Stack, Path]) 
 
 
 def test_an_archive_job_runs_over_its_extracted_files(stack: tuple[Stack, Path]) -> None:
+    """An archive's documents are filed as ``<archive>/<member>`` (no server folder in any id,
+    source or failure), so uploading the same archive again updates them: no duplicates."""
     s, root = stack
     archive = _tar_gz(
         {
@@ -153,21 +155,40 @@ def test_an_archive_job_runs_over_its_extracted_files(stack: tuple[Stack, Path])
             "kb/ops/restart.html": b"<html><body><h1>Restart</h1><p>Use make stop.</p></body>",
             "kb/pools.docx": _docx(),
             "kb/logo.png": b"\x89PNG\r\n\x1a\n",
+            "kb/blank.md": b"   \n",
         }
     )
     r = _post(s, "/v1/ingest/jobs", files={"archive": ("kb.tar.gz", archive, "application/gzip")})
     assert r.status_code == 202, r.text
     job = r.json()
-    assert job["total_documents"] == 3  # the .png is no document
+    assert job["total_documents"] == 4  # the .png is no document
     folder = root / TENANT / "_uploads" / "jobs" / job["job_id"]
     assert sorted(p.name for p in folder.rglob("*") if p.is_file()) == [
-        "install.md", "logo.png", "pools.docx", "restart.html",
+        "blank.md", "install.md", "logo.png", "pools.docx", "restart.html",
     ]  # fmt: skip
     done = _settled(s, f"/v1/ingest/jobs/{job['job_id']}", ("pending", "running"), 240)
-    assert done["status"] == "succeeded", done
-    assert (done["done_documents"], done["failed_documents"]) == (3, 0)
-    restart = str((folder / "kb" / "ops" / "restart.html").resolve())
+    assert done["status"] == "completed_with_failures", done
+    assert (done["done_documents"], done["failed_documents"]) == (3, 1)
+    [failure] = done["failures"]
+    assert failure["path"] == "kb.tar.gz/kb/blank.md" and str(root) not in failure["error"]
+    restart = "kb.tar.gz/kb/ops/restart.html"
     assert any("make stop" in t for t in _es_texts(s, restart))
+    row = _settled(s, f"/v1/documents/{restart}", ("pending",), 30)
+    assert (row["doc_id"], row["source"], row["version"]) == (restart, restart, 1)
+
+    again = _post(s, "/v1/ingest/jobs", files={"archive": ("kb.tar.gz", archive)}).json()
+    redone = _settled(s, f"/v1/ingest/jobs/{again['job_id']}", ("pending", "running"), 240)
+    assert (redone["done_documents"], redone["failed_documents"]) == (3, 1), redone
+    assert _settled(s, f"/v1/documents/{restart}", ("pending",), 30)["version"] == 1
+    status, listing = get_json(f"{s.apis[0].url}/v1/documents?limit=200", s.keys[TENANT])
+    assert status == 200
+    archived = sorted(d["doc_id"] for d in listing["items"] if d["doc_id"].startswith("kb.tar"))
+    assert archived == [
+        "kb.tar.gz/kb/blank.md", "kb.tar.gz/kb/install.md", "kb.tar.gz/kb/ops/restart.html",
+        "kb.tar.gz/kb/pools.docx",
+    ]  # fmt: skip
+    shown = json.dumps(listing) + json.dumps(redone)
+    assert str(root) not in shown and "_uploads" not in shown
 
 
 def test_refusals_name_the_cause_and_leave_nothing(stack: tuple[Stack, Path]) -> None:
