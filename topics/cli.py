@@ -115,8 +115,10 @@ def inspect_command(
         consumer.close(autocommit=False)
     if as_json:
         for v in listing.letters:
+            mark = v.replay
+            marks = {"replay.id": mark.replay_id, "replay.attempt": mark.attempt} if mark else {}
             print(json.dumps({"partition": v.partition, "offset": v.offset, "key": v.key,
-                              "bytes": v.size, **v.context}))  # fmt: skip
+                              "bytes": v.size, **v.context, **marks}))  # fmt: skip
         return
     print(f"{listing.total} dead letter(s) in {dlq}; the newest {len(listing.letters)}:")
     # One block per letter, not a table: messages and topic names are long, and never cut.
@@ -130,6 +132,8 @@ def inspect_command(
             f"  from {c.get('source.topic', '?')}:{c.get('source.partition', '?')}"
             f"@{c.get('source.offset', '?')}  key {v.key or '-'}  {v.size} bytes"
         )
+        if v.replay:
+            print(f"  replay {v.replay.replay_id}, attempt {v.replay.attempt}")
     if listing.letters:
         print(f"\nreplay them with `ragstream dlq replay {topic}`")
 
@@ -137,22 +141,26 @@ def inspect_command(
 @dlq_app.command("replay")
 def replay(
     topic: str = typer.Argument(..., help="Source topic (e.g. rag.queries) or its .dlq topic."),
-    limit: int | None = typer.Option(None, help="Replay at most this many dead letters."),
+    limit: int | None = typer.Option(None, min=0, help="Replay at most this many dead letters."),
     group: str = typer.Option("ragstream-dlq-replay", help="Consumer group tracking progress."),
+    settle_ms: int = typer.Option(
+        3000, min=0, help="Then wait up to this long (ms) to count letters that fail again."
+    ),
 ) -> None:
-    """Re-publish dead letters to the topic they came from (original bytes and headers)."""
+    """Re-publish dead letters to the topic they came from (original bytes and headers, plus
+    replay.id and replay.attempt headers), each once, only those the DLQ held at the start."""
     from ragstream.settings import get_settings
-    from topics.consumer import make_consumer
-    from topics.dlq import replay as replay_letters
-    from topics.producer import EventProducer, make_producer
+    from topics.dlq_replay import replay_dead_letters
 
-    settings = get_settings()
     dlq = _dlq_name(topic)
-    consumer = make_consumer(settings.kafka, dlq, group=group, auto_offset_reset="earliest")
-    producer = EventProducer(make_producer(settings.kafka))
-    try:
-        n = replay_letters(consumer, producer, dlq, limit=limit)
-    finally:
-        consumer.close(autocommit=False)
-        producer.close()
-    console.print(f"replayed {n} dead letter(s) from {dlq}")
+    r = replay_dead_letters(
+        get_settings().kafka, dlq, group=group, limit=limit, settle_ms=settle_ms
+    )
+    ends = " ".join(f"p{p}:{o}" for p, o in sorted(r.end_offsets.items()))
+    # print, not the rich console: topic names and the replay id are never wrapped.
+    print(f"replayed {r.replayed} dead letter(s) from {dlq}, replay {r.replay_id}")
+    print(f"stopped at the end offsets it started with: {ends}")
+    if settle_ms:
+        print(f"{r.failed_again} failed again within {settle_ms} ms")
+    if r.remaining:
+        print(f"{r.remaining} more before those offsets: run it again to replay them")

@@ -1,9 +1,12 @@
-"""Dead letters: the original record plus why, when and where it failed; and their replay.
+"""Dead letters: the original record plus why, when and where it failed.
 
 A dead letter keeps the original key, value and headers byte for byte, and adds headers:
 ``dlq.error.class``, ``dlq.error.message``, ``dlq.attempts``, ``dlq.source.topic``,
 ``dlq.source.partition``, ``dlq.source.offset``, ``dlq.pool`` and ``dlq.failed_at`` (UTC ISO).
-:func:`inspect` lists them without consuming; :func:`replay` re-publishes them.
+A record re-published by a replay (:mod:`topics.dlq_replay`) carries ``replay.id`` (the replay
+run's uuid) and ``replay.attempt`` (1 for a first replay, n + 1 for a letter that already
+carried attempt n); when it fails again, the runtime keeps those headers in the new letter.
+:func:`inspect` lists letters without consuming them.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.structs import OffsetAndMetadata
 
-from topics.producer import EventProducer, Headers
+from topics.producer import Headers
 
 DLQ_HEADER_PREFIX = "dlq."
 MAX_MESSAGE_CHARS = 2000
+#: Headers a replay sets on each record it re-publishes; earlier ones are replaced.
+REPLAY_HEADER_PREFIX = "replay."
+REPLAY_ID_HEADER = REPLAY_HEADER_PREFIX + "id"
+REPLAY_ATTEMPT_HEADER = REPLAY_HEADER_PREFIX + "attempt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +83,58 @@ def dead_letter_context(headers: Headers) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplayMark:
+    """The replay that last re-published a record: its run's id and the attempt number."""
+
+    replay_id: str
+    attempt: int
+
+
+def replay_mark(headers: Headers) -> ReplayMark | None:
+    """The ``replay.*`` headers of a record (the last of each wins); ``None`` when it has no
+    ``replay.id``. An attempt that is missing or not a decimal reads as 0."""
+    found = {
+        k: v.decode(errors="replace") for k, v in headers if k.startswith(REPLAY_HEADER_PREFIX)
+    }
+    replay_id = found.get(REPLAY_ID_HEADER)
+    if replay_id is None:
+        return None
+    raw = found.get(REPLAY_ATTEMPT_HEADER, "")
+    return ReplayMark(replay_id, int(raw) if raw.isdecimal() else 0)
+
+
+def replayed_headers(headers: Headers, replay_id: str) -> Headers:
+    """The headers a replay re-publishes a dead letter with.
+
+    The letter's own headers without ``dlq.*`` and ``replay.*``, then ``replay.id`` =
+    ``replay_id`` and ``replay.attempt`` = 1 + the attempt of an earlier replay (1 if none).
+    """
+    earlier = replay_mark(headers)
+    attempt = (earlier.attempt if earlier else 0) + 1
+    kept = [
+        (k, v)
+        for k, v in headers
+        if not k.startswith(DLQ_HEADER_PREFIX) and not k.startswith(REPLAY_HEADER_PREFIX)
+    ]
+    return [
+        *kept,
+        (REPLAY_ID_HEADER, replay_id.encode()),
+        (REPLAY_ATTEMPT_HEADER, str(attempt).encode()),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetterView:
     """One dead letter as ``ragstream dlq inspect`` shows it: where it sits in the DLQ, its
-    key, the size of its original value in bytes and its ``dlq.*`` context."""
+    key, the size of its original value in bytes, its ``dlq.*`` context and, for a record a
+    replay had re-published, that replay (``None`` otherwise)."""
 
     partition: int
     offset: int
     key: str | None
     size: int
     context: dict[str, str]
+    replay: ReplayMark | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,48 +183,12 @@ def inspect(
 
 def _view(record: Any) -> DeadLetterView:
     key = record.key.decode(errors="replace") if record.key is not None else None
+    headers = list(record.headers or [])
     return DeadLetterView(
         record.partition,
         record.offset,
         key,
         len(record.value or b""),
-        dead_letter_context(list(record.headers or [])),
+        dead_letter_context(headers),
+        replay_mark(headers),
     )
-
-
-def replay(
-    consumer: KafkaConsumer,
-    producer: EventProducer,
-    dlq_topic: str,
-    *,
-    limit: int | None = None,
-    idle_timeout_ms: int = 5_000,
-) -> int:
-    """Re-publish dead letters of ``dlq_topic`` to their source topics; return how many.
-
-    Reads from the consumer group's committed offset (``consumer`` must be assigned or
-    subscribed to ``dlq_topic`` with auto-commit off), strips the ``dlq.*`` headers, flushes,
-    then commits, so a replay interrupted half-way resumes without losing a letter (it may
-    re-publish some twice; consumers de-duplicate by id). Stops after ``limit`` letters or
-    ``idle_timeout_ms`` without a new one.
-    """
-    replayed = 0
-    while limit is None or replayed < limit:
-        batch = consumer.poll(timeout_ms=idle_timeout_ms, max_records=500)
-        if not batch:
-            break
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, records in batch.items():
-            for record in records:
-                if limit is not None and replayed >= limit:
-                    break
-                headers = list(record.headers or [])
-                context = dead_letter_context(headers)
-                target = context.get("source.topic") or dlq_topic.removesuffix(".dlq")
-                original = [(k, v) for k, v in headers if not k.startswith(DLQ_HEADER_PREFIX)]
-                producer.send_raw(target, record.key, record.value, original)
-                offsets[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
-                replayed += 1
-        producer.flush()
-        consumer.commit(offsets)
-    return replayed

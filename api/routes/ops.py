@@ -5,9 +5,10 @@
   throughput, errors), DLQ depths, LLM servers and the index (:mod:`api.ops`);
 - ``GET /v1/ops/dlq/{topic}``: the newest dead letters of one DLQ with why they failed
   (:func:`topics.dlq.inspect`; nothing is consumed);
-- ``POST /v1/ops/dlq/{topic}/replay``: re-publish its dead letters to their source topic
-  (:func:`topics.dlq.replay`, progress in the consumer group ``ragstream dlq replay`` uses, so
-  the CLI and the console never replay a letter twice).
+- ``POST /v1/ops/dlq/{topic}/replay``: re-publish its dead letters to their source topic, up
+  to where the DLQ ended when the replay started (:func:`topics.dlq_replay.replay_dead_letters`,
+  progress in the consumer group ``ragstream dlq replay`` uses, so the CLI and the console
+  never replay a letter twice), and count those that failed again within ``settle_ms``.
 
 Operators see the whole deployment, every tenant's pools alike: that is why these need the role.
 """
@@ -32,14 +33,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 class DeadLetterOut(BaseModel):
-    """One dead letter: where it sits, its key, its original size (bytes) and ``dlq.*``
-    context (error class and message, attempts, source topic/partition/offset, pool, time)."""
+    """One dead letter: where it sits, its key, its original size (bytes), ``dlq.*`` context
+    (error class and message, attempts, source topic/partition/offset, pool, time) and, for a
+    record a replay had re-published, that replay's id and attempt number."""
 
     partition: int
     offset: int
     key: str | None
     size: int
     context: dict[str, str]
+    replay_id: str | None = None
+    replay_attempt: int | None = None
 
 
 class DeadLettersOut(BaseModel):
@@ -112,15 +116,28 @@ def _inspect(ops: OpsService, topic: str, limit: int) -> DeadLettersOut:
 
 def _letter(v: Any) -> DeadLetterOut:
     return DeadLetterOut(
-        partition=v.partition, offset=v.offset, key=v.key, size=v.size, context=dict(v.context)
+        partition=v.partition,
+        offset=v.offset,
+        key=v.key,
+        size=v.size,
+        context=dict(v.context),
+        replay_id=v.replay.replay_id if v.replay else None,
+        replay_attempt=v.replay.attempt if v.replay else None,
     )
 
 
 class ReplayedOut(BaseModel):
-    """How many dead letters were re-published to their source topic."""
+    """One replay run (:class:`topics.dlq_replay.ReplayReport`): the dead letters re-published
+    to their source topic (each at most once, only those before ``end_offsets``), how many of
+    them were dead-lettered again within ``settle_ms`` (a lower bound), and how many are left
+    before ``end_offsets`` for the next replay (``limit`` reached)."""
 
     topic: str
     replayed: int
+    replay_id: str
+    failed_again: int
+    end_offsets: dict[int, int]
+    remaining: int
 
 
 def _known_dlq(request: Request, topic: str) -> OpsService:
@@ -135,33 +152,41 @@ def _known_dlq(request: Request, topic: str) -> OpsService:
     return ops
 
 
-#: The consumer group of ``ragstream dlq replay`` (its default ``--group``).
-REPLAY_GROUP = "ragstream-dlq-replay"
-
-
 @router.post("/v1/ops/dlq/{topic}/replay", response_model=ReplayedOut, responses=ERRORS)
 async def ops_replay_dead_letters(
     topic: str,
     request: Request,
     _: Principal = Depends(operator),
     limit: int = Query(default=100, ge=1, le=10_000),
+    settle_ms: int = Query(default=3_000, ge=0, le=30_000),
 ) -> ReplayedOut:
-    """Re-publish up to ``limit`` dead letters of DLQ ``topic`` (original bytes and headers)."""
+    """Re-publish up to ``limit`` dead letters of DLQ ``topic`` (original bytes and headers,
+    plus ``replay.id`` and ``replay.attempt``), only those it held when the call started; then
+    wait up to ``settle_ms`` for re-published records that fail again (``failed_again``)."""
     ops = _known_dlq(request, topic)
-    n = await asyncio.to_thread(_replay, ops, topic, limit)
-    return ReplayedOut(topic=topic, replayed=n)
+    return await asyncio.to_thread(_replay, ops, topic, limit, settle_ms)
 
 
-def _replay(ops: OpsService, topic: str, limit: int) -> int:
-    from topics.consumer import make_consumer
-    from topics.dlq import replay
-    from topics.producer import EventProducer, make_producer
+def _replay(ops: OpsService, topic: str, limit: int, settle_ms: int) -> ReplayedOut:
+    from topics.dlq_replay import replay_dead_letters
 
-    kafka = ops.settings.kafka
-    consumer = make_consumer(kafka, topic, group=REPLAY_GROUP, auto_offset_reset="earliest")
-    producer = EventProducer(make_producer(kafka))
     try:
-        return replay(consumer, producer, topic, limit=limit, idle_timeout_ms=2_000)
-    finally:
-        consumer.close(autocommit=False)
-        producer.close()
+        report = replay_dead_letters(
+            ops.settings.kafka,
+            topic,
+            limit=limit,
+            settle_ms=settle_ms,
+            client_id="ragstream-console-dlq-replay",
+        )
+    except KeyError as exc:
+        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}") from exc
+    except TimeoutError as exc:
+        raise ApiError(503, "UNAVAILABLE", str(exc)) from exc
+    return ReplayedOut(
+        topic=report.topic,
+        replayed=report.replayed,
+        replay_id=report.replay_id,
+        failed_again=report.failed_again,
+        end_offsets=dict(report.end_offsets),
+        remaining=report.remaining,
+    )

@@ -15,7 +15,8 @@ from ragstream.health import probe_llm_servers
 from ragstream.settings import Settings, get_settings
 from topics.admin import ensure_topics, make_admin
 from topics.consumer import make_consumer
-from topics.dlq import SourceRecord, dead_letter_headers, inspect, replay
+from topics.dlq import SourceRecord, dead_letter_headers, inspect
+from topics.dlq_replay import replay
 from topics.producer import EventProducer, make_producer
 from topics.registry import QUERIES, TopicRegistry
 
@@ -56,10 +57,10 @@ def test_inspect_lists_the_newest_letters_without_consuming(
     assert listing.letters[0].context["pool"] == "retrieval"
 
     group = unique_name("replay")
-    replayer = make_consumer(settings.kafka, dlq_topic, group=group, auto_offset_reset="earliest")
+    replayer = make_consumer(settings.kafka, group=group)
     producer = EventProducer(make_producer(settings.kafka))
     try:
-        assert replay(replayer, producer, dlq_topic, idle_timeout_ms=3000) == 3
+        assert replay(replayer, producer, dlq_topic).replayed == 3
     finally:
         replayer.close(autocommit=False)
         producer.close()

@@ -31,7 +31,8 @@ from tests.integration.kafkakit import (
     spawn_echo,
     wait_for,
 )
-from topics.dlq import dead_letter_context, replay
+from topics.dlq import dead_letter_context
+from topics.dlq_replay import replay
 from topics.producer import EventProducer, ProduceError, make_producer
 from topics.registry import TopicRegistry
 from topics.serde import decode
@@ -215,14 +216,12 @@ def test_poison_event_goes_to_dlq_with_context_and_next_events_flow(
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(
-        pipe.src + ".dlq",
         bootstrap_servers=settings.kafka.bootstrap_servers,
         group_id=pipe.group + "-replay",
-        auto_offset_reset="earliest",
         enable_auto_commit=False,
     )
     producer = EventProducer(make_producer(settings.kafka))
-    assert replay(consumer, producer, pipe.src + ".dlq", idle_timeout_ms=3000) == 2
+    assert replay(consumer, producer, pipe.src + ".dlq").replayed == 2
     consumer.close()
     src = consume_all(settings, pipe.src, lambda r: len(r) >= 7, timeout_s=20)
     values = [r.value for r in src]

@@ -655,7 +655,9 @@ async function replayDlq(topic) {
   if (!window.confirm(`Re-publish the dead letters of ${topic} to their source topic?`)) return;
   try {
     const done = await api(`/v1/ops/dlq/${encodeURIComponent(topic)}/replay`, { method: "POST" });
-    window.alert(`replayed ${done.replayed} dead letter(s) from ${topic}`);
+    window.alert(`replayed ${done.replayed} dead letter(s) from ${topic} (replay ${done.replay_id}); `
+      + `${done.failed_again} failed again within 3 s`
+      + (done.remaining ? `; ${done.remaining} more left for the next replay` : ""));
   } catch (err) {
     window.alert(err.message);
   }
@@ -671,7 +673,8 @@ async function inspectDlq(topic) {
       el("table", {}, ...found.letters.map((l) => el("tr", {},
         el("td", { text: `p${l.partition}@${l.offset}` }), el("td", { text: l.key || "" }),
         el("td", { text: l.context["error.class"] || "" }), el("td", { class: "error", text: l.context["error.message"] || "" }),
-        el("td", { text: l.context["failed_at"] || "" })))));
+        el("td", { text: l.context["failed_at"] || "" }),
+        el("td", { text: l.replay_attempt ? `replay attempt ${l.replay_attempt}` : "" })))));
   } catch (err) {
     panel.replaceChildren(el("span", { class: "error", text: err.message }));
   }
