@@ -136,8 +136,10 @@ def create_app(settings: Settings) -> FastAPI:
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=64, thread_name_prefix="api")
         )
+        app.state.services.listen_for_revocations()
         async with running_mcp(app.state.mcp, settings.api.host):
             yield
+        app.state.services.close()
         app.state.services.extras["queries"].close()
         extras = app.state.services.extras
         for name in ("ops", "es"):  # built on first use; built again if the app restarts

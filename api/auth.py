@@ -15,12 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import redis
+import structlog
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import ApiKey, utcnow
 from topics.acl import ALL, PrincipalError, normalise
+
+log = structlog.get_logger(__name__)
 
 KEY_PREFIX = "rsk_"
 Role = Literal["user", "operator"]
@@ -90,14 +94,26 @@ def create_key(
         return key, row.id
 
 
-def revoke_key(sessions: sessionmaker[Session], key_id: int) -> bool:
-    """Revoke key ``key_id``; False if there is no such live key."""
+def revoke_key(
+    sessions: sessionmaker[Session], key_id: int, client: redis.Redis | None = None
+) -> bool:
+    """Revoke key ``key_id``; False if there is no such live key. With ``client``, the
+    revocation is then published (:func:`api.revocations.publish_revocation`), so every API
+    process refuses the key at once; a Redis error there is logged, and the key is refused
+    once the processes' cached lookups expire."""
     with sessions.begin() as session:
         row = session.get(ApiKey, key_id)
         if row is None or row.revoked_at is not None:
             return False
         row.revoked_at = utcnow()
-        return True
+    if client is not None:
+        from api.revocations import publish_revocation
+
+        try:
+            publish_revocation(client, key_id)
+        except redis.RedisError as exc:
+            log.warning("keys.revocation_not_published", key_id=key_id, error=str(exc))
+    return True
 
 
 def list_keys(sessions: sessionmaker[Session], tenant: str | None = None) -> list[ApiKey]:

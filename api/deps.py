@@ -20,6 +20,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 
 from api.auth import ACT_AS_HEADER, ActAsError, Principal, act_as, lookup
 from api.errors import ApiError
+from api.revocations import UNSUBSCRIBED_CACHE_S, RevocationListener
 from ragstream.settings import Settings
 from topics.acl import PrincipalError
 
@@ -50,12 +51,37 @@ class Services:
     redis: redis.Redis
     extras: dict[str, Any] = field(default_factory=dict)
     _keys: dict[str, tuple[float, Principal | None]] = field(default_factory=dict)
+    _revocations: RevocationListener | None = None
+
+    def listen_for_revocations(self) -> None:
+        """Start dropping revoked keys from this process's cache as their revocation is
+        published (:mod:`api.revocations`); idempotent."""
+        if self._revocations is None:
+            self._revocations = RevocationListener(
+                self.settings.redis.url, self.forget_key, self._keys.clear
+            ).start()
+
+    def close(self) -> None:
+        """Stop the revocation listener."""
+        if self._revocations is not None:
+            self._revocations.close()
+            self._revocations = None
+
+    def forget_key(self, key_id: int) -> None:
+        """Drop the cached lookups of key ``key_id`` (revoked)."""
+        for key, (_, found) in list(self._keys.items()):
+            if found is not None and found.key_id == key_id:
+                self._keys.pop(key, None)
 
     def authenticate(self, key: str) -> Principal | None:
-        """The principal of ``key`` (cached for 30 s, so a revocation applies within 30 s)."""
+        """The principal of ``key``, cached for :data:`KEY_CACHE_S` while this process hears
+        revocations (:meth:`listen_for_revocations`: a revoked key is refused as soon as its
+        revocation arrives), for :data:`api.revocations.UNSUBSCRIBED_CACHE_S` otherwise."""
         now = time.monotonic()
+        live = self._revocations is not None and self._revocations.subscribed.is_set()
+        trust_s = KEY_CACHE_S if live else UNSUBSCRIBED_CACHE_S
         cached = self._keys.get(key)
-        if cached is not None and now - cached[0] < KEY_CACHE_S:
+        if cached is not None and now - cached[0] < trust_s:
             return cached[1]
         found = lookup(self.sessions, key)
         if len(self._keys) >= KEY_CACHE_MAX:
