@@ -30,6 +30,9 @@ class ErrorCode(StrEnum):
     #: The query event could not be produced (Kafka unreachable); set by the API on the query
     #: log only, never published on ``rag.responses``.
     UNAVAILABLE = "UNAVAILABLE"
+    #: A recorded answer read back (``GET /v1/queries/{id}``, a resumed stream's end) cites a
+    #: document the asker may no longer read: its text is withheld (``workers/query_log.py``).
+    WITHHELD = "WITHHELD"
 
 
 class ErrorInfo(Contract):

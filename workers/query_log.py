@@ -24,9 +24,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragstream.db.acl import asked_by, asker_column
-from ragstream.db.models import QueryLog, as_utc, utcnow
+from ragstream.db.acl import asked_by, asker_column, from_column
+from ragstream.db.models import Document, QueryLog, as_utc, utcnow
 from ragstream.db.pages import newest_first
+from topics.acl import may_read
 from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse
@@ -133,7 +134,9 @@ def read(
     """The logged answer view of ``request_id`` if it belongs to ``tenant`` (``None``: any
     tenant, for operators reading the store, ``ragstream query get``) and was asked with the
     principals ``asker`` (``None``: any; :func:`ragstream.db.acl.asked_by`); ``None``
-    otherwise.
+    otherwise. A final answer that cites or quotes a document ``asker`` may no longer read
+    (its readers changed since) is withheld: ``failed``, ``ErrorCode.WITHHELD``, no text,
+    citations or evidence.
 
     A row written before revision 0005 (no ``result``) is read from its columns: it has no
     evidence, truncated flag or token usage.
@@ -153,7 +156,37 @@ def read(
                 query=row.query,
                 created_at=as_utc(row.created_at),
             )
-        return _final_answer(row)
+        answer = _final_answer(row)
+        if asker is None:
+            return answer
+        return _withheld(answer) if _cites_unreadable(session, answer, asker) else answer
+
+
+def _cites_unreadable(session: Session, answer: Answer, asker: Sequence[str]) -> bool:
+    """Whether ``answer`` cites or quotes a document that ``asker`` may not read now (its
+    readers changed since the answer was recorded; :func:`topics.acl.may_read`)."""
+    cited = {c.doc_id for c in answer.citations} | {e.doc_id for e in answer.evidence}
+    if not cited:
+        return False
+    rows = session.execute(
+        select(Document.doc_id, Document.readers).where(
+            Document.tenant == answer.tenant, Document.doc_id.in_(sorted(cited))
+        )
+    ).all()
+    return any(not may_read(asker, from_column(readers)) for _, readers in rows)
+
+
+def _withheld(answer: Answer) -> Answer:
+    """``answer`` with its text, citations and evidence withheld: ``failed`` with
+    ``ErrorCode.WITHHELD``."""
+    error = ErrorInfo(
+        code=ErrorCode.WITHHELD,
+        message="the recorded answer cites a document this key may no longer read "
+        "(its readers changed); ask again",
+    )
+    return answer.model_copy(
+        update={"status": "failed", "answer": None, "citations": (), "evidence": (), "error": error}
+    )
 
 
 def _final_answer(row: QueryLog) -> Answer:

@@ -85,6 +85,7 @@ FAILED_STATUS = {
     ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
     ErrorCode.EMBEDDING_MODEL_MISMATCH: 503,  # the deployment lacks the index's model
     ErrorCode.UNAVAILABLE: 503,  # the query event could not be produced
+    ErrorCode.WITHHELD: 403,  # a recorded answer cites a document the asker may no longer read
 }
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)

@@ -164,7 +164,11 @@ def test_right_after_a_revoke_nothing_of_the_document_is_served(stack: Stack) ->
         interval_s=0.02,
         what="the readers change recorded",
     )
-    # At once: no search, cache, list or chunk read gives the eng key the document.
+    # At once: no search, cache, log, list or chunk read gives the eng key the document.
+    logged = _call(s, "eng", "GET", f"/v1/queries/{before['request_id']}", 200).json()
+    assert logged["status"] == "failed" and logged["error"]["code"] == "WITHHELD", logged
+    assert not _sees_rocket(logged), logged
+    assert _sees_rocket(_call(s, "admin", "GET", f"/v1/queries/{before['request_id']}").json())
     after = _ask(s, "eng")
     assert not _sees_rocket(after) and not after.get("cached"), after
     listed = _call(s, "eng", "GET", "/v1/documents", 200).json()["items"]
