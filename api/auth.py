@@ -27,10 +27,12 @@ from topics.acl import ALL, PrincipalError, normalise
 log = structlog.get_logger(__name__)
 
 KEY_PREFIX = "rsk_"
-Role = Literal["user", "operator"]
-#: ``user``: the key's tenant's data; ``operator``: also the deployment's operations (the
-#: console's Operations page and ``/v1/ops/...``).
-ROLES: tuple[Role, ...] = ("user", "operator")
+Role = Literal["user", "operator", "cluster-operator"]
+#: ``user``: the key's tenant's data; ``operator``: also its tenant's operations (its dead
+#: letters, their replay, its lag on the console's Operations page and ``/v1/ops/...``);
+#: ``cluster-operator``: the whole deployment's operations, every tenant's (processes, pools,
+#: every dead letter). Keys are created only by ``ragstream keys create`` (no HTTP route).
+ROLES: tuple[Role, ...] = ("user", "operator", "cluster-operator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +50,13 @@ class Principal:
 
     @property
     def is_operator(self) -> bool:
-        """True for an ``operator`` key."""
-        return self.role == "operator"
+        """True for an ``operator`` or ``cluster-operator`` key."""
+        return self.role in ("operator", "cluster-operator")
+
+    @property
+    def is_cluster_operator(self) -> bool:
+        """True for a ``cluster-operator`` key: operations of every tenant."""
+        return self.role == "cluster-operator"
 
 
 def hash_key(key: str) -> str:
@@ -133,7 +140,7 @@ def lookup(sessions: sessionmaker[Session], key: str) -> Principal | None:
         row = session.scalars(select(ApiKey).where(ApiKey.key_hash == hash_key(key))).first()
         if row is None or row.revoked_at is not None:
             return None
-        role: Role = "operator" if row.role == "operator" else "user"
+        role: Role = row.role if row.role in ROLES else "user"
         return Principal(row.id, row.tenant, row.rate_per_minute, role, reads_as(row.principals))
 
 

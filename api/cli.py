@@ -37,7 +37,9 @@ def keys_create(
     name: str = typer.Option("", help="A label shown in listings."),
     rate: int | None = typer.Option(None, help="Requests per minute (default: api setting)."),
     role: str = typer.Option(
-        "user", help="user (the tenant's data) or operator (also the operations pages)."
+        "user",
+        help="user (the tenant's data), operator (also the tenant's operations: its dead "
+        "letters and lag) or cluster-operator (every tenant's operations).",
     ),
     principal: list[str] = typer.Option(
         [],

@@ -1,4 +1,6 @@
-"""What the console's Operations page shows, collected in the API process (operator keys only).
+"""What the console's Operations page shows, collected in the API process (operator keys only;
+this is a ``cluster-operator``'s view of the whole deployment, :mod:`api.ops_tenant` a tenant
+``operator``'s).
 
 - **Processes**: the supervisor's ``supervisor.json`` (:mod:`entry.supervisor` writes it under
   ``<infra.local_dir>/demo/``; ``ragstream demo status`` prints the same file): each Procfile
@@ -37,7 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import redis
@@ -184,9 +186,15 @@ class IndexOut(BaseModel):
 
 
 class OpsStatus(BaseModel):
-    """Everything the Operations page shows, collected at ``collected_at`` (UNIX s)."""
+    """Everything the Operations page shows, collected at ``collected_at`` (UNIX s).
+
+    ``scope``: ``cluster`` (a ``cluster-operator`` key: the whole deployment) or ``tenant``
+    (an ``operator`` key: only ``tenant``'s lag, dead letters and chunks, no processes;
+    :mod:`api.ops_tenant`)."""
 
     collected_at: float
+    scope: Literal["cluster", "tenant"] = "cluster"
+    tenant: str | None = None
     processes: ProcessesOut
     pools: list[PoolOut]
     dlq: list[DlqOut]
@@ -369,6 +377,7 @@ class OpsService:
         self.registry = TopicRegistry(settings.kafka.topic_prefix)
         self._lock = threading.Lock()
         self._cached: tuple[float, OpsStatus] | None = None
+        self._tenant_cache: dict[str, tuple[float, OpsStatus]] = {}
         self._llm: tuple[float, list[ProbeOut]] | None = None
         self._scrapes: dict[str, deque[PoolScrape]] = {}
         self._history: dict[str, deque[list[float]]] = {}
@@ -377,8 +386,11 @@ class OpsService:
         self._admin: Any = None
         self._es: Any = None
 
-    def status(self) -> OpsStatus:
-        """The current snapshot (at most :data:`CACHE_S` old)."""
+    def status(self, tenant: str | None = None) -> OpsStatus:
+        """The current snapshot (at most :data:`CACHE_S` old): the whole deployment's, or with
+        ``tenant`` only what is that tenant's (:mod:`api.ops_tenant`)."""
+        if tenant is not None:
+            return self._tenant_status(tenant)
         with self._lock:
             now = time.time()
             if self._cached is not None and now - self._cached[0] < CACHE_S:
@@ -393,6 +405,41 @@ class OpsService:
                 index=self._index(),
             )
             self._cached = (now, snapshot)
+            return snapshot
+
+    def _tenant_status(self, tenant: str) -> OpsStatus:
+        from api import ops_tenant
+
+        with self._lock:
+            now = time.time()
+            cached = self._tenant_cache.get(tenant)
+            if cached is not None and now - cached[0] < CACHE_S:
+                return cached[1]
+            pools: list[PoolOut] = []
+            dlq: list[DlqOut] = []
+            try:
+                consumer, admin = self._kafka()
+                pools = ops_tenant.tenant_pools(
+                    self.settings, self.registry, consumer, admin, tenant
+                )
+                dlq = ops_tenant.tenant_dlq(self.registry, consumer, tenant)
+            except Exception as exc:  # shown on the page
+                error = f"{type(exc).__name__}: {exc}"
+                dlq = [DlqOut(topic="", source="", error=error)]
+                self._reset_kafka()
+            snapshot = OpsStatus(
+                collected_at=now,
+                scope="tenant",
+                tenant=tenant,
+                processes=ops_tenant.hidden_processes(),
+                pools=pools,
+                dlq=dlq,
+                llm=self._llm_health(now),
+                index=ops_tenant.tenant_index(self._index(), self._es, tenant),
+            )
+            if len(self._tenant_cache) > 1000:
+                self._tenant_cache.clear()
+            self._tenant_cache[tenant] = (now, snapshot)
             return snapshot
 
     def close(self) -> None:

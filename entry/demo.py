@@ -182,9 +182,9 @@ def wait_ready(settings: Settings, timeout_s: float = 300) -> None:
 
 
 def demo_key(settings: Settings) -> str:
-    """The demo's operator API key for tenant ``default`` (created once, kept in
-    ``.local/demo``; a key kept from before keys had roles is replaced by an operator key, so
-    the console's Operations page opens with it)."""
+    """The demo's cluster-operator API key for tenant ``default`` (created once, kept in
+    ``.local/demo``; a kept key of another role is replaced, so the console's Operations page
+    opens with the whole deployment)."""
     from api.auth import create_key, lookup
     from ragstream.db.engine import make_engine, make_session_factory
 
@@ -193,11 +193,12 @@ def demo_key(settings: Settings) -> str:
     if path.exists():
         key = path.read_text().strip()
         found = lookup(sessions, key)
-        if found is not None and found.is_operator and found.principals is None:
+        if found is not None and found.is_cluster_operator and found.principals is None:
             return key
-    # The demo's owner loads the whole knowledge base: an operator key that reads every
-    # document (``*``), so it can also set who reads one (docs/permissions.md).
-    key, _ = create_key(sessions, TENANT, name="demo", role="operator", principals=["*"])
+    # The demo's owner runs the deployment and loads the whole knowledge base: a
+    # cluster-operator key that reads every document (``*``), so it can also set who reads one
+    # (docs/permissions.md) and sees every process on the Operations page.
+    key, _ = create_key(sessions, TENANT, name="demo", role="cluster-operator", principals=["*"])
     path.write_text(key)
     path.chmod(0o600)
     return key

@@ -147,37 +147,58 @@ class DeadLetterListing:
 
 
 def inspect(
-    consumer: KafkaConsumer, dlq_topic: str, *, limit: int = 20, timeout_ms: int = 10_000
+    consumer: KafkaConsumer,
+    dlq_topic: str,
+    *,
+    limit: int = 20,
+    timeout_ms: int = 10_000,
+    tenant: str | None = None,
 ) -> DeadLetterListing:
     """Read the newest ``limit`` dead letters of each partition of ``dlq_topic`` without
     consuming them: ``consumer`` must belong to no group (``group=None``); partitions are
     assigned by hand and nothing is committed, so ``ragstream dlq replay`` still sees every
     letter.
 
+    With ``tenant``, only that tenant's letters (:func:`topics.scan.record_tenant` of the
+    original value) are listed and counted in ``total``, among the newest
+    :data:`topics.scan.MAX_SCAN_PER_PARTITION` letters of each partition.
+
     Raises:
         KeyError: the broker knows no topic ``dlq_topic``.
         TimeoutError: the letters up to the partitions' end offsets did not arrive in
             ``timeout_ms``.
     """
+    from topics.scan import record_tenant, scan_range
+
     partitions = consumer.partitions_for_topic(dlq_topic)
     if not partitions:
         raise KeyError(dlq_topic)
     tps = [TopicPartition(dlq_topic, p) for p in sorted(partitions)]
     consumer.assign(tps)
     begin, end = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
-    for tp in tps:
-        consumer.seek(tp, max(begin[tp], end[tp] - limit))
-    letters: list[DeadLetterView] = []
-    waited_ms = 0
-    while any(consumer.position(tp) < end[tp] for tp in tps):
-        if waited_ms >= timeout_ms:
-            raise TimeoutError(f"{dlq_topic}: dead letters did not arrive in {timeout_ms} ms")
-        batch = consumer.poll(timeout_ms=500, max_records=500)
-        waited_ms += 0 if batch else 500
-        for tp, records in batch.items():
-            letters.extend(_view(r) for r in records if r.offset < end[tp])
-    letters.sort(key=lambda v: (v.partition, v.offset))
-    total = sum(end[tp] - begin[tp] for tp in tps)
+    kept: dict[int, list[DeadLetterView]] = {}
+    counted = 0
+
+    def keep(record: Any) -> None:
+        nonlocal counted
+        if tenant is not None and record_tenant(record.value) != tenant:
+            return
+        counted += 1
+        views = kept.setdefault(record.partition, [])
+        views.append(_view(record))
+        if len(views) > limit:
+            views.pop(0)
+
+    if tenant is None:
+        start = {tp: max(begin[tp], end[tp] - limit) for tp in tps}
+        scan_range(consumer, start, end, keep, max_per_partition=limit, timeout_ms=timeout_ms)
+        total = sum(end[tp] - begin[tp] for tp in tps)
+    else:
+        scan_range(consumer, begin, end, keep, timeout_ms=timeout_ms)
+        total = counted
+    letters = sorted(
+        (v for views in kept.values() for v in views), key=lambda v: (v.partition, v.offset)
+    )
     return DeadLetterListing(dlq_topic, total, letters)
 
 

@@ -30,6 +30,7 @@ from kafka.structs import OffsetAndMetadata
 from ragstream.settings import KafkaSettings
 from topics.dlq import dead_letter_context, replay_mark, replayed_headers
 from topics.producer import EventProducer
+from topics.scan import record_tenant
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +77,7 @@ def replay(
     settle_ms: int = 0,
     idle_timeout_ms: int = 10_000,
     replay_id: str | None = None,
+    tenant: str | None = None,
 ) -> ReplayReport:
     """Re-publish the dead letters of ``dlq_topic`` to their source topics, each at most once.
 
@@ -93,6 +95,9 @@ def replay(
         idle_timeout_ms: give up when no record arrives for this long (ms) while a partition
             is still short of its end offset.
         replay_id: the run's id (default: a new uuid4).
+        tenant: re-publish only this tenant's letters (:func:`topics.scan.record_tenant` of
+            the original value); the others are passed over (the group's offset moves past
+            them, so give a tenant's replay a group of its own: :func:`tenant_group`).
 
     Returns:
         The run's :class:`ReplayReport`.
@@ -118,7 +123,9 @@ def replay(
     start = _seek_to_committed(consumer, tps)
     log.info("dlq.replay.start", topic=dlq_topic, replay_id=run_id, limit=limit,
              letters=sum(max(0, end[tp] - start[tp]) for tp in tps))  # fmt: skip
-    run = _Run(consumer, producer, dlq_topic, run_id, end=end, next_offset=dict(start))
+    run = _Run(
+        consumer, producer, dlq_topic, run_id, end=end, next_offset=dict(start), tenant=tenant
+    )
     run.republish(limit, idle_timeout_ms)
     failed_again = run.count_failed_again(settle_ms)
     report = ReplayReport(
@@ -142,8 +149,10 @@ def replay_dead_letters(
     limit: int | None = None,
     settle_ms: int = 0,
     client_id: str = "ragstream-dlq-replay",
+    tenant: str | None = None,
 ) -> ReplayReport:
-    """:func:`replay` with its own consumer (in ``group``) and producer, both closed after.
+    """:func:`replay` with its own consumer (in ``group``; with ``tenant``, that tenant's own
+    group, :func:`tenant_group`) and producer, both closed after.
 
     The one entry point of ``ragstream dlq replay``, ``POST /v1/ops/dlq/{topic}/replay`` and
     the console's Replay button. Raises as :func:`replay`.
@@ -151,13 +160,23 @@ def replay_dead_letters(
     from topics.consumer import make_consumer
     from topics.producer import make_producer
 
+    if tenant is not None:
+        group = tenant_group(group, tenant)
     consumer = make_consumer(settings, group=group, client_id=client_id)
     producer = EventProducer(make_producer(settings))
     try:
-        return replay(consumer, producer, dlq_topic, limit=limit, settle_ms=settle_ms)
+        return replay(
+            consumer, producer, dlq_topic, limit=limit, settle_ms=settle_ms, tenant=tenant
+        )
     finally:
         consumer.close(autocommit=False)
         producer.close()
+
+
+def tenant_group(group: str, tenant: str) -> str:
+    """The replay group of one tenant's replays: ``<group>.tenant.<tenant>`` (a tenant's replay
+    passes over other tenants' letters, so it must not move the shared group's offsets)."""
+    return f"{group}.tenant.{tenant}"
 
 
 def _seek_to_committed(
@@ -186,7 +205,9 @@ class _Run:
         *,
         end: dict[TopicPartition, int],
         next_offset: dict[TopicPartition, int],
+        tenant: str | None = None,
     ) -> None:
+        self.tenant = tenant
         self.consumer, self.producer = consumer, producer
         self.dlq_topic, self.replay_id = dlq_topic, replay_id
         self.end = end
@@ -218,6 +239,10 @@ class _Run:
             for record in records:
                 if record.offset >= self.end[tp] or (limit is not None and self.replayed >= limit):
                     break
+                offsets[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
+                self.next_offset[tp] = record.offset + 1
+                if self.tenant is not None and record_tenant(record.value) != self.tenant:
+                    continue  # another tenant's letter: passed over, never re-published
                 headers = list(record.headers or [])
                 target = dead_letter_context(headers).get("source.topic")
                 self.producer.send_raw(
@@ -226,8 +251,6 @@ class _Run:
                     record.value,
                     replayed_headers(headers, self.replay_id),
                 )
-                offsets[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
-                self.next_offset[tp] = record.offset + 1
                 self.replayed += 1
         if offsets:
             self.producer.flush()

@@ -1,5 +1,10 @@
 """The console's operations data, for operator keys only (a ``user`` key gets 403).
 
+A ``cluster-operator`` key sees and replays the whole deployment; an ``operator`` key only its
+own tenant: its lag, its dead letters (listed, counted and replayed in a replay group of its
+own, :func:`topics.dlq_replay.tenant_group`), its chunk count, no processes
+(:mod:`api.ops_tenant`).
+
 - ``GET /v1/me`` (any key): the key's tenant and role, for the console's sign-in;
 - ``GET /v1/ops/status``: processes, pools (lag per partition, batch size, stage p50/p95,
   throughput, errors), DLQ depths, LLM servers and the index (:mod:`api.ops`);
@@ -10,7 +15,6 @@
   progress in the consumer group ``ragstream dlq replay`` uses, so the CLI and the console
   never replay a letter twice), and count those that failed again within ``settle_ms``.
 
-Operators see the whole deployment, every tenant's pools alike: that is why these need the role.
 """
 
 from __future__ import annotations
@@ -77,30 +81,37 @@ def ops_service(request: Request) -> OpsService:
 
 
 @router.get("/v1/ops/status", response_model=OpsStatus, responses=ERRORS)
-async def ops_status(request: Request, _: Principal = Depends(operator)) -> OpsStatus:
-    """Processes, pools, DLQs, LLM servers and the index, as the Operations page shows them."""
-    return await asyncio.to_thread(ops_service(request).status)
+async def ops_status(request: Request, who: Principal = Depends(operator)) -> OpsStatus:
+    """Processes, pools, DLQs, LLM servers and the index, as the Operations page shows them:
+    the deployment's for a ``cluster-operator`` key, the key's tenant's for an ``operator``."""
+    return await asyncio.to_thread(ops_service(request).status, _scope(who))
+
+
+def _scope(who: Principal) -> str | None:
+    """The tenant an operator's view is limited to; ``None`` for a cluster operator."""
+    return None if who.is_cluster_operator else who.tenant
 
 
 @router.get("/v1/ops/dlq/{topic}", response_model=DeadLettersOut, responses=ERRORS)
 async def ops_dead_letters(
     topic: str,
     request: Request,
-    _: Principal = Depends(operator),
+    who: Principal = Depends(operator),
     limit: int = Query(default=20, ge=1, le=200),
 ) -> DeadLettersOut:
-    """The newest ``limit`` dead letters of each partition of DLQ ``topic`` (not consumed)."""
+    """The newest ``limit`` dead letters of each partition of DLQ ``topic`` (not consumed);
+    for an ``operator`` key only its tenant's (``total`` counts those)."""
     ops = _known_dlq(request, topic)
-    return await asyncio.to_thread(_inspect, ops, topic, limit)
+    return await asyncio.to_thread(_inspect, ops, topic, limit, _scope(who))
 
 
-def _inspect(ops: OpsService, topic: str, limit: int) -> DeadLettersOut:
+def _inspect(ops: OpsService, topic: str, limit: int, tenant: str | None) -> DeadLettersOut:
     from topics.consumer import make_consumer
     from topics.dlq import inspect
 
     consumer = make_consumer(ops.settings.kafka, group=None, client_id="ragstream-console-dlq")
     try:
-        listing = inspect(consumer, topic, limit=limit, timeout_ms=5_000)
+        listing = inspect(consumer, topic, limit=limit, timeout_ms=5_000, tenant=tenant)
     except KeyError as exc:
         raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}") from exc
     except TimeoutError as exc:
@@ -156,18 +167,21 @@ def _known_dlq(request: Request, topic: str) -> OpsService:
 async def ops_replay_dead_letters(
     topic: str,
     request: Request,
-    _: Principal = Depends(operator),
+    who: Principal = Depends(operator),
     limit: int = Query(default=100, ge=1, le=10_000),
     settle_ms: int = Query(default=3_000, ge=0, le=30_000),
 ) -> ReplayedOut:
     """Re-publish up to ``limit`` dead letters of DLQ ``topic`` (original bytes and headers,
     plus ``replay.id`` and ``replay.attempt``), only those it held when the call started; then
-    wait up to ``settle_ms`` for re-published records that fail again (``failed_again``)."""
+    wait up to ``settle_ms`` for re-published records that fail again (``failed_again``). An
+    ``operator`` key replays only its tenant's letters, in its tenant's replay group."""
     ops = _known_dlq(request, topic)
-    return await asyncio.to_thread(_replay, ops, topic, limit, settle_ms)
+    return await asyncio.to_thread(_replay, ops, topic, limit, settle_ms, _scope(who))
 
 
-def _replay(ops: OpsService, topic: str, limit: int, settle_ms: int) -> ReplayedOut:
+def _replay(
+    ops: OpsService, topic: str, limit: int, settle_ms: int, tenant: str | None
+) -> ReplayedOut:
     from topics.dlq_replay import replay_dead_letters
 
     try:
@@ -177,6 +191,7 @@ def _replay(ops: OpsService, topic: str, limit: int, settle_ms: int) -> Replayed
             limit=limit,
             settle_ms=settle_ms,
             client_id="ragstream-console-dlq-replay",
+            tenant=tenant,
         )
     except KeyError as exc:
         raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}") from exc

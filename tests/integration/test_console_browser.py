@@ -1,6 +1,6 @@
 """The console in a real browser (Debian's Chromium and chromedriver, as
 ``test_api_docs_browser.py`` drives them) against a private stack: every pool as a process, the
-API in this process, an operator key.
+API in this process, a cluster-operator key (and tenant operator keys for the scoping tests).
 
 One walk through the three pages: sign in; ask a question (evidence tier) and see the streamed
 answer, open a citation ``[n]`` and find the evidence span highlighted in its passage at its
@@ -112,7 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             what="the Celery worker ready",
         )
         s.api()
-        s.keys["op"] = s.key(s.name + "-console", role="operator", rate_per_minute=0)
+        s.keys["op"] = s.key(s.name + "-console", role="cluster-operator", rate_per_minute=0)
         url = s.apis[0].url
         for doc_id, text in DOCS.items():
             index_document(url, s.keys["op"], doc_id, text)
@@ -453,6 +453,105 @@ def test_operators_inspect_and_replay_a_dead_letter(stack: Stack) -> None:
     )
     assert again.json()["replayed"] == 0  # the replay group remembers: never twice
     assert get_json(f"{url}/v1/ops/dlq/nope.dlq", op)[0] == 404
+
+
+def _tenant_letters(stack: Stack) -> tuple[str, str, str]:
+    """Dead letters of two tenants and one of none in the DLQ of ``rag.tokens`` (which only the
+    API's reply routers read: a replayed letter does not come back); ``(dlq, tenant a, b)``."""
+    from topics.dlq import SourceRecord, dead_letter_headers
+    from topics.producer import EventProducer, make_producer
+    from topics.registry import TOKENS, TopicRegistry
+
+    registry = TopicRegistry(stack.settings.kafka.topic_prefix)
+    source, dlq = registry.name(TOKENS), registry.dlq(TOKENS)
+    a, b = stack.name + "-console", stack.name + "-b"
+    producer = EventProducer(make_producer(stack.settings.kafka))
+    for n, value in enumerate(
+        [
+            json.dumps({"tenant": a, "secret": "a-1"}).encode(),
+            json.dumps({"tenant": b, "secret": "b-1"}).encode(),
+            json.dumps({"tenant": b, "secret": "b-2"}).encode(),
+            b"\xff no tenant",
+        ]
+    ):
+        record = SourceRecord(source, 0, 100 + n, f"k{n}".encode(), value, [])
+        headers = dead_letter_headers(record, ValueError(f"bad {n}"), 1, "p")
+        producer.send_raw(dlq, record.key, record.value, headers)
+    producer.flush()
+    producer.close()
+    return dlq, a, b
+
+
+def _dlq_depth(url: str, key: str, dlq: str) -> int | None:
+    status, body = get_json(f"{url}/v1/ops/status", key)
+    assert status == 200, body
+    return next((d["depth"] for d in body["dlq"] if d["topic"] == dlq), None)
+
+
+def test_a_tenant_operator_sees_and_replays_only_its_tenants_letters(stack: Stack) -> None:
+    url, cluster = stack.apis[0].url, stack.keys["op"]
+    dlq, a, b = _tenant_letters(stack)
+    op_a = stack.key(a, role="operator", rate_per_minute=0)
+    op_b = stack.key(b, role="operator", rate_per_minute=0)
+    wait_for(lambda: _dlq_depth(url, op_b, dlq) == 2, timeout_s=30, what="b's two letters")
+    assert _dlq_depth(url, op_a, dlq) == 1
+    assert (_dlq_depth(url, cluster, dlq) or 0) >= 4
+    _, body = get_json(f"{url}/v1/ops/status", op_a)
+    assert body["scope"] == "tenant" and body["tenant"] == a
+    assert (
+        body["processes"]["processes"] == [] and "cluster operators" in body["processes"]["error"]
+    )
+    assert all(p["partitions"] == [] and p["history"] == [] for p in body["pools"])
+    assert all(isinstance(p["lag"], int) for p in body["pools"]), body["pools"]
+    listed = get_json(f"{url}/v1/ops/dlq/{dlq}", op_b)[1]
+    assert listed["total"] == 2 and {x["key"] for x in listed["letters"]} == {"k1", "k2"}
+    seen = json.dumps(get_json(f"{url}/v1/ops/dlq/{dlq}", op_a)[1])
+    assert "k0" in seen and "k1" not in seen and "k3" not in seen
+    everything = get_json(f"{url}/v1/ops/dlq/{dlq}", cluster)[1]
+    assert {"k0", "k1", "k2", "k3"} <= {x["key"] for x in everything["letters"]}
+
+    def replay(key: str) -> dict[str, Any]:
+        r = httpx.post(
+            f"{url}/v1/ops/dlq/{dlq}/replay?settle_ms=0",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    assert replay(op_b)["replayed"] == 2  # b's letters only
+    assert replay(op_b)["replayed"] == 0  # b's replay group remembers
+    assert replay(op_a)["replayed"] == 1
+    assert get_json(f"{url}/v1/me", op_a)[1]["role"] == "operator"
+
+
+def test_a_tenant_operators_operations_page_shows_only_its_tenant(
+    stack: Stack, browser: Any
+) -> None:
+    driver = browser
+    url = stack.apis[0].url
+    dlq, _, b = _tenant_letters(stack)
+    op_b = stack.key(b, role="operator", rate_per_minute=0)
+    driver.get(f"{url}/console/ops")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(op_b)
+    driver.find_element(By.ID, "signin").click()
+    wait(
+        driver,
+        lambda d: f"tenant {b} only" in d.find_element(By.ID, "ops-updated").text,
+        "the page scoped to the tenant",
+    )
+    note = driver.find_element(By.ID, "processes-note").text
+    assert "cluster operators" in note, note
+    assert not driver.find_elements(By.CSS_SELECTOR, "#processes tbody tr")
+    cell = f"#dlq tr[data-dlq='{dlq}'] td:nth-child(2)"
+    wait(
+        driver,
+        lambda d: d.find_element(By.CSS_SELECTOR, cell).text.strip().isdigit(),
+        "the tenant's letters counted",
+    )
+    assert int(driver.find_element(By.CSS_SELECTOR, cell).text) % 2 == 0  # b's letters only
+    no_console_errors(driver, "tenant operations")
 
 
 def test_a_passage_quoted_with_the_chunk_before_shows_both_chunks(

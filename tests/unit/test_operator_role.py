@@ -32,9 +32,11 @@ class FakeOps:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.scopes: list[str | None] = []
 
-    def status(self) -> OpsStatus:
+    def status(self, tenant: str | None = None) -> OpsStatus:
         self.calls += 1
+        self.scopes.append(tenant)
         return OpsStatus(
             collected_at=time.time(), processes=ProcessesOut(error="none here"), pools=[],
             dlq=[], llm=[], index=IndexOut(alias="a"),
@@ -55,6 +57,7 @@ def client(tmp_path: Path) -> Iterator[Any]:
     with TestClient(app) as c:
         c.user = create_key(sessions, "acme", rate_per_minute=0)[0]
         c.operator = create_key(sessions, "acme", rate_per_minute=0, role="operator")[0]
+        c.cluster = create_key(sessions, "acme", rate_per_minute=0, role="cluster-operator")[0]
         c.fake = fake
         yield c
 
@@ -73,6 +76,15 @@ def test_a_user_key_gets_403_on_the_operations_data_and_an_operator_key_200(clie
     assert r.status_code == 200
 
 
+def test_an_operator_sees_its_tenant_and_a_cluster_operator_the_deployment(client: Any) -> None:
+    for key in (client.operator, client.cluster):
+        r = client.get("/v1/ops/status", headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text
+    assert client.fake.scopes == ["acme", None]
+    me = client.get("/v1/me", headers={"Authorization": f"Bearer {client.cluster}"}).json()
+    assert me == {"tenant": "acme", "role": "cluster-operator"}
+
+
 def test_the_role_is_stored_with_the_key_and_checked(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'k.db'}"
     upgrade_head(url)
@@ -81,7 +93,9 @@ def test_the_role_is_stored_with_the_key_and_checked(tmp_path: Path) -> None:
     op, _ = create_key(sessions, "acme", role="operator")
     found_user, found_op = lookup(sessions, user), lookup(sessions, op)
     assert found_user is not None and found_user.role == "user" and not found_user.is_operator
-    assert found_op is not None and found_op.is_operator
+    assert found_op is not None and found_op.is_operator and not found_op.is_cluster_operator
+    cluster = lookup(sessions, create_key(sessions, "acme", role="cluster-operator")[0])
+    assert cluster is not None and cluster.is_operator and cluster.is_cluster_operator
     with pytest.raises(ValueError, match="role"):
         create_key(sessions, "acme", role="root")  # type: ignore[arg-type]
 
@@ -127,5 +141,5 @@ def test_the_demo_key_is_an_operator_key_and_replaces_a_user_key(
     (tmp_path / "demo" / "api_key").write_text(old)
     key = demo.demo_key(settings)
     found = lookup(sessions, key)
-    assert key != old and found is not None and found.is_operator
+    assert key != old and found is not None and found.is_cluster_operator
     assert demo.demo_key(settings) == key  # kept from then on

@@ -611,11 +611,12 @@ async function loadOps() {
   }
   $("#ops-forbidden").hidden = true;
   $("#ops-body").hidden = false;
-  $("#ops-updated").textContent = `updated ${unixWhen(status.collected_at)} · refreshed every 3 s`;
+  const scope = status.scope === "tenant" ? `tenant ${status.tenant} only` : "all tenants";
+  $("#ops-updated").textContent = `${scope} · updated ${unixWhen(status.collected_at)} · refreshed every 3 s`;
   $("#pools tbody").replaceChildren(...status.pools.map((p) =>
     el("tr", { "data-pool": p.name, title: p.error || "" },
       el("td", {}, el("strong", { text: p.name }), el("div", { class: "muted small", text: p.topic })),
-      el("td", { class: "members", text: p.members }),
+      el("td", { class: "members", text: status.scope === "tenant" ? "—" : p.members }),
       el("td", { class: "lag", text: p.lag === null ? "—" : p.lag }),
       el("td", { class: "small", text: p.partitions.map((x) => `p${x.partition}: ${x.lag}`).join(" · ") || (p.error || "—") }),
       el("td", { text: `${fmt(p.batch_size_mean, 1)} (${p.max_batch})` }),
