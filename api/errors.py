@@ -16,9 +16,15 @@ OpenAI's error shape instead (https://platform.openai.com/docs/guides/error-code
 
 ``type`` follows the status (:data:`OPENAI_TYPES`); ``code`` is OpenAI's code where one exists
 (``model_not_found``, ``context_length_exceeded``, ``unsupported_parameter``,
-``invalid_api_key``, ...), else the ragstream code unchanged (``INVALID_REQUEST``, ``TIMEOUT``,
-the codes of the native routes, so a client's checks keep working); ``param`` names the request
-field at fault, or ``null``.
+``invalid_api_key``, ...), else the ragstream code unchanged (``TIMEOUT``, the codes of the
+native routes, so a client's checks keep working); ``param`` names the request field at fault,
+or ``null``.
+
+A bad request to an OpenAI route is a 400, as OpenAI answers, never the 422 of the native
+routes: ``type`` ``invalid_request_error`` and a lower-case ``code`` saying what is wrong
+(:func:`openai_invalid_code`: ``missing_required_parameter``, ``invalid_type``,
+``invalid_value``, ``empty_array``, ``string_above_max_length``, ``integer_below_min_value``,
+... ; ``invalid_json`` for a body that is not JSON).
 """
 
 from __future__ import annotations
@@ -77,8 +83,30 @@ OPENAI_TYPES = {
     429: "rate_limit_error",
     499: "invalid_request_error",
 }
-#: OpenAI's ``code`` for a ragstream code where OpenAI has one.
-OPENAI_CODES = {"UNAUTHENTICATED": "invalid_api_key", "RATE_LIMITED": "rate_limit_exceeded"}
+#: OpenAI's ``code`` for a ragstream code where OpenAI has one (``INVALID_REQUEST``: a value
+#: the server refuses; a schema-invalid body gets a more precise code, :func:`openai_invalid_code`).
+OPENAI_CODES = {
+    "UNAUTHENTICATED": "invalid_api_key",
+    "RATE_LIMITED": "rate_limit_exceeded",
+    "INVALID_REQUEST": "invalid_value",
+}
+#: OpenAI's ``code`` for a pydantic validation error ``type`` (OpenAI's codes for the same
+#: faults: a required field missing, a value of the wrong JSON type, out of range, too long).
+OPENAI_INVALID_CODES = {
+    "missing": "missing_required_parameter",
+    "json_invalid": "invalid_json",
+    "string_too_long": "string_above_max_length",
+    "string_too_short": "string_below_min_length",
+    "too_long": "array_above_max_length",
+    "too_short": "array_below_min_length",
+    "greater_than": "integer_below_min_value",
+    "greater_than_equal": "integer_below_min_value",
+    "less_than": "integer_above_max_value",
+    "less_than_equal": "integer_above_max_value",
+}
+#: Pydantic error types that mean "a value of the wrong JSON type" (``int_type``,
+#: ``int_parsing``, ``model_attributes_type``...): OpenAI's ``invalid_type``.
+_TYPE_SUFFIXES = ("_type", "_parsing")
 
 
 class ErrorBody(BaseModel):
@@ -223,21 +251,39 @@ def _unsupported_media_type(request: Request, exc: RequestValidationError) -> st
     return f"Content-Type {media!r} is not supported here: send 'Content-Type: application/json'"
 
 
+def openai_invalid_code(error: dict[str, Any]) -> str:
+    """OpenAI's lower-case ``code`` for one pydantic validation error (``exc.errors()[i]``):
+    :data:`OPENAI_INVALID_CODES` by its ``type``, ``empty_array`` for an empty list under a
+    minimum length, ``invalid_type`` for a value of the wrong type, else ``invalid_value``."""
+    kind = str(error.get("type", ""))
+    if kind == "too_short" and error.get("input") == []:
+        return "empty_array"
+    if kind in OPENAI_INVALID_CODES:
+        return OPENAI_INVALID_CODES[kind]
+    if kind.endswith(_TYPE_SUFFIXES):
+        return "invalid_type"
+    return "invalid_value"
+
+
 def _openai_invalid(exc: RequestValidationError, message: str) -> JSONResponse:
-    """A schema-invalid body of an OpenAI route: 422 ``invalid_request_error`` naming the
-    top-level field (the status stays 422, as the OpenAPI document says)."""
+    """A schema-invalid body of an OpenAI route: 400 ``invalid_request_error`` (as OpenAI
+    answers) with the code of :func:`openai_invalid_code`, naming the top-level field (``null``
+    for a body that is not JSON)."""
     errors: list[dict[str, Any]] = list(exc.errors())
-    loc = tuple(errors[0].get("loc", ())) if errors else ()
+    first = errors[0] if errors else {}
+    loc = tuple(first.get("loc", ()))
+    code = openai_invalid_code(first)
+    if code == "invalid_json":
+        return openai_error_json(400, code, f"the body is not valid JSON: {message}")
     param = str(loc[1]) if len(loc) > 1 and loc[0] == "body" else None
-    return openai_error_json(422, "INVALID_REQUEST", message, param=param)
+    return openai_error_json(400, code, message, param=param)
 
 
 def _api_error_response(request: Request, exc: ApiError) -> JSONResponse:
     if isinstance(exc, OpenAIError) or is_openai_path(request.url.path):
         param = exc.param if isinstance(exc, OpenAIError) else None
-        return openai_error_json(
-            exc.status, exc.code, exc.message, param=param, headers=exc.headers
-        )
+        status = 400 if exc.status == 422 else exc.status  # OpenAI: a bad request is a 400
+        return openai_error_json(status, exc.code, exc.message, param=param, headers=exc.headers)
     return error_json(exc.status, exc.code, exc.message, headers=exc.headers, details=exc.details)
 
 
@@ -301,8 +347,11 @@ def _http_response(request: Request, exc: StarletteHTTPException) -> JSONRespons
         endpoints = ", ".join(OPENAI_ENDPOINTS)
         message = f"no endpoint {path}; the OpenAI-compatible endpoints are {endpoints}"
         return openai_error_json(404, "unknown_url", message, headers=headers)
-    render = openai_error_json if is_openai_path(path) else error_json
-    return render(exc.status_code, code, str(exc.detail), headers=headers)
+    if is_openai_path(path):
+        if exc.status_code == 400:  # Starlette could not read the body at all
+            code = "invalid_json"
+        return openai_error_json(exc.status_code, code, str(exc.detail), headers=headers)
+    return error_json(exc.status_code, code, str(exc.detail), headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

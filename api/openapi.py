@@ -2,6 +2,8 @@
 
 FastAPI documents the statuses routes declare; on top of that, :func:`build_openapi`
 
+- drops FastAPI's ``422`` from the OpenAI-compatible routes (:data:`api.errors.OPENAI_PATHS`),
+  which answer every bad request with a 400 in OpenAI's shape, as OpenAI does;
 - documents ``400`` on every operation with a request body: a body that cannot be read at
   all (not UTF-8, a broken multipart stream) is refused by Starlette before validation with
   ``{"error": {"code": "INVALID_REQUEST", "message": "There was an error parsing the body"}}``;
@@ -19,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api.errors import ErrorEnvelope
+from api.errors import ErrorEnvelope, is_openai_path
 
 #: ``(method, path, status)`` of a creating operation -> ``{link name: (method, path,
 #: {parameter: runtime expression})}`` of the operations its response leads to.
@@ -85,8 +87,10 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     schemas.setdefault("ErrorEnvelope", ErrorEnvelope.model_json_schema(
         ref_template="#/components/schemas/{model}"
     ))  # fmt: skip
-    for item in paths.values():
+    for path, item in paths.items():
         for op in item.values():
+            if isinstance(op, dict) and is_openai_path(path):
+                op["responses"].pop("422", None)
             if isinstance(op, dict) and "requestBody" in op:
                 op["responses"].setdefault("400", UNREADABLE_BODY)
     ids = _operation_ids(paths)

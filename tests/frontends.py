@@ -72,10 +72,11 @@ def parse_models(data: Any) -> list[str]:
 
 
 def parse_stream(lines: list[str]) -> tuple[str, dict[str, Any]]:
-    """The answer text and the chunk with ``usage`` of an OpenAI chat stream: ``data:`` lines
-    of ``chat.completion.chunk`` objects (comments allowed), each after its SSE ``id:`` line
-    (the resumable-stream id, which SSE parsers such as Open WebUI's read and OpenAI's clients
-    skip), ending in ``data: [DONE]``."""
+    """The answer text and the finish chunk of an OpenAI chat stream with the ``usage`` of the
+    usage chunk after it (``stream_options.include_usage``: ``choices: []``, OpenAI's shape):
+    ``data:`` lines of ``chat.completion.chunk`` objects (comments allowed), each after its SSE
+    ``id:`` line (the resumable-stream id, which SSE parsers such as Open WebUI's read and
+    OpenAI's clients skip), ending in ``data: [DONE]``."""
     datas = [line[len("data:") :].strip() for line in lines if line.startswith("data:")]
     ids = [line for line in lines if line.startswith("id: ")]
     others = [line for line in lines if line and not line.startswith(("data:", ":", "id: "))]
@@ -84,16 +85,17 @@ def parse_stream(lines: list[str]) -> tuple[str, dict[str, Any]]:
     assert events[::2] == ids and len(ids) == len(datas), events  # one id before each data line
     assert datas and datas[-1] == "[DONE]", datas[-3:]
     text, final = "", {}
-    for raw in datas[:-1]:
-        chunk = json.loads(raw)
+    *content, last = [json.loads(raw) for raw in datas[:-1]]
+    for chunk in content:
         assert "error" not in chunk, chunk
         assert chunk["object"] == "chat.completion.chunk" and chunk["id"], chunk
+        assert "usage" not in chunk, chunk  # only the usage chunk counts tokens
         choice = chunk["choices"][0]
         assert isinstance(choice["delta"], dict) and choice["index"] == 0, chunk
         text += choice["delta"].get("content") or ""
-        if chunk.get("usage"):
-            final = chunk
-    assert final, "no chunk carries usage (stream_options.include_usage)"
+        final = chunk
+    assert last.get("choices") == [] and last.get("usage"), "no usage chunk (include_usage)"
+    final = {**final, "usage": last["usage"]}
     usage = final["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"], usage
     assert final["choices"][0]["finish_reason"] == "stop", final

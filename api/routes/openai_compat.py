@@ -9,7 +9,8 @@ LangChain's ``ChatOpenAI`` and LlamaIndex's ``OpenAI``/``OpenAILike``, so that a
 with its defaults answers (:data:`FRAMEWORK_DEFAULTS`; why: the frameworks send their default
 without asking the user for a model, and their first documented call would otherwise be a 404;
 it is one fixed name, so a typo still gets a 404). Any other name is a 404 ``model_not_found``
-(as OpenAI answers).
+(as OpenAI answers). A bad request is a 400 with a lower-case ``code`` (:data:`BAD_REQUEST`),
+never a 422.
 
 Sources in the message: the frameworks drop fields they do not know (LangChain's
 ``ChatOpenAI`` keeps only ``id``, ``model_name``, ``finish_reason``, ``logprobs``, usage and
@@ -28,7 +29,8 @@ It is part of ``content`` (``text``) and, in a stream, the last content delta; t
 ``citations`` and the last chunk's ``answer`` stay as without it.
 
 The question: the last ``user`` message (``/v1/completions``: the ``prompt``, as a chat with
-that one user message). The messages before it travel with it as the conversation
+that one user message, or a role-prefixed transcript read as the chat it writes out, see
+:func:`transcript`). The messages before it travel with it as the conversation
 (:attr:`topics.queries.QueryRequest.conversation`): each earlier ``user`` message with the
 ``assistant`` message that answered it. The earlier questions make a follow-up standalone
 (:func:`workers.conversation.question_of`: "And how do I change it?" after "Which TCP port
@@ -62,10 +64,12 @@ answer when retrieval found no passage.
 
 With ``stream: true`` the body is ``chat.completion.chunk`` (``text_completion``) events ending
 in ``data: [DONE]``, as the OpenAI API streams
-(https://platform.openai.com/docs/api-reference/chat-streaming); the last chunk, with
-``finish_reason`` ``"stop"`` or ``"length"``, also carries ``usage``, ``citations``,
-``evidence``, ``truncated``, ``degraded``, ``refused``, ``answer`` (the recorded answer) and
-``replaced``. Deltas are the LLM's tokens as they come; when the answer check changes the
+(https://platform.openai.com/docs/api-reference/chat-streaming); the finish chunk, with
+``finish_reason`` ``"stop"`` or ``"length"``, also carries ``citations``, ``evidence``,
+``truncated``, ``degraded``, ``refused``, ``answer`` (the recorded answer) and ``replaced``.
+With ``stream_options: {"include_usage": true}`` one more chunk follows it before ``[DONE]``:
+``choices: []`` and ``usage`` (OpenAI's documented usage chunk); without it no chunk carries
+``usage``. Deltas are the LLM's tokens as they come; when the answer check changes the
 text after it was streamed (an empty or looping completion replaced by the evidence answer,
 or a ``length`` completion cut at its last whole sentence) the deltas cannot be taken back, so
 the last chunk says ``replaced: true`` and a client shows ``answer`` instead of the
@@ -86,8 +90,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -111,7 +116,7 @@ from api.routes.query import (
     resume_position,
     wait_seconds,
 )
-from api.streams.ids import ACCEPTED, DONE, FINAL, REPLACE, Position
+from api.streams.ids import ACCEPTED, DONE, FINAL, REPLACE, USAGE, Position
 from api.streams.native import Positioned, numbered
 from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
@@ -143,9 +148,21 @@ TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-read-timeout")
 #: The official OpenAI clients retry 5xx twice unless told not to: a timed-out or failed
 #: question would be asked three times.
 NO_RETRY = {"x-should-retry": "false"}
-#: The error statuses of the OpenAI routes, in OpenAI's error shape.
+#: The 400 of the OpenAI routes: every bad request (never a 422), as OpenAI answers.
+BAD_REQUEST: dict[str, Any] = {
+    "model": OpenAIErrorEnvelope,
+    "description": "A bad request, as OpenAI answers it: `type` `invalid_request_error`, "
+    "`param` the request field at fault, and a lower-case `code`: "
+    "`missing_required_parameter`, `invalid_type`, `invalid_value`, `empty_array`, "
+    "`string_above_max_length`, `integer_below_min_value`, ... for a body the schema refuses; "
+    "`invalid_json` for a body that is not JSON; `unsupported_parameter` for a parameter no "
+    "tier honours; `context_length_exceeded` for a question over `api.max_query_chars`.",
+}
+#: The error statuses of the OpenAI routes, in OpenAI's error shape (no 422: see
+#: :data:`BAD_REQUEST`).
 ERRORS: dict[int | str, dict[str, Any]] = {
-    s: {"model": OpenAIErrorEnvelope} for s in (400, 401, 404, 413, 415, 422, 429, 503, 504)
+    400: BAD_REQUEST,
+    **{s: {"model": OpenAIErrorEnvelope} for s in (401, 404, 413, 415, 429, 503, 504)},
 }
 Kind = Literal["chat", "text"]
 
@@ -177,7 +194,7 @@ HAS_QUESTION: dict[str, Any] = {
         },
     },
 }
-#: The JSON Schema of ``prompt`` (the server refuses other prompts: 422 blank, 400 token ids).
+#: The JSON Schema of ``prompt`` (the server refuses other prompts with 400).
 PROMPT_SCHEMA: dict[str, Any] = {
     "anyOf": [NOT_BLANK, {"type": "array", "items": NOT_BLANK, "minItems": 1, "maxItems": 1}]
 }
@@ -232,6 +249,16 @@ class Unsupported(JsonBody):
     max_completion_tokens: int | None = Field(default=None, ge=1)
 
 
+class StreamOptions(JsonBody):
+    """``stream_options`` (OpenAI shape); other fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = Field(
+        default=False,
+        description="Send `usage` on one more chunk with `choices: []` after the finish chunk.",
+    )
+
+
 class Extensions(JsonBody):
     """Request fields of ragstream's own (clients pass them as ``extra_body``)."""
 
@@ -255,6 +282,7 @@ class ChatBody(Unsupported, Extensions):
         json_schema_extra={"contains": HAS_QUESTION},
     )
     stream: bool = False
+    stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
     # The schema says what the server refuses with 400 (see check_chat): tools only with
     # tool_choice "none", a text response_format, no log probabilities.
@@ -282,6 +310,7 @@ class CompletionBody(Unsupported, Extensions):
         json_schema_extra=PROMPT_SCHEMA,
     )
     stream: bool = False
+    stream_options: StreamOptions | None = None
     user: str | None = Field(default=None, max_length=256)
     logprobs: int | None = Field(default=None, json_schema_extra={"enum": [0, None]})
     echo: bool = Field(default=False, json_schema_extra={"enum": [False]})
@@ -349,7 +378,7 @@ def check_completion(body: CompletionBody) -> str:
             raise _unsupported("prompt", "one string (token ids and batches are not supported)")
         prompt = prompt[0]
     if not prompt.strip():
-        raise OpenAIError(422, "INVALID_REQUEST", "prompt: must not be blank", param="prompt")
+        raise OpenAIError(400, "invalid_value", "prompt: must not be blank", param="prompt")
     return prompt
 
 
@@ -368,13 +397,13 @@ def _text(message: ChatMessage) -> str:
     return "\n".join(p.text for p in message.content if p.type == "text" and p.text)
 
 
-def _last_question(body: ChatBody) -> int:
-    for i in range(len(body.messages) - 1, -1, -1):
-        message = body.messages[i]
+def _last_question(messages: Sequence[ChatMessage], param: str) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
         if message.role == "user" and _text(message).strip():
             return i
     raise OpenAIError(
-        422, "INVALID_REQUEST", "messages: no user message with text content", param="messages"
+        400, "invalid_value", f"{param}: no user message with text content", param=param
     )
 
 
@@ -390,22 +419,23 @@ def too_long(param: str, chars: int, max_chars: int) -> OpenAIError:
 
 
 def question_and_history(
-    body: ChatBody, max_chars: int = 4000
+    messages: Sequence[ChatMessage], max_chars: int = 4000, param: str = "messages"
 ) -> tuple[str, tuple[HistoryTurn, ...]]:
     """``(question, history)``: the last user message, and the conversation before it as
     turns (each earlier user message with the text of the ``assistant`` message that answered
     it, cut to :data:`MAX_TURN_ANSWER_CHARS`; the last :data:`~topics.queries.MAX_TURNS`).
+    ``param``: the request field the messages came from, named in errors.
 
     Raises:
-        OpenAIError: 422 when there is no user message with text; 400
+        OpenAIError: 400 ``invalid_value`` when there is no user message with text; 400
             ``context_length_exceeded`` when the last user message is over ``max_chars``.
     """
-    last = _last_question(body)
-    question = _text(body.messages[last]).strip()
+    last = _last_question(messages, param)
+    question = _text(messages[last]).strip()
     if len(question) > max_chars:
-        raise too_long("messages", len(question), max_chars)
+        raise too_long(param, len(question), max_chars)
     turns: list[HistoryTurn] = []
-    for message in body.messages[:last]:
+    for message in messages[:last]:
         text = _text(message).strip()
         if message.role == "user" and text:
             turns.append(HistoryTurn(question=text[:max_chars]))
@@ -413,6 +443,49 @@ def question_and_history(
             answer = text[:MAX_TURN_ANSWER_CHARS]
             turns[-1] = HistoryTurn(question=turns[-1].question, answer=answer)
     return question, tuple(turns[-MAX_TURNS:])
+
+
+#: The role words that open a turn of a role-prefixed transcript, and the chat role each is:
+#: LlamaIndex's ``messages_to_prompt`` writes ``"<role>: <content>"`` per message with the
+#: ``MessageRole`` values and ends with ``"assistant: "`` (what ``OpenAILike`` sends to
+#: ``/v1/completions`` with its default ``is_chat_model=False``); LangChain's
+#: ``get_buffer_string`` (a chat prompt given to its completion ``OpenAI``) writes ``Human:``,
+#: ``AI:``, ``System:``.
+TRANSCRIPT_ROLES: dict[str, Literal["system", "user", "assistant", "tool"]] = {
+    "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+    "chatbot": "assistant", "model": "assistant", "tool": "tool", "function": "tool",
+    "System": "system", "Human": "user", "AI": "assistant", "Tool": "tool", "Function": "tool",
+}  # fmt: skip
+#: A turn's opening at the start of a line: its role word and ``:`` (one space after it
+#: belongs to the prefix).
+_TURN = re.compile(rf"^({'|'.join(TRANSCRIPT_ROLES)}):[ \t]?", re.MULTILINE)
+
+
+def transcript(prompt: str) -> list[ChatMessage] | None:
+    """The chat a role-prefixed transcript prompt writes out (``"user: Which port?\n
+    assistant: 5432\nuser: And how do I change it?\nassistant: "``), or ``None`` for a plain
+    prompt.
+
+    A prompt is a transcript when it starts with a turn (a line opening with a role word of
+    :data:`TRANSCRIPT_ROLES` and ``:``) and has a ``user`` turn; each turn runs to the next
+    line that opens one, so a message of several lines stays whole. A role word anywhere but
+    at the start of a line is text. The messages are then read as the chat route reads its
+    ``messages`` (:func:`question_and_history`): the last ``user`` turn is the question, the
+    earlier turns the conversation; the trailing empty ``assistant:`` turn is dropped.
+    """
+    text = prompt.strip()
+    turns = list(_TURN.finditer(text))
+    if not turns or turns[0].start() != 0:
+        return None
+    messages: list[ChatMessage] = []
+    for turn, after in zip(turns, [*turns[1:], None], strict=True):
+        content = text[turn.end() : after.start() if after else len(text)].strip()
+        role = TRANSCRIPT_ROLES[turn.group(1)]
+        if content:
+            messages.append(ChatMessage(role=role, content=content))
+    if not any(m.role == "user" for m in messages):
+        return None
+    return messages
 
 
 def wants_sources(model: str) -> bool:
@@ -578,7 +651,8 @@ async def get_model(model: str) -> ModelOut:
 @dataclass(frozen=True)
 class Ask:
     """One question of an OpenAI route: the text, the model named, the answer budget,
-    whether the text ends with the sources block, and the conversation before it."""
+    whether the text ends with the sources block, the conversation before it, and whether a
+    stream ends with a usage chunk (``stream_options.include_usage``)."""
 
     question: str
     model: str
@@ -587,6 +661,12 @@ class Ask:
     kind: Kind
     sources: bool = False
     history: tuple[HistoryTurn, ...] = ()
+    include_usage: bool = False
+
+
+def wants_usage(body: ChatBody | CompletionBody) -> bool:
+    """True when a stream is to end with the usage chunk (``stream_options.include_usage``)."""
+    return body.stream_options is not None and body.stream_options.include_usage
 
 
 @router.post(
@@ -607,9 +687,12 @@ async def chat_completions(
     route_of(body.model)
     check_chat(body)
     svc = query_service(request)
-    question, history = question_and_history(body, svc.settings.api.max_query_chars)
+    question, history = question_and_history(body.messages, svc.settings.api.max_query_chars)
     sources = body.sources or wants_sources(body.model)
-    ask = Ask(question, body.model, body.stream, answer_budget(body), "chat", sources, history)
+    ask = Ask(
+        question, body.model, body.stream, answer_budget(body), "chat", sources, history,
+        wants_usage(body),
+    )  # fmt: skip
     return await answer(svc, request, who, ask)
 
 
@@ -627,14 +710,24 @@ async def chat_completions(
 async def completions(
     body: CompletionBody, request: Request, who: Principal = Depends(principal)
 ) -> Any:
-    """Answer the ``prompt`` as a chat with one user message (OpenAI's text-completion shape)."""
+    """Answer the ``prompt`` as a chat with one user message, or a role-prefixed transcript
+    (``"user: ...\nassistant:"``, LlamaIndex's ``OpenAILike`` default) as the chat it writes
+    out (:func:`transcript`), in OpenAI's text-completion shape."""
     route_of(body.model)
     prompt = check_completion(body).strip()
     svc = query_service(request)
-    if len(prompt) > svc.settings.api.max_query_chars:
-        raise too_long("prompt", len(prompt), svc.settings.api.max_query_chars)
+    max_chars = svc.settings.api.max_query_chars
+    chat = transcript(prompt)
+    history: tuple[HistoryTurn, ...] = ()
+    if chat is not None:
+        prompt, history = question_and_history(chat, max_chars, param="prompt")
+    elif len(prompt) > max_chars:
+        raise too_long("prompt", len(prompt), max_chars)
     sources = body.sources or wants_sources(body.model)
-    ask = Ask(prompt, body.model, body.stream, answer_budget(body), "text", sources)
+    ask = Ask(
+        prompt, body.model, body.stream, answer_budget(body), "text", sources, history,
+        wants_usage(body),
+    )  # fmt: skip
     return await answer(svc, request, who, ask)
 
 
@@ -642,7 +735,7 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
     """Ask the pools and answer in the OpenAI shape of ``ask.kind`` (JSON or a stream).
 
     Raises:
-        OpenAIError: 422 for a question the query contract refuses.
+        OpenAIError: 400 ``invalid_value`` for a question the query contract refuses.
         ApiError: the failed query's status, or 504 when no answer came within the wait.
     """
     started = time.monotonic()
@@ -659,7 +752,7 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
         )
     except ValidationError as exc:
         message = f"{param}: {exc.errors()[0]['msg']}"
-        raise OpenAIError(422, "INVALID_REQUEST", message, param=param) from exc
+        raise OpenAIError(400, "invalid_value", message, param=param) from exc
     event = build_request(svc.settings, who, query)
     if ask.max_tokens is not None:
         event = event.model_copy(update={"max_tokens": ask.max_tokens})
@@ -715,16 +808,28 @@ def _chunk(
 
 
 def final_fields(answer: Answer, shown: str) -> dict[str, Any]:
-    """The extra fields of a stream's last chunk: ``usage``, ``citations``, ``evidence``,
+    """The extra fields of a stream's finish chunk: ``citations``, ``evidence``,
     ``truncated``, ``degraded``, ``refused``, ``answer`` (the recorded answer) and ``replaced``
     (the deltas streamed so far are not a prefix of ``answer``: the client shows ``answer``)."""
     text = answer.answer or ""
-    return {
+    return {**_sources(answer), "answer": text, "replaced": not text.startswith(shown)}
+
+
+def usage_chunk(request_id: str, ask: Ask, answer: Answer) -> bytes:
+    """The chunk after the finish chunk with ``stream_options.include_usage``: ``choices: []``
+    and ``usage`` (OpenAI's usage chunk,
+    https://platform.openai.com/docs/api-reference/chat/create#chat-create-stream_options)."""
+    kind = "chat.completion.chunk" if ask.kind == "chat" else "text_completion"
+    prefix = "chatcmpl" if ask.kind == "chat" else "cmpl"
+    data = {
+        "id": f"{prefix}-{request_id}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": ask.model,
+        "choices": [],
         "usage": _usage(answer),
-        **_sources(answer),
-        "answer": text,
-        "replaced": not text.startswith(shown),
     }
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[Positioned]:
@@ -741,7 +846,8 @@ def _ending(rid: str, ask: Ask, final: Answer | None, shown: str) -> list[Positi
     more = rest + (sources_block(final) if ask.sources else "")
     out: list[Positioned] = [(REPLACE, _chunk(rid, ask, more, None))] if more else []
     last = _chunk(rid, ask, None, finish_reason(final), final_fields(final, shown))
-    return [*out, (FINAL, last)]
+    usage = [(USAGE, usage_chunk(rid, ask, final))] if ask.include_usage else []
+    return [*out, (FINAL, last), *usage]
 
 
 async def positioned_chunks(
@@ -749,7 +855,8 @@ async def positioned_chunks(
 ) -> AsyncIterator[Positioned]:
     """The streamed completion of ``items`` (the tokens, each ``seq`` once, then the answer),
     each chunk with its position (:mod:`api.streams.ids`): a role chunk (chat), content
-    chunks, the last chunk (with the fields of :func:`final_fields`), ``[DONE]``.
+    chunks, the finish chunk (with the fields of :func:`final_fields`), the usage chunk
+    (``ask.include_usage``), ``[DONE]``.
 
     When the final answer arrives and extends what was streamed, the rest is sent, so the
     concatenated deltas equal the recorded answer; when it does not (the answer check replaced
@@ -808,7 +915,7 @@ async def resumed_chunks(
     (:mod:`api.streams.resume`); 204 when it is the stream's last event.
 
     Raises:
-        ApiError: 422 (not an id of this API), 404, 410 ``STREAM_EXPIRED``, 503.
+        ApiError: 400 (not an id of this API), 404, 410 ``STREAM_EXPIRED``, 503.
     """
     rid, after = resume_position(None, last_event_id)
     if after >= DONE:

@@ -11,7 +11,8 @@ position   native stream (``POST /v1/query``)           OpenAI stream
 ``q``      ``queued``                                   -
 ``<n>``    ``evidence`` / ``token`` of ``seq`` n        the delta of the token ``seq`` n
 ``r``      ``replace``                                  the rest of the answer (delta)
-``f``      ``answer`` / ``error``                       the last chunk (or the error)
+``f``      ``answer`` / ``error``                       the finish chunk (or the error)
+``u``      -                                            the usage chunk (``include_usage``)
 ``d``      -                                            ``[DONE]``
 =========  ===========================================  ============================
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Final
 
 #: Rank of each named position (tokens rank between ``q`` and ``r``, ordered by ``seq``).
-_RANKS: Final = {"a": 0, "q": 1, "r": 3, "f": 4, "d": 5}
+_RANKS: Final = {"a": 0, "q": 1, "r": 3, "f": 4, "u": 5, "d": 6}
 _NAMES: Final = {rank: name for name, rank in _RANKS.items()}
 TOKEN_RANK: Final = 2
 #: Longest id accepted (a 128-character request id, ``:`` and a position).
@@ -36,7 +37,7 @@ MAX_ID_CHARS: Final = 160
 
 @dataclass(frozen=True, order=True, slots=True)
 class Position:
-    """A place in an answer stream: ``rank`` (0 ``a`` ... 5 ``d``), then ``seq`` for tokens."""
+    """A place in an answer stream: ``rank`` (0 ``a`` ... 6 ``d``), then ``seq`` for tokens."""
 
     rank: int
     seq: int = 0
@@ -48,7 +49,7 @@ class Position:
 
     @classmethod
     def named(cls, name: str) -> Position:
-        """The position ``a``, ``q``, ``r``, ``f`` or ``d``.
+        """The position ``a``, ``q``, ``r``, ``f``, ``u`` or ``d``.
 
         Raises:
             KeyError: another name.
@@ -64,12 +65,13 @@ ACCEPTED: Final = Position.named("a")
 QUEUED: Final = Position.named("q")
 REPLACE: Final = Position.named("r")
 FINAL: Final = Position.named("f")
+USAGE: Final = Position.named("u")
 DONE: Final = Position.named("d")
 
 
 #: What an event id of this API looks like, for the OpenAPI spec of the parameters that take
 #: one (:func:`parse_event_id` is the check): ``<request_id>:<position>``.
-EVENT_ID_PATTERN: Final = r"^\s*[^:]+:(?:[0-9]+|[aqrfd])\s*$"
+EVENT_ID_PATTERN: Final = r"^\s*[^:]+:(?:[0-9]+|[aqrfud])\s*$"
 
 
 def event_id(request_id: str, position: Position) -> str:

@@ -173,13 +173,14 @@ def test_openai_client_works_unchanged(stack: Stack) -> None:
         model="ragstream",
         messages=[{"role": "user", "content": "What does VACUUM reclaim? Be brief."}],
         stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = list(stream)
     parts = [ch.choices[0].delta.content or "" for ch in chunks if ch.choices]
     assert "".join(parts).strip(), parts
-    # citations, evidence and usage ride in the final chunk
-    final = chunks[-1]
-    assert final.usage is not None and final.usage.completion_tokens > 0
+    # citations and evidence ride in the finish chunk; usage on the chunk after it (OpenAI's)
+    final, usage = chunks[-2:]
+    assert usage.choices == [] and usage.usage is not None and usage.usage.completion_tokens > 0
     extra = final.model_extra or {}
     assert "vacuum" in [c["doc_id"] for c in extra["citations"]], extra
     assert extra["evidence"], extra

@@ -114,12 +114,17 @@ def _exits(tmp_path: Path, make: Any) -> dict[str, dict[str, Any]]:
         out["webhook"] = events.query_completed(response)["data"]
         chat = {"messages": [{"role": "user", "content": QUESTION}]}
         out["openai"] = client.post("/v1/chat/completions", json=chat).json()
-        raw = client.post("/v1/chat/completions", json={**chat, "stream": True}).text
+        streamed = {**chat, "stream": True, "stream_options": {"include_usage": True}}
+        raw = client.post("/v1/chat/completions", json=streamed).text
     chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    finish: dict[str, Any] = next(
+        (c for c in chunks if c.get("choices") and c["choices"][0]["finish_reason"]), {}
+    )
+    usage = next((c["usage"] for c in chunks if c.get("usage")), None)
     out["openai_stream"] = {
         "content": "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
-                           if "choices" in c),
-        "final": next((c for c in chunks if c.get("usage")), {}),
+                           if c.get("choices")),
+        "final": {**finish, "usage": usage} if finish else {},
         "error": next((c["error"] for c in chunks if "error" in c), None),
     }  # fmt: skip
     # The asked question ids differ per exit: compare them without the id.

@@ -147,7 +147,7 @@ def test_schema_constraints_match_what_the_server_refuses(tmp_path: Path) -> Non
     assert valid("QueryBody", {"query": "x", "callback_url": "https://hooks.example.com/a"})
     app, _ = make_app(tmp_path, answered)
     with TestClient(app) as client:
-        assert client.post("/v1/chat/completions", json=tool_only).status_code == 422
+        assert client.post("/v1/chat/completions", json=tool_only).status_code == 400
         r = client.post("/v1/query", json={"query": "x", "callback_url": ""})
         assert r.status_code == 422
         assert client.get("/v1/documents/a%01b").status_code == 422

@@ -116,7 +116,7 @@ def test_a_single_question_is_sent_unchanged(app: tuple[FastAPI, FakeQueries]) -
     assert extra["citations"][0]["doc_id"] == "vacuum" and extra["evidence"][0]["n"] == 1
 
 
-def test_the_stream_ends_with_usage_citations_and_evidence(
+def test_the_stream_ends_with_citations_and_evidence_then_usage_on_request(
     app: tuple[FastAPI, FakeQueries],
 ) -> None:
     async def call(c: AsyncOpenAI) -> list[Any]:
@@ -124,18 +124,19 @@ def test_the_stream_ends_with_usage_citations_and_evidence(
             model="small",
             messages=[{"role": "user", "content": "What does VACUUM do?"}],
             stream=True,
+            stream_options={"include_usage": True},
         )
         return [chunk async for chunk in stream]
 
     chunks = _run(app[0], call)
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == "VACUUM reclaims storage [1]."
-    last = chunks[-1]
-    assert last.choices[0].finish_reason == "stop"
-    assert last.usage is not None and last.usage.total_tokens == 47
-    extra = last.model_extra or {}
+    finish, last = chunks[-2:]
+    assert finish.choices[0].finish_reason == "stop"
+    extra = finish.model_extra or {}
     assert extra["citations"][0]["doc_id"] == "vacuum"
     assert extra["evidence"][0]["text"] == "VACUUM reclaims"
+    assert last.choices == [] and last.usage is not None and last.usage.total_tokens == 47
     assert all(ch.usage is None for ch in chunks[:-1])
 
 
@@ -316,14 +317,17 @@ def test_text_completions_answer_the_prompt(app: tuple[FastAPI, FakeQueries]) ->
 def test_text_completions_stream(app: tuple[FastAPI, FakeQueries]) -> None:
     async def call(c: AsyncOpenAI) -> list[Any]:
         stream = await c.completions.create(
-            model="auto", prompt="What does VACUUM do?", stream=True, max_tokens=50
-        )
+            model="auto", prompt="What does VACUUM do?", stream=True, max_tokens=50,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
         return [chunk async for chunk in stream]
 
     chunks = _run(app[0], call)
     assert all(ch.object == "text_completion" for ch in chunks)
-    assert "".join(ch.choices[0].text for ch in chunks) == "VACUUM reclaims storage [1]."
-    assert chunks[-1].choices[0].finish_reason == "stop"
+    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert text == "VACUUM reclaims storage [1]."
+    assert chunks[-2].choices[0].finish_reason == "stop" and chunks[-2].usage is None
+    assert chunks[-1].choices == []
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 47
     assert app[1].asked[-1].max_tokens == 50
 
@@ -350,9 +354,10 @@ def test_errors_of_the_openai_routes_have_openais_shape(tmp_path: Path) -> None:
     app, _ = make_app(tmp_path, answered, max_query_chars=10)
     with TestClient(app) as client:
         r = client.post("/v1/chat/completions", json={"messages": []})
-        assert r.status_code == 422
+        assert r.status_code == 400  # OpenAI's status for a bad request, not 422
         error = r.json()["error"]
         assert error["type"] == "invalid_request_error" and error["param"] == "messages"
+        assert error["code"] == "empty_array"
         assert set(error) == {"message", "type", "param", "code"}
         r = client.post("/v1/completions", json={"prompt": "x" * 11})
         assert r.status_code == 400
