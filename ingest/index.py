@@ -28,6 +28,7 @@ from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
 from ragstream.errors import ConfigurationError, TransientError, transient_http_status
 from ragstream.retry import RetryPolicy
 from ragstream.settings import ElasticsearchSettings
+from topics.metadata import BOOL_FIELD, DATE_FIELD, NUM_FIELD
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +94,31 @@ class EmbeddingModelUnavailableError(EmbeddingModelMismatchError):
 #: The document's readers on each chunk (``docs/permissions.md``): missing or empty means
 #: everyone of the tenant; the searches filter on it with a ``terms`` clause.
 ACL_FIELDS: dict[str, Any] = {"principals": {"type": "keyword"}}
+
+#: The typed companions of ``metadata`` (``topics/metadata.py``): one object per type, each
+#: key mapped on first use by :data:`TYPED_METADATA_TEMPLATES` (the mapping is otherwise
+#: strict). Only values of that type are ever written into each, so a key whose values differ
+#: in type across documents cannot make a mapping conflict.
+TYPED_METADATA_FIELDS: dict[str, Any] = {
+    NUM_FIELD: {"type": "object", "dynamic": True},
+    BOOL_FIELD: {"type": "object", "dynamic": True},
+    DATE_FIELD: {"type": "object", "dynamic": True},
+}
+#: Dynamic templates mapping each key of a typed companion: ``double``, ``boolean``, ``date``.
+TYPED_METADATA_TEMPLATES: list[dict[str, Any]] = [
+    {NUM_FIELD: {"path_match": f"{NUM_FIELD}.*", "mapping": {"type": "double"}}},
+    {BOOL_FIELD: {"path_match": f"{BOOL_FIELD}.*", "mapping": {"type": "boolean"}}},
+    {
+        DATE_FIELD: {
+            "path_match": f"{DATE_FIELD}.*",
+            "mapping": {"type": "date", "format": "strict_date_optional_time"},
+        }
+    },
+]
+#: A typed key past ``index.mapping.total_fields.limit`` (1000 fields by default) is left out
+#: of the mapping (listed in the chunk's ``_ignored``) instead of failing the chunk's write:
+#: range filters do not see it, term filters on its text still do.
+IGNORE_DYNAMIC_BEYOND_LIMIT = "index.mapping.total_fields.ignore_dynamic_beyond_limit"
 
 #: ``entry`` of a definition entry (a chunk has none): what chunk searches leave out
 #: (:data:`CHUNKS_ONLY`) and definition searches keep.
@@ -175,6 +201,8 @@ def mapping(
     (``dense_vector``, ``dims`` floats, cosine, HNSW), ids (``tenant``, ``doc_id``,
     ``chunk_id``), ``chunk_no``, ``version``, ``content_hash``, ``source``, ``content_type``,
     ``metadata`` (flattened, so ``metadata.<key>`` term filters work without mapping every key),
+    its typed companions ``metadata_num``/``metadata_bool``/``metadata_date``
+    (:data:`TYPED_METADATA_FIELDS`, for range and typed term filters),
     ``principals`` (the document's readers, :data:`ACL_FIELDS`), the definition entries' fields
     (:data:`DEFINITION_FIELDS`) and ``indexed_at``. The
     mapping's ``_meta`` records the embedding model (``{"embedding": {"model_id": ...,
@@ -184,9 +212,11 @@ def mapping(
         "settings": {
             "number_of_shards": settings.shards,
             "number_of_replicas": settings.replicas,
+            IGNORE_DYNAMIC_BEYOND_LIMIT: True,
         },
         "mappings": {
             "dynamic": "strict",
+            "dynamic_templates": TYPED_METADATA_TEMPLATES,
             "_meta": {"embedding": {"model_id": model_id, "dims": dims}},
             "properties": {
                 **STEMMED_FIELDS,
@@ -206,6 +236,7 @@ def mapping(
                 "content_type": {"type": "keyword"},
                 "lang": {"type": "keyword"},
                 "metadata": {"type": "flattened"},
+                **TYPED_METADATA_FIELDS,
                 **ACL_FIELDS,
                 **DEFINITION_FIELDS,
                 "indexed_at": {"type": "date"},
@@ -287,19 +318,34 @@ class ChunkIndex:
         self.es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
 
     def add_missing_fields(self, name: str) -> list[str]:
-        """Add the :data:`STEMMED_FIELDS`, :data:`ACL_FIELDS` and :data:`DEFINITION_FIELDS` an
-        older index lacks (a mapping addition, allowed on a live index; chunks written before
-        stay without the stemmed fields until ``index rebuild``, and without readers: readable
-        by the whole tenant; a document gets its definition entries when it is next indexed).
+        """Add the :data:`STEMMED_FIELDS`, :data:`ACL_FIELDS`, :data:`DEFINITION_FIELDS` and
+        :data:`TYPED_METADATA_FIELDS` (with their templates) an older index lacks (a mapping
+        addition, allowed on a live index; chunks written before stay without the stemmed
+        fields and the typed metadata until ``index rebuild`` (or until their document is
+        indexed again), and without readers: readable by the whole tenant; a document gets its
+        definition entries when it is next indexed).
 
         Returns:
             The fields added.
         """
         current = self.es.indices.get_mapping(index=name).body
-        properties = next(iter(current.values()))["mappings"].get("properties", {})
-        wanted = {**STEMMED_FIELDS, **ACL_FIELDS, **DEFINITION_FIELDS}
+        mappings = next(iter(current.values()))["mappings"]
+        properties = mappings.get("properties", {})
+        wanted = {**STEMMED_FIELDS, **ACL_FIELDS, **DEFINITION_FIELDS, **TYPED_METADATA_FIELDS}
         missing = {k: v for k, v in wanted.items() if k not in properties}
         if missing:
+            typed = {NUM_FIELD, BOOL_FIELD, DATE_FIELD} & set(missing)
+            if typed:
+                # Templates first: a chunk written between the two calls must find them.
+                have = {n for t in mappings.get("dynamic_templates", []) for n in t}
+                templates = [t for t in TYPED_METADATA_TEMPLATES if not set(t) & have]
+                self.es.indices.put_settings(
+                    index=name, settings={IGNORE_DYNAMIC_BEYOND_LIMIT: True}
+                )
+                self.es.indices.put_mapping(
+                    index=name,
+                    dynamic_templates=[*mappings.get("dynamic_templates", []), *templates],
+                )
             self.es.indices.put_mapping(index=name, properties=missing)
             log.info("index_fields_added", index=name, fields=sorted(missing))
         return sorted(missing)

@@ -58,6 +58,7 @@ from ingest.versions import IndexVersions
 from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import Document, utcnow
 from ragstream.errors import RagstreamError, TransientError
+from topics.metadata import typed_fields
 
 log = structlog.get_logger(__name__)
 
@@ -581,7 +582,10 @@ def _row_fields(d: _Doc) -> dict[str, Any]:
 def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -> dict[str, Any]:
     meta = {k: v for k, v in {**d.op.metadata, **d.parsed.metadata}.items() if v is not None}
     title = c.title or d.op.title or d.parsed.title
-    fields = {"metadata": {k: str(v) for k, v in meta.items()}}
+    # The text of each value for term filters, and its typed companions for range filters
+    # (topics/metadata.py: derived from the same text, so a rebuild derives them alike).
+    text = {k: str(v) for k, v in meta.items()}
+    fields = {"metadata": text, **typed_fields(text)}
     return _entry_body(d, cid, c.chunk_no, title, c.text, _embed_title(c), vector, now, fields)
 
 

@@ -4,7 +4,8 @@ atomic alias swap (the elasticsearch-py DSL alias-migration pattern).
 Sources are not read again: every chunk's text, title and fields are copied from the current
 index (a scroll) and re-embedded with the configured model (identical text hits the embedding
 cache when the model did not change; a source that records the same model has its vectors
-copied instead), and its client-stemmed BM25 fields are computed. A model change is therefore
+copied instead), and its client-stemmed BM25 fields and typed metadata (``topics/metadata.py``,
+from the stored text of its ``metadata``) are computed. A model change is therefore
 ``RAGSTREAM_EMBEDDING__...=<new model> ragstream index rebuild``: queries keep being answered
 from the old index until the alias swap. Writes that land in the old index while the copy runs
 are caught up after the swap: chunks written since the copy started are copied again
@@ -33,6 +34,7 @@ from elasticsearch import helpers
 from ingest.index import ChunkIndex, EmbeddingModelMismatchError, index_model
 from ingest.pipeline import Embeds
 from ingest.stemming import stemmed_fields
+from topics.metadata import BOOL_FIELD, DATE_FIELD, NUM_FIELD, typed_fields
 
 COPY_BATCH = 256
 
@@ -170,6 +172,11 @@ def _copy(
                 d["embedding"] = [float(x) for x in v]
         for d in batch:
             d.update(stemmed_fields(d.get("title"), str(d.get("text") or "")))
+            # Typed metadata from the stored text (topics/metadata.py), also for chunks
+            # written before there was any.
+            for typed in (NUM_FIELD, BOOL_FIELD, DATE_FIELD):
+                d.pop(typed, None)
+            d.update(typed_fields(d.get("metadata") or {}))
         report = index.bulk_index(batch, index=target)
         if report.failed:
             first = next(iter(report.failed.items()))

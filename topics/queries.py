@@ -9,10 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictFloat, StrictStr, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
 from topics.acl import Principals
 from topics.base import Contract, Event, UtcDatetime, new_id
+from topics.metadata import DATE_FORMS, metadata_range, metadata_terms
 
 #: Fields a filter may name: top-level chunk fields or ``metadata.<key>``.
 FilterField = Annotated[
@@ -20,26 +21,68 @@ FilterField = Annotated[
 ]
 
 
+#: A value a term filter compares: text (exact), or, on ``metadata.<key>`` only, a boolean or a
+#: number compared as its type (``topics/metadata.py``).
+TermValue = Annotated[str, Field(max_length=512)] | StrictBool | StrictInt | StrictFloat
+
+
 class TermFilter(Contract):
-    """Match chunks whose ``field`` equals one of ``values`` (1-100 exact strings)."""
+    """Match chunks whose ``field`` equals one of ``values`` (1-100).
+
+    Strings compare exactly with the text of the field (a ``metadata.<key>`` value's text: a
+    number as written, a boolean as ``True``/``False``). On ``metadata.<key>``, booleans and
+    numbers compare as their type: ``true`` matches the documents whose value is true (a
+    JSON boolean, or the text ``true`` in any case), ``9`` those whose value is the number 9
+    (``9``, ``9.0``, ``"9"``). The other fields are text: their values are strings.
+    """
 
     kind: Literal["term"] = "term"
     field: FilterField
-    values: tuple[Annotated[str, Field(max_length=512)], ...] = Field(min_length=1, max_length=100)
+    values: tuple[TermValue, ...] = Field(
+        min_length=1,
+        max_length=100,
+        description="Strings compare exactly; on metadata.<key>, booleans and numbers compare "
+        "as their type.",
+    )
+
+    @model_validator(mode="after")
+    def _typed_values(self) -> TermFilter:
+        if self.field.startswith("metadata."):
+            metadata_terms(self.field, self.values)  # raises on a non-finite number
+        elif not all(isinstance(v, str) for v in self.values):
+            raise ValueError(f"values of a term filter on {self.field} are strings")
+        return self
 
 
 class RangeFilter(Contract):
-    """Match chunks whose numeric or date ``field`` lies in ``[gte, lte]`` (either bound open)."""
+    """Match chunks whose ``field`` lies in ``[gte, lte]`` (one bound may be left out).
+
+    On ``metadata.<key>`` the bounds are both numbers (JSON numbers or strings written as one)
+    or both ISO 8601 dates, compared as numbers or dates with the documents' values of that
+    type (``topics/metadata.py``); a bare date as ``lte`` takes in that whole day (UTC). Any
+    other bound is refused. On ``doc_id``, ``source``, ``content_type`` and ``lang`` (text)
+    the bounds compare as strings, character by character.
+    """
 
     kind: Literal["range"] = "range"
     field: FilterField
-    gte: StrictFloat | StrictStr | None = None
-    lte: StrictFloat | StrictStr | None = None
+    gte: StrictFloat | StrictStr | None = Field(
+        default=None,
+        description="Lower bound, inclusive. On metadata.<key>: a number or an ISO 8601 date "
+        f"({DATE_FORMS}).",
+    )
+    lte: StrictFloat | StrictStr | None = Field(
+        default=None,
+        description="Upper bound, inclusive. On metadata.<key>: a number or an ISO 8601 date; "
+        "a date without a time takes in that whole day (UTC).",
+    )
 
     @model_validator(mode="after")
     def _one_bound(self) -> RangeFilter:
         if self.gte is None and self.lte is None:
             raise ValueError("a range filter needs gte or lte")
+        if self.field.startswith("metadata."):
+            metadata_range(self.field, self.gte, self.lte)  # raises with the reason
         return self
 
 

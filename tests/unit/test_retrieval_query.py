@@ -51,13 +51,13 @@ def test_tenant_filter_is_first_and_always_present() -> None:
     assert clauses[1] == {"terms": {"lang": ["en"]}}
 
 
-def test_open_bounds_are_closed_only_on_flattened_fields() -> None:
+def test_metadata_ranges_are_typed_and_keyword_ranges_stay_strings() -> None:
     clauses = es_filters(
         "acme",
         [RangeFilter(field="metadata.year", lte="2020"), RangeFilter(field="lang", lte="m")],
     )
     assert clauses[1:-1] == [
-        {"range": {"metadata.year": {"gte": "", "lte": "2020"}}},
+        {"range": {"metadata_num.year": {"lte": 2020.0}}},
         {"range": {"lang": {"lte": "m"}}},
     ]
 
@@ -83,8 +83,8 @@ def test_term_and_range_clauses() -> None:
     )
     assert clauses[1:-1] == [
         {"terms": {"metadata.team": ["db", "infra"]}},
-        {"range": {"metadata.year": {"gte": "2020", "lte": "\U0010ffff"}}},
-        {"range": {"metadata.score": {"gte": 1.5, "lte": 3.0}}},
+        {"range": {"metadata_num.year": {"gte": 2020.0}}},
+        {"range": {"metadata_num.score": {"gte": 1.5, "lte": 3.0}}},
     ]
 
 

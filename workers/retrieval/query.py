@@ -18,6 +18,7 @@ from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY
 from ingest.stemming import stem_text
 from ragstream.errors import PermanentError
 from ragstream.settings import RetrievalSettings
+from topics.metadata import metadata_range, metadata_terms
 from topics.queries import Filter, RangeFilter, TermFilter
 
 #: Same field whitelist as :data:`topics.queries.FilterField`, checked again here so a filter
@@ -29,9 +30,6 @@ from topics.queries import Filter, RangeFilter, TermFilter
 #: producer's ``max_request_size`` (issue 39).
 CANDIDATE_EXCLUDES = ["embedding", "text_stemmed", "title_stemmed", "metadata"]
 _FIELD = re.compile(r"^(doc_id|source|content_type|lang|metadata\.[A-Za-z0-9_]{1,64})$")
-#: Open bounds of a range on a ``metadata.<key>`` (flattened) field, which Elasticsearch requires
-#: to have both: the smallest keyword, and the largest code point (UTF-8 F4 8F BF BF).
-_KEYWORD_MIN, _KEYWORD_MAX = "", "\U0010ffff"
 #: Boost of title matches over body matches in BM25 (0.5, with the stemmed text at 1.0, chosen
 #: on both question sets: docs/evaluation.md; it was 2.0).
 TITLE_BOOST = 0.5
@@ -73,18 +71,21 @@ def es_filters(
         tenant: the requesting tenant; always applied.
         principals: the asker's principals; ``None``: no permission filter.
         entry: ``chunk`` (passages) or ``definition`` (the definition index's entries).
-        filters: ``TermFilter`` → ``terms`` (values compared exactly, on keyword or
-            ``metadata.<key>`` of the flattened field); ``RangeFilter`` → ``range`` with the
-            given ``gte``/``lte``. All filterable fields are keywords, so ranges compare
-            strings lexicographically (``"2020" < "2020.0" < "2021"``): pass zero-padded
-            strings of equal width. An open bound of a ``metadata.<key>`` range is closed
-            with the smallest/largest keyword, as flattened fields require both.
+        filters: ``TermFilter`` → ``terms`` (strings compared exactly, on a keyword or
+            ``metadata.<key>`` of the flattened field; on ``metadata.<key>`` booleans and
+            numbers on its typed companion, :func:`topics.metadata.metadata_terms`, several
+            kinds as one ``bool.should``); ``RangeFilter`` → ``range``: on
+            ``metadata.<key>`` over ``metadata_num.<key>`` (numbers) or
+            ``metadata_date.<key>`` (dates) (:func:`topics.metadata.metadata_range`); on a
+            keyword field with the given ``gte``/``lte``, compared as strings.
 
     Returns:
         Clauses for a ``bool.filter`` (all must match).
 
     Raises:
-        PermanentError: empty tenant, or a filter naming a field outside the whitelist.
+        PermanentError: empty tenant, a filter naming a field outside the whitelist, or a
+            metadata filter whose values are not of a type it compares (a filter built
+            without validation: a validated one never is).
     """
     if not tenant:
         raise PermanentError("a search needs a tenant")
@@ -95,22 +96,31 @@ def es_filters(
     for f in filters:
         if not _FIELD.fullmatch(f.field):
             raise PermanentError(f"filter field not allowed: {f.field!r}")
-        if isinstance(f, TermFilter):
-            clauses.append({"terms": {f.field: list(f.values)}})
-        elif isinstance(f, RangeFilter):
-            clauses.append({"range": {f.field: _bounds(f)}})
-        else:  # pragma: no cover - the discriminated union has two members
-            raise PermanentError(f"unknown filter kind: {type(f).__name__}")
+        try:
+            clauses.append(_clause(f))
+        except ValueError as exc:
+            raise PermanentError(str(exc)) from exc
     clauses.append(CHUNKS_ONLY if entry == "chunk" else DEFINITIONS_ONLY)
     return clauses
 
 
-def _bounds(f: RangeFilter) -> dict[str, float | str]:
-    gte, lte = f.gte, f.lte
-    if f.field.startswith("metadata."):
-        gte = _KEYWORD_MIN if gte is None else gte
-        lte = _KEYWORD_MAX if lte is None else lte
-    return {op: v for op, v in (("gte", gte), ("lte", lte)) if v is not None}
+def _clause(f: Filter) -> dict[str, Any]:
+    """One filter's clause (raises ``ValueError`` as :mod:`topics.metadata` does)."""
+    metadata = f.field.startswith("metadata.")
+    if isinstance(f, TermFilter):
+        if not metadata:
+            return {"terms": {f.field: list(f.values)}}
+        terms = metadata_terms(f.field, f.values)
+        if len(terms) == 1:
+            return terms[0]
+        return {"bool": {"should": terms, "minimum_should_match": 1}}
+    if isinstance(f, RangeFilter):
+        if not metadata:
+            bounds = {op: v for op, v in (("gte", f.gte), ("lte", f.lte)) if v is not None}
+            return {"range": {f.field: bounds}}
+        field, typed = metadata_range(f.field, f.gte, f.lte)
+        return {"range": {field: typed}}
+    raise PermanentError(f"unknown filter kind: {type(f).__name__}")  # pragma: no cover
 
 
 @dataclass(frozen=True, slots=True)
