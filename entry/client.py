@@ -44,6 +44,7 @@ from urllib.parse import quote
 import httpx
 
 from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
+from api.pages import MAX_LIMIT
 from api.replies import Reply, ReplyRouter, Waiter
 from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
 from ragstream.db.models import FINAL_JOB_STATUSES
@@ -188,9 +189,13 @@ class Calls:
         return Call("POST", "/v1/webhooks", body, EndpointCreated.model_validate)
 
     @staticmethod
-    def list_webhooks() -> Call[list[EndpointOut]]:
-        """``GET /v1/webhooks``."""
-        return Call("GET", "/v1/webhooks", None, lambda d: EndpointList.model_validate(d).data)
+    def list_webhooks(cursor: str | None = None) -> Call[EndpointList]:
+        """``GET /v1/webhooks``: one page of the tenant's endpoints (the most a page holds),
+        after ``cursor`` (a page's ``next_cursor``; ``None``: the first page)."""
+        path = f"/v1/webhooks?limit={MAX_LIMIT}"
+        if cursor is not None:
+            path += f"&cursor={quote(cursor, safe='')}"
+        return Call("GET", path, None, EndpointList.model_validate)
 
     @staticmethod
     def delete_webhook(endpoint_id: str) -> Call[None]:
@@ -366,8 +371,15 @@ class HttpClient:
         return self._do(Calls.register_webhook(url, event_types, description))
 
     def list_webhooks(self) -> list[EndpointOut]:
-        """The tenant's endpoints."""
-        return self._do(Calls.list_webhooks())
+        """The tenant's endpoints, oldest first: every page (``next_cursor`` followed)."""
+        found: list[EndpointOut] = []
+        cursor: str | None = None
+        while True:
+            page = self._do(Calls.list_webhooks(cursor))
+            found += page.items
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
 
     def delete_webhook(self, endpoint_id: str) -> None:
         """Remove an endpoint."""
@@ -538,8 +550,15 @@ class AsyncHttpClient:
         return await self._do(Calls.register_webhook(url, event_types, description))
 
     async def list_webhooks(self) -> list[EndpointOut]:
-        """The tenant's endpoints."""
-        return await self._do(Calls.list_webhooks())
+        """The tenant's endpoints, oldest first: every page (``next_cursor`` followed)."""
+        found: list[EndpointOut] = []
+        cursor: str | None = None
+        while True:
+            page = await self._do(Calls.list_webhooks(cursor))
+            found += page.items
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
 
     async def delete_webhook(self, endpoint_id: str) -> None:
         """Remove an endpoint."""

@@ -8,7 +8,8 @@
 - ``POST /v1/webhooks/callback-secret`` (201, 409 once it exists) and
   ``POST /v1/webhooks/callback-secret/rotate``: the tenant's key for deliveries to a query's
   or job's ``callback_url`` (see :mod:`workers.webhooks.signing` for why one per tenant).
-- ``GET /v1/webhooks``, ``GET /v1/webhooks/{id}``, ``DELETE /v1/webhooks/{id}`` (204).
+- ``GET /v1/webhooks`` (``{"items", "next_cursor"}`` with ``limit`` / ``cursor``, like every
+  list, :mod:`api.pages`), ``GET /v1/webhooks/{id}``, ``DELETE /v1/webhooks/{id}`` (204).
 - ``GET /v1/webhooks/deliveries/{webhook_id}``: status and every attempt of one delivery.
 
 Everything is scoped to the API key's tenant; another tenant's endpoint or delivery is 404.
@@ -17,13 +18,16 @@ Everything is scoped to the API key's tenant; another tenant's endpoint or deliv
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
+from api.pages import DEFAULT_LIMIT, MAX_LIMIT, decode_cursor, encode_cursor
 from api.webhooks.protocol import (
     DeliveryOut,
     EndpointBody,
@@ -138,10 +142,28 @@ async def rotate_webhook_secret(
 
 
 @router.get("/v1/webhooks", response_model=EndpointList, responses=ERRORS)
-async def list_webhooks(request: Request, p: Principal = Depends(principal)) -> EndpointList:
-    """The caller's endpoints, oldest first."""
-    found = await asyncio.to_thread(endpoints.list_endpoints, services(request).sessions, p.tenant)
-    return EndpointList(data=[EndpointOut.of(e) for e in found])
+async def list_webhooks(
+    request: Request,
+    p: Principal = Depends(principal),
+    limit: int = Query(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT),
+    cursor: str | None = Query(default=None, max_length=512, description="A `next_cursor`."),
+) -> EndpointList:
+    """The caller's endpoints, oldest first, one page at a time (``{"items", "next_cursor"}``).
+
+    Raises:
+        ApiError: 422 ``INVALID_REQUEST`` for a cursor this API did not hand out.
+    """
+    after = decode_cursor(cursor, (dt.datetime, str))
+    found = await asyncio.to_thread(
+        partial(
+            endpoints.page_endpoints, services(request).sessions, p.tenant, limit=limit + 1,
+            after=after,
+        )
+    )  # fmt: skip
+    page = found[:limit]
+    more = len(found) > limit
+    next_cursor = encode_cursor([page[-1].created_at, page[-1].id]) if more else None
+    return EndpointList(items=[EndpointOut.of(e) for e in page], next_cursor=next_cursor)
 
 
 @router.get("/v1/webhooks/{endpoint_id}", response_model=EndpointOut, responses=ERRORS)

@@ -82,9 +82,11 @@ class SecretOut(BaseModel):
 
 
 class EndpointList(BaseModel):
-    """The tenant's endpoints, oldest first."""
+    """One page of the tenant's endpoints, oldest first (the shape of every list of the API,
+    :mod:`api.pages`)."""
 
-    data: list[EndpointOut]
+    items: list[EndpointOut]
+    next_cursor: str | None = Field(default=None, description="Pass as `cursor`; null: last.")
 
 
 class AttemptOut(BaseModel):

@@ -100,7 +100,8 @@ def test_ssrf_targets_are_refused_at_registration(make_api: Callable[..., Api], 
         headers=api.as_("acme"),
     )
     assert "refused address" in _error(resp, 422, "INVALID_REQUEST")
-    assert api.client.get("/v1/webhooks", headers=api.as_("acme")).json() == {"data": []}
+    empty = {"items": [], "next_cursor": None}
+    assert api.client.get("/v1/webhooks", headers=api.as_("acme")).json() == empty
 
 
 def test_loopback_is_allowed_only_through_the_allowlist(make_api: Callable[..., Api]) -> None:
@@ -126,7 +127,8 @@ def test_endpoints_are_scoped_to_their_tenant(make_api: Callable[..., Api]) -> N
     }
     created = api.client.post("/v1/webhooks", json=body, headers=api.as_("acme")).json()
     ep = created["id"]
-    assert api.client.get("/v1/webhooks", headers=api.as_("globex")).json() == {"data": []}
+    empty = {"items": [], "next_cursor": None}
+    assert api.client.get("/v1/webhooks", headers=api.as_("globex")).json() == empty
     _error(api.client.get(f"/v1/webhooks/{ep}", headers=api.as_("globex")), 404, "NOT_FOUND")
     _error(api.client.delete(f"/v1/webhooks/{ep}", headers=api.as_("globex")), 404, "NOT_FOUND")
     mine = api.client.get(f"/v1/webhooks/{ep}", headers=api.as_("acme")).json()
@@ -139,7 +141,7 @@ def test_endpoints_are_scoped_to_their_tenant(make_api: Callable[..., Api]) -> N
         "NOT_FOUND",
     )
     assert [
-        e["id"] for e in api.client.get("/v1/webhooks", headers=api.as_("acme")).json()["data"]
+        e["id"] for e in api.client.get("/v1/webhooks", headers=api.as_("acme")).json()["items"]
     ] == [ep]
     deleted = api.client.delete(f"/v1/webhooks/{ep}", headers=api.as_("acme"))
     assert deleted.status_code == 204 and deleted.content == b""
@@ -253,7 +255,7 @@ def test_registration_shows_a_fresh_key_once_and_rotation_returns_a_new_one(
     second = api.client.post("/v1/webhooks", json=body, headers=api.as_("acme")).json()
     assert first["secret"] != second["secret"]
     assert len(base64.b64decode(first["secret"].removeprefix("whsec_"))) == 32
-    listed = api.client.get("/v1/webhooks", headers=api.as_("acme")).json()["data"]
+    listed = api.client.get("/v1/webhooks", headers=api.as_("acme")).json()["items"]
     assert all("secret" not in e for e in listed)
     resp = api.client.post(f"/v1/webhooks/{first['id']}/rotate-secret", headers=api.as_("acme"))
     assert resp.status_code == 200, resp.text

@@ -78,7 +78,12 @@ class Api:
             ("POST", "/v1/webhooks"): lambda: httpx.Response(
                 201, json=ENDPOINT | {"secret": "whsec_x"}
             ),
-            ("GET", "/v1/webhooks"): lambda: httpx.Response(200, json={"data": [ENDPOINT]}),
+            ("GET", "/v1/webhooks?limit=200"): lambda: httpx.Response(
+                200, json={"items": [ENDPOINT], "next_cursor": "c/1"}
+            ),
+            ("GET", "/v1/webhooks?limit=200&cursor=c%2F1"): lambda: httpx.Response(
+                200, json={"items": [ENDPOINT | {"id": "w2"}], "next_cursor": None}
+            ),
             ("DELETE", "/v1/webhooks/w1"): lambda: httpx.Response(204),
         }
 
@@ -156,7 +161,8 @@ def test_documents_jobs_and_webhooks() -> None:
     up, doc, deleted, job, done, created, listed, gone = _async(api, go)
     assert up.op == "upsert" and doc.status == "indexed" and deleted.op == "delete"
     assert job.status == "pending" and done.status == "succeeded" and done.done_documents == 4
-    assert created.secret == "whsec_x" and [e.id for e in listed] == ["w1"] and gone is None
+    assert created.secret == "whsec_x" and gone is None
+    assert [e.id for e in listed] == ["w1", "w2"]  # every page, the cursor followed
     bodies = {(m, p): b for m, p, b, _ in api.seen}
     assert bodies[("POST", "/v1/documents")] == {
         "doc_id": "a/b c", "text": "text", "content_type": "text/markdown", "title": "T",
@@ -194,8 +200,11 @@ def test_the_sync_client_sends_the_same_requests() -> None:
         assert c.upsert_document("a/b c", "text").op == "upsert"
         assert c.get_job("j1").status == "running"
         assert c.register_webhook("https://hooks.example.com/rag", ["*"]).secret == "whsec_x"
+        assert [e.id for e in c.list_webhooks()] == ["w1", "w2"]
         c.delete_webhook("w1")
     assert [(m, p) for m, p, *_ in api.seen] == [
         ("POST", "/v1/query"), ("POST", "/v1/query"), ("POST", "/v1/documents"),
-        ("GET", "/v1/ingest/jobs/j1"), ("POST", "/v1/webhooks"), ("DELETE", "/v1/webhooks/w1"),
+        ("GET", "/v1/ingest/jobs/j1"), ("POST", "/v1/webhooks"),
+        ("GET", "/v1/webhooks?limit=200"), ("GET", "/v1/webhooks?limit=200&cursor=c%2F1"),
+        ("DELETE", "/v1/webhooks/w1"),
     ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Webhook endpoints a tenant registers per event type: register, list, get, delete, targets.
+"""Webhook endpoints a tenant registers per event type: register, page, get, delete, targets.
 
 Every function is scoped to one tenant: a tenant never sees, matches or deletes another
 tenant's endpoints (an endpoint of another tenant is reported as missing, not as forbidden).
@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream.db.models import WebhookEndpoint, as_utc
@@ -138,10 +138,28 @@ def register(
         return dataclasses.replace(_view(row), secret=row.secret)
 
 
-def list_endpoints(sessions: sessionmaker[Session], tenant: str) -> list[Endpoint]:
-    """The tenant's enabled endpoints, oldest first."""
+def page_endpoints(
+    sessions: sessionmaker[Session],
+    tenant: str,
+    *,
+    limit: int,
+    after: tuple[dt.datetime, str] | None = None,
+) -> list[Endpoint]:
+    """Up to ``limit`` of the tenant's enabled endpoints, oldest first by ``(created_at, id)``,
+    those after the sort key ``after`` of the previous page's last endpoint (keyset
+    pagination, as :mod:`api.pages` describes)."""
+    stmt = (
+        select(WebhookEndpoint)
+        .where(WebhookEndpoint.tenant == tenant, WebhookEndpoint.disabled_at.is_(None))
+        .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)
+        .limit(limit)
+    )
+    if after is not None:
+        at, last = after
+        created, key = WebhookEndpoint.created_at, WebhookEndpoint.id
+        stmt = stmt.where(or_(created > at, and_(created == at, key > last)))
     with sessions() as session:
-        return [_view(r) for r in _enabled(session, tenant)]
+        return [_view(r) for r in session.scalars(stmt)]
 
 
 def get_endpoint(sessions: sessionmaker[Session], tenant: str, endpoint_id: str) -> Endpoint | None:
