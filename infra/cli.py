@@ -1,6 +1,8 @@
 """``ragstream infra up|down|status|llm|models``: the typer app over :mod:`infra.manager`.
 
 ``infra llm up --model NAME --port N`` starts an extra LLM server beside the main one;
+``infra llm install --server vllm`` (``make vllm``) builds the optional vLLM venv and converts
+models for it, and ``infra llm up|down --server vllm`` starts or stops ``vllm serve`` (issue 40);
 ``infra llm serve`` runs the main server in the foreground (a container's command);
 ``infra models install [NAME...] [--embedding]`` only assembles catalog models (``--embedding``:
 also the configured ONNX embedding model, as ``make install`` does); ``infra models list``
@@ -48,6 +50,22 @@ app.add_typer(llm_app, name="llm")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(models_app, name="models")
 console = Console()
+
+
+class ServerKind(StrEnum):
+    """Names accepted by ``infra llm ... --server``."""
+
+    llamacpp = "llamacpp"
+    vllm = "vllm"
+
+
+ServerOption = Annotated[
+    ServerKind,
+    typer.Option(
+        "--server",
+        help="llamacpp: an extra llama.cpp server; vllm: the optional vLLM server (settings.vllm).",
+    ),
+]
 
 
 class ServiceName(StrEnum):
@@ -184,9 +202,17 @@ def _print_env(env: dict[str, str]) -> None:
 
 
 @llm_app.command("up")
-def llm_start(
-    model: Annotated[str, typer.Option("--model", help="Catalog name (infra models list).")],
-    port: Annotated[int, typer.Option("--port", help="TCP port, not settings.llm.port.")],
+def llm_start(  # noqa: PLR0917 - typer options
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Catalog name (infra models list). vllm: default settings.vllm.model."
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", help="TCP port, not settings.llm.port. vllm: settings.vllm.port."),
+    ] = None,
     n_parallel: Annotated[
         int | None, typer.Option(help="Slots. Default: settings.llm.n_parallel.")
     ] = None,
@@ -194,20 +220,77 @@ def llm_start(
         int | None, typer.Option(help="Context tokens over all slots. Default: settings.llm.n_ctx.")
     ] = None,
     n_threads: Annotated[
-        int | None, typer.Option(help="CPU threads. Default: settings.llm.n_threads.")
+        int | None,
+        typer.Option(help="CPU threads. Default: settings.llm.n_threads (vllm: settings.vllm)."),
     ] = None,
+    server: ServerOption = ServerKind.llamacpp,
 ) -> None:
-    """Install MODEL if needed and serve it on PORT; wait until healthy."""
+    """Install MODEL if needed and serve it on PORT; wait until healthy.
+
+    With ``--server vllm``: start vLLM's OpenAI-compatible server (settings.vllm; ``--model``,
+    ``--port`` and ``--n-threads`` override it) from the venv ``make vllm`` built; ~1-3 min.
+    """
     from infra.manager import llm_up
     from ragstream.settings import get_settings
 
+    settings = get_settings()
+    if server is ServerKind.vllm:
+        from infra.manager import vllm_up
+
+        overrides = {"model": model, "port": port, "n_threads": n_threads}
+        vllm = settings.vllm.model_copy(
+            update={k: v for k, v in overrides.items() if v is not None}
+        )
+        try:
+            state = vllm_up(settings.model_copy(update={"vllm": vllm}))
+        except InfraError as exc:
+            _fail("infra llm up --server vllm", exc)
+        console.print(_table([state]))
+        return
+    if model is None or port is None:
+        typer.secho("infra llm up: --model and --port are required", fg="red", err=True)
+        raise typer.Exit(2)
     try:
         state = llm_up(
-            get_settings(), model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
+            settings, model, port, n_parallel=n_parallel, n_ctx=n_ctx, n_threads=n_threads
         )
     except InfraError as exc:
         _fail("infra llm up", exc)
     console.print(_table([state]))
+
+
+@llm_app.command("install")
+def llm_install(
+    server: ServerOption = ServerKind.vllm,
+    models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model", help="Catalog name to convert (repeatable). Default: settings.vllm.model."
+        ),
+    ] = None,
+) -> None:
+    """Build the optional vLLM venv (hash-pinned, ~5.6 GB) and convert models; start nothing.
+
+    ``pip install --no-deps --require-hashes -r infra/vllm-requirements.txt`` into
+    settings.vllm.venv_dir (default .local/vllm-venv), then each model's GGUF converted once to
+    safetensors under .local/models/vllm/<name>/ (its sha256 recorded). A second run does nothing.
+    """
+    from infra.vllm_install import install
+    from ragstream.settings import get_settings
+
+    if server is not ServerKind.vllm:
+        typer.echo("llama.cpp needs no install step: `ragstream infra models install NAME`")
+        return
+    try:
+        report, manifests = install(get_settings(), list(models or []))
+    except InfraError as exc:
+        _fail("infra llm install --server vllm", exc)
+    what = f"installed in {report.seconds:.0f} s" if report.installed else "already installed"
+    console.print(f"vLLM venv {report.path}: {what}, {report.size_bytes / 1e9:.2f} GB")
+    for name, manifest in manifests.items():
+        files = manifest.get("files")
+        weights = files.get("model.safetensors") if isinstance(files, dict) else None
+        console.print(f"{name}: model.safetensors sha256 {weights} (from {manifest.get('source')})")
 
 
 @llm_app.command("serve")
@@ -243,11 +326,21 @@ def llm_stop(
     port: Annotated[
         int | None, typer.Option("--port", help="Only this server. Default: every extra one.")
     ] = None,
+    server: ServerOption = ServerKind.llamacpp,
 ) -> None:
-    """Stop extra LLM servers (the main one keeps running: `infra down` stops it)."""
+    """Stop extra LLM servers (the main one keeps running: `infra down` stops it).
+
+    With ``--server vllm``: stop the vLLM server.
+    """
     from infra.manager import llm_down
     from ragstream.settings import get_settings
 
+    if server is ServerKind.vllm:
+        from infra.manager import vllm_down
+
+        was_running = vllm_down(get_settings())
+        console.print("stopped: vllm" if was_running else "stopped: nothing was running")
+        return
     try:
         stopped = llm_down(get_settings(), port)
     except InfraError as exc:

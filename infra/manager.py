@@ -18,6 +18,7 @@ from infra.llm_service import LlmService, extra_services
 from infra.postgres_service import PostgresService
 from infra.redis_service import RedisService
 from infra.service import Service, ServiceStatus
+from infra.vllm_service import VllmService
 from ragstream.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -124,8 +125,8 @@ def up(
 def down(settings: Settings) -> None:
     """Stop every local service that runs (PostgreSQL included), in reverse start order.
 
-    Extra LLM servers (:func:`llm_up`) and the nodes of ``infra cluster up``
-    (:mod:`infra.cluster`) are stopped first. Each is stopped by PID (SIGTERM,
+    The vLLM server (:func:`vllm_up`), extra LLM servers (:func:`llm_up`) and the nodes of
+    ``infra cluster up`` (:mod:`infra.cluster`) are stopped first. Each is stopped by PID (SIGTERM,
     SIGKILL after 30 s; PostgreSQL with ``pg_ctl stop -m fast``) and its PID file removed.
     Services that are not running are skipped. Data under ``settings.infra.local_dir`` is kept.
 
@@ -134,6 +135,7 @@ def down(settings: Settings) -> None:
     """
     with _exclusive(settings):
         cluster.down(settings)
+        VllmService(settings).stop()
         for service in [*extra_services(settings), *reversed(services(settings, postgres=True))]:
             service.stop()
 
@@ -142,7 +144,7 @@ def status(settings: Settings) -> list[ServiceStatus]:
     """Return the status of each service (PID file plus the real health check).
 
     PostgreSQL is listed when ``settings.infra.postgres`` is set or when it runs; extra LLM
-    servers (``llm:<port>``) when they run.
+    servers (``llm:<port>``) and the vLLM server (``vllm``) when they run.
 
     Args:
         settings: The settings tree.
@@ -157,6 +159,9 @@ def status(settings: Settings) -> list[ServiceStatus]:
             continue
         result.append(state)
     result.extend(service.status() for service in extra_services(settings))
+    vllm = VllmService(settings)
+    if vllm.running_pid() is not None:
+        result.append(vllm.status())
     return result
 
 
@@ -224,3 +229,29 @@ def llm_down(settings: Settings, port: int | None = None) -> list[int]:
                 stopped.append(service.llm.port)
             service.stop()
     return stopped
+
+
+def vllm_up(settings: Settings) -> ServiceStatus:
+    """Start the vLLM server of ``settings.vllm``; wait (up to its ``start_timeout_s``) for
+    ``GET /health``. One already running is left alone.
+
+    Raises:
+        InstallError: The vLLM venv or the converted model is missing (``make vllm``).
+        PortConflictError: ``settings.vllm.port`` is held by another process.
+        ServiceStartError: The server died or stayed unhealthy.
+    """
+    with _exclusive(settings):
+        return VllmService(settings).ensure_up()
+
+
+def vllm_down(settings: Settings) -> bool:
+    """Stop the vLLM server (SIGTERM, SIGKILL after 30 s).
+
+    Returns:
+        Whether it was running.
+    """
+    with _exclusive(settings):
+        service = VllmService(settings)
+        was_running = service.running_pid() is not None
+        service.stop()
+    return was_running

@@ -798,6 +798,54 @@ class LlmSettings(BaseModel):
         return f"http://{self.host}:{self.port}"
 
 
+class VllmSettings(BaseModel):
+    """The optional local vLLM server (``infra/vllm_service.py``; issue 40).
+
+    ``ragstream infra llm install --server vllm`` (``make vllm``) builds a virtualenv of its own
+    (``venv_dir``; ``None``: ``<infra.local_dir>/vllm-venv``) from the hash-pinned lock
+    ``infra/vllm-requirements.txt`` and converts the catalog model ``model`` from GGUF to a
+    safetensors folder under ``<infra.local_dir>/models/vllm/<model>/`` (vLLM 0.32 loads no
+    GGUF). ``ragstream infra llm up --server vllm`` starts
+    ``python -m vllm.entrypoints.openai.api_server`` from that venv and waits for ``GET /health``.
+    A generation tier uses it through the same OpenAI-compatible backend, by settings only:
+    ``generation.<tier>.base_url`` = :attr:`base_url`, ``generation.<tier>.model`` = ``model``
+    (the served model name) and ``generation.<tier>.n_ctx_per_slot`` = ``max_model_len``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8091
+    #: Catalog name of the model (``infra/models.py``); also the served model name.
+    model: str = "gemma3-270m"
+    venv_dir: Path | None = None
+    #: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``); 1 GiB holds ~55k tokens of Gemma 270M.
+    kvcache_space_gib: int = Field(default=1, ge=1)
+    #: Context window of one request in tokens (``--max-model-len``).
+    max_model_len: int = Field(default=2048, ge=256)
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    #: CPU threads of the engine: ``None`` lets vLLM bind one per core of its NUMA node
+    #: (``VLLM_CPU_OMP_THREADS_BIND=auto``); ``n`` binds cores ``0..n-1``.
+    n_threads: int | None = Field(default=None, ge=1)
+    #: Automatic prefix caching (``--enable-prefix-caching`` / ``--no-enable-prefix-caching``).
+    enable_prefix_caching: bool = True
+    #: Requests decoded together (``--max-num-seqs``); ``None`` keeps vLLM's default.
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    #: Seconds ``infra llm up --server vllm`` waits for ``/health`` (~180 s on 2 busy cores).
+    start_timeout_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _catalog_model(self) -> VllmSettings:
+        """Check ``model`` against :data:`LLM_PROMPT_STYLES` (the catalog's names)."""
+        if self.model not in LLM_PROMPT_STYLES:
+            known = ", ".join(sorted(LLM_PROMPT_STYLES))
+            raise ValueError(f"unknown vllm.model {self.model!r}; the catalog has: {known}")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port`` of the server (no trailing slash)."""
+        return f"http://{self.host}:{self.port}"
+
+
 class GenerationTierSettings(BaseModel):
     """One generation tier's backend: any OpenAI-compatible server (``vllm serve`` in
     production, the local llama.cpp server by default) and how to prompt it. The backend is
@@ -858,6 +906,7 @@ class Settings(BaseSettings):
     embedding: EmbeddingSettings = EmbeddingSettings()
     #: A factory, not an instance: building one reads the model catalog in ``infra``.
     llm: LlmSettings = Field(default_factory=LlmSettings)
+    vllm: VllmSettings = VllmSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     rerank: RerankSettings = RerankSettings()
     evidence: EvidenceSettings = EvidenceSettings()
