@@ -232,6 +232,9 @@ class DocumentOut(BaseModel):
     title: str | None = None
     source: str | None = None
     error: str | None = None
+    #: What ingest repaired in its input, one line each (e.g. lone surrogates in a record's
+    #: text replaced by U+FFFD: those characters are lost); empty: nothing.
+    warnings: list[str] = Field(default_factory=list)
     updated_at: UtcDateTime | None = None
     #: Who may read it; ``None``: everyone of the tenant.
     readers: list[str] | None = None

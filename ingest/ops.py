@@ -44,7 +44,9 @@ class IngestOp:
     producer says it sent it (the event's ``created_at``, UTC): refused when too far in the
     future, and ordering nothing (:mod:`ingest.order`); ``None`` on the batch path.
     ``event_id``: the ``rag.ingest`` event's id (a copy of an applied event is not applied
-    again); ``None`` on the batch path.
+    again); ``None`` on the batch path. ``warnings`` and ``surrogates``: what the pipeline
+    repaired in its title, source and metadata (lone surrogates replaced), as on
+    :class:`~ingest.types.ParsedDocument`.
     """
 
     tenant: str
@@ -60,6 +62,8 @@ class IngestOp:
     principals: tuple[str, ...] | None = None
     sent_at: dt.datetime | None = None
     event_id: str | None = None
+    warnings: tuple[str, ...] = ()
+    surrogates: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import structlog
+from prometheus_client import Counter
 
 from ingest.acl import Row, set_readers
 from ingest.index import (
@@ -50,7 +51,13 @@ from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
 from ingest.order import MAX_CLOCK_SKEW_S, duplicate, too_far_ahead
 from ingest.outcome import IngestOutcome, Status
-from ingest.parsers.text import escape_surrogates, replace_surrogates, surrogate_problem
+from ingest.parsers.text import (
+    count_surrogates,
+    escape_surrogates,
+    replace_surrogates,
+    surrogate_problem,
+    surrogates_warning,
+)
 from ingest.registry import Change, DocumentRegistry
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, Definition, ParsedDocument, ParseError, ParseOptions
@@ -62,6 +69,11 @@ from topics.metadata import typed_fields
 
 log = structlog.get_logger(__name__)
 
+SURROGATES_REPLACED = Counter(
+    "ragstream_ingest_surrogates_replaced_total",
+    "Lone surrogate code points (half of a UTF-16 pair) replaced by U+FFFD in the text, "
+    "title, source or metadata of indexed documents; each such document keeps a warning.",
+)
 
 #: Outcomes of an op that applied to its document: each is a change of the document's
 #: ``sequence`` (:mod:`ingest.order`).
@@ -324,6 +336,7 @@ class IngestPipeline:
                     self.versions.bump(tenant)
         # Only now, once a search can find them, are the documents recorded as indexed; each
         # change an op made or confirmed counts in its document's sequence (ingest/order.py).
+        _report_repairs(indexed)
         self.registry.record_many(
             [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows,
             [
@@ -559,6 +572,7 @@ class IngestPipeline:
             content_hash=None,
             version=prev.version if prev else 0,
             error=None,
+            warnings=None,
         )
         touched.add(op.tenant)
         return IngestOutcome(op.tenant, op.doc_id, "deleted", prev.version if prev else 0, 0)
@@ -574,9 +588,29 @@ def _row_fields(d: _Doc) -> dict[str, Any]:
         "chunk_ids": d.chunk_ids,
         "chunk_count": len(d.chunks),
         "error": None,
+        "warnings": [*d.op.warnings, *d.parsed.warnings] or None,
         "metadata_": {**d.op.metadata, **d.parsed.metadata},
         "readers": to_column(d.readers),
     }
+
+
+def _report_repairs(indexed: list[_Doc]) -> None:
+    """Log and count what was repaired in the input of each of the ``indexed`` documents
+    (lone surrogates replaced: ``ingest.surrogates_replaced``, one line per document); the
+    warnings themselves go on the registry row (:func:`_row_fields`)."""
+    for d in indexed:
+        replaced = d.op.surrogates + d.parsed.surrogates
+        if not replaced:
+            continue
+        SURROGATES_REPLACED.inc(replaced)
+        log.warning(
+            "ingest.surrogates_replaced",
+            tenant=d.op.tenant,
+            doc_id=d.doc_id,
+            version=d.version,
+            surrogates=replaced,
+            warnings=[*d.op.warnings, *d.parsed.warnings],
+        )
 
 
 def _body(d: _Doc, c: Chunk, cid: str, vector: np.ndarray[Any, Any], now: str) -> dict[str, Any]:
@@ -710,8 +744,21 @@ def _clean_op(op: IngestOp) -> IngestOp:
         replace_surrogates(k): (replace_surrogates(v) if isinstance(v, str) else v)
         for k, v in op.metadata.items()
     }
+    found = {
+        "title": count_surrogates(op.title or ""),
+        "source": count_surrogates(op.source or ""),
+        "metadata": count_surrogates(
+            *(t for k, v in op.metadata.items() for t in (k, v if isinstance(v, str) else ""))
+        ),
+    }
+    found = {where: n for where, n in found.items() if n}
     return dataclasses.replace(
-        op, title=clean(op.title), source=clean(op.source), metadata=metadata
+        op,
+        title=clean(op.title),
+        source=clean(op.source),
+        metadata=metadata,
+        warnings=tuple(surrogates_warning(n, where) for where, n in found.items()),
+        surrogates=sum(found.values()),
     )
 
 

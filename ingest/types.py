@@ -13,7 +13,7 @@ from ragstream.settings import IngestSettings
 
 #: Version of what the parsers make of a file: bump it when a parser's output changes, so that
 #: parses stored beside uploads (``ingest/uploads.py``) under the old one are not reused.
-PARSE_FORMAT = 2
+PARSE_FORMAT = 3  # 3: warnings and surrogates (a record's lone surrogates replaced)
 
 #: Metadata values kept on documents and chunks (JSON scalars).
 MetaValue = str | int | float | bool | None
@@ -104,6 +104,11 @@ class ParsedDocument:
 
     ``definitions`` are the names it documents (:mod:`ingest.parsers.definitions`), each
     indexed as a definition entry beside its chunks.
+
+    ``warnings``: what the parser repaired in the input, one line each (a record's lone
+    surrogates replaced by U+FFFD); the registry keeps them on the document's row and
+    ``GET /v1/documents/{id}`` shows them. ``surrogates``: how many lone surrogates were
+    replaced (the pipeline counts them in ``ragstream_ingest_surrogates_replaced_total``).
     """
 
     title: str
@@ -113,6 +118,8 @@ class ParsedDocument:
     doc_id: str | None = None
     error: str | None = None
     definitions: tuple[Definition, ...] = ()
+    warnings: tuple[str, ...] = ()
+    surrogates: int = 0
 
     @property
     def text(self) -> str:

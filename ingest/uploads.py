@@ -133,6 +133,7 @@ def _load(documents: list[dict[str, Any]]) -> tuple[ParsedDocument, ...]:
                 "sections": tuple(Section(tuple(h), str(t)) for h, t in d["sections"]),
                 "metadata": dict(d["metadata"]),
                 "definitions": tuple(Definition(**x) for x in d.get("definitions", ())),
+                "warnings": tuple(str(w) for w in d.get("warnings", ())),
             }
         )
         for d in documents

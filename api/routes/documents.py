@@ -207,7 +207,9 @@ async def get_document(
     A JSON/JSONL records file answers with its records summed up: ``indexed`` while any
     record is served (``failed`` when none is), the chunks of the served ones, and in
     ``error`` how many records failed and the first one's id and reason (e.g. an id holding
-    a lone surrogate); each record is ``GET /v1/documents/<doc_id>#<record id>``.
+    a lone surrogate), in ``warnings`` the first served record's warnings (e.g. lone
+    surrogates in its text replaced by U+FFFD) and how many more records have any; each
+    record is ``GET /v1/documents/<doc_id>#<record id>``.
     """
     _check_doc_id(doc_id)
     sessions = services(request).sessions
@@ -432,6 +434,7 @@ def _document_out(row: Document) -> DocumentOut:
     return DocumentOut(
         doc_id=row.doc_id, status=row.status, version=row.version, chunk_count=row.chunk_count,
         title=row.title, source=row.source, error=row.error,
+        warnings=[str(w) for w in row.warnings or []],
         updated_at=as_utc(row.updated_at) if row.updated_at else None,
         readers=None if row.readers is None else list(from_column(row.readers) or ()),
         sequence=row.sequence or 0, last_event_id=row.last_event_id,
@@ -468,6 +471,10 @@ def _records_file(
             f"{len(failed)} of {len(records)} records failed; first: "
             f"{first.doc_id}: {first.error or 'failed'}"
         )[:4000]
+    warned = [r for r in served if r.warnings]
+    warnings = [f"{r.doc_id}: {w}" for r in warned[:1] for w in r.warnings or []]
+    if len(warned) > 1:
+        warnings.append(f"{len(warned) - 1} more record(s) with warnings: GET each record")
     return DocumentOut(
         doc_id=doc_id,
         status="indexed" if served else "failed",
@@ -475,6 +482,7 @@ def _records_file(
         chunk_count=sum(r.chunk_count for r in served),
         source=records[0].source,
         error=error,
+        warnings=warnings,
         updated_at=as_utc(max(r.updated_at for r in records)),
     )
 

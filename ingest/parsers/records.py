@@ -9,11 +9,13 @@ from typing import Any
 from ingest.parsers.text import (
     EMPTY,
     clean_line,
+    count_surrogates,
     escape_surrogates,
     first_line,
     normalize_text,
     replace_surrogates,
     surrogate_problem,
+    surrogates_warning,
 )
 from ingest.types import MetaValue, ParsedDocument, ParseError, Section
 
@@ -124,13 +126,35 @@ def _document(where: str, record: Any, text_field: str, content_type: str) -> Pa
         for key, value in record.items()
         if key not in used
     }
+    found = _replaced(record, used, text_field)
     return ParsedDocument(
         title=title or first_line(text),
         sections=(Section(heading_path=(), text=text),),
         content_type=content_type,
         metadata=metadata,
         doc_id=doc_id,
+        warnings=tuple(surrogates_warning(n, where) for where, n in found.items()),
+        surrogates=sum(found.values()),
     )
+
+
+def _replaced(record: dict[str, Any], used: set[str | None], text_field: str) -> dict[str, int]:
+    """How many lone surrogates the record's text, title and metadata (keys, and values as
+    :func:`_meta_value` writes them) held, by where (only those with any)."""
+    raw_title = record.get("title")
+    meta = [
+        (key, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        for key, value in record.items()
+        if key not in used
+    ]
+    counts = {
+        "text": count_surrogates(record[text_field]),
+        "title": count_surrogates(raw_title)
+        if "title" in used and isinstance(raw_title, str)
+        else 0,
+        "metadata": count_surrogates(*(t for pair in meta for t in pair)),
+    }
+    return {where: n for where, n in counts.items() if n}
 
 
 def _doc_id(where: str, record: dict[str, Any]) -> tuple[str | None, str | None]:

@@ -41,6 +41,22 @@ def replace_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def count_surrogates(*texts: str) -> int:
+    """How many lone surrogate code points ``texts`` hold together (what
+    :func:`replace_surrogates` would replace)."""
+    return sum(len(_SURROGATE.findall(t)) for t in texts)
+
+
+def surrogates_warning(count: int, where: str) -> str:
+    """The warning a document carries when ``count`` lone surrogates in ``where`` (``"text"``,
+    ``"title, metadata"``) were replaced: ``"3 lone surrogate(s) in text replaced by U+FFFD
+    (...)"``."""
+    return (
+        f"{count} lone surrogate(s) in {where} replaced by U+FFFD (half of a UTF-16 pair, "
+        "e.g. an emoji cut in two: the character is lost)"
+    )
+
+
 def surrogate_problem(value: str, what: str) -> str | None:
     """Why ``value`` cannot be an identifier, or ``None`` when it holds no lone surrogate.
 

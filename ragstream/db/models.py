@@ -61,6 +61,9 @@ class Document(Base):
     chunk_ids: Mapped[list[Any]] = mapped_column(default=list)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
+    #: What ingest repaired in its input, one line each (lone surrogates replaced by U+FFFD);
+    #: NULL: nothing (and rows before revision 0010).
+    warnings: Mapped[list[Any] | None] = mapped_column(JSON)
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     #: Who may read it (:mod:`ragstream.db.acl`: ``",group:eng,user:ada,"``); NULL: everyone
     #: of the tenant.
