@@ -116,3 +116,20 @@ def test_bench_prompts_share_a_prefix_and_differ_after_it() -> None:
     assert a != b and a.split("Request")[0] == b.split("Request")[0]
     assert len(a.split("Request")[0]) > 1000
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0 and percentile([1.0, 9.0], 99) == 9.0
+
+
+def test_the_gpu_deployments_name_the_same_flags_and_health_probe() -> None:
+    import yaml
+
+    from ragstream.settings import PROJECT_ROOT
+
+    flags = {a for a in server_args(VllmSettings(), "m") if a.startswith("--")} - {"--model"}
+    compose = yaml.safe_load((PROJECT_ROOT / "infra" / "compose.yaml").read_text())["services"]
+    docs = yaml.safe_load_all((PROJECT_ROOT / "infra" / "k8s" / "gpu" / "vllm.yaml").read_text())
+    k8s = next(d for d in docs if d["kind"] == "Deployment")
+    container = k8s["spec"]["template"]["spec"]["containers"][0]
+    for args in (compose["vllm"]["command"], container["args"]):
+        assert flags <= set(args), flags - set(args)
+    assert "/health" in " ".join(compose["vllm"]["healthcheck"]["test"])
+    assert container["startupProbe"]["httpGet"]["path"] == "/health"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
