@@ -233,15 +233,18 @@ def llm_down(settings: Settings, port: int | None = None) -> list[int]:
 
 def vllm_up(settings: Settings) -> ServiceStatus:
     """Start the vLLM server of ``settings.vllm``; wait (up to its ``start_timeout_s``) for
-    ``GET /health``. One already running is left alone.
+    ``GET /health``. One already running is left alone. ``.local/infra.lock`` is held for the
+    launch only, not for the minutes of vLLM's start-up, so other ``infra up`` calls go on.
 
     Raises:
         InstallError: The vLLM venv or the converted model is missing (``make vllm``).
         PortConflictError: ``settings.vllm.port`` is held by another process.
         ServiceStartError: The server died or stayed unhealthy.
     """
+    service = VllmService(settings)
     with _exclusive(settings):
-        return VllmService(settings).ensure_up()
+        launcher = service.start()
+    return service.wait_healthy(launcher)
 
 
 def vllm_down(settings: Settings) -> bool:

@@ -167,6 +167,40 @@ class VllmService(Service):
         proc.write_pid(self.pid_file, pid)
         return pid
 
+    def start(self) -> int | None:
+        """Check the ports, install and launch the server unless it runs; do not wait.
+
+        :meth:`Service.ensure_up` in two halves, so that the caller holds ``.local/infra.lock``
+        only for the launch, not for the minutes vLLM takes to become healthy
+        (:meth:`wait_healthy`).
+
+        Returns:
+            The PID of the launched server, ``None`` when one was already running.
+
+        Raises:
+            PortConflictError: The port is held by another process.
+            InstallError: The venv or the converted model is missing.
+        """
+        if self.running_pid() is not None:
+            return None
+        self.check_ports()
+        self.install()
+        self._log_offsets = {path: proc.file_size(path) for path in self.log_files()}
+        return self.launch()
+
+    def wait_healthy(self, launcher: int | None) -> ServiceStatus:
+        """Wait up to ``settings.vllm.start_timeout_s`` for ``GET /health``.
+
+        Args:
+            launcher: What :meth:`start` returned.
+
+        Raises:
+            ServiceStartError: The server died, or stayed unhealthy (the message ends with
+                its log's last lines).
+        """
+        self._wait_ready(launcher)
+        return self.status()
+
     def probe(self, timeout_s: float) -> tuple[bool, str]:
         """``GET /health``: healthy when it answers 200."""
         try:
