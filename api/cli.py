@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from ragstream.console import USAGE, fail
+from ragstream.console import USAGE, fail, print_rows
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
@@ -81,21 +80,25 @@ def keys_create(
 
 @keys_app.command("list")
 def keys_list(tenant: str | None = typer.Option(None, help="Only this tenant's keys.")) -> None:
-    """List keys (prefixes only)."""
+    """List keys (prefixes only). Never cut: a table when it fits the terminal, else one block
+    per key."""
+    from rich.markup import escape
+
     from api.auth import list_keys
     from ragstream.settings import get_settings
 
-    table = Table(
-        "id", "prefix", "tenant", "role", "principals", "name", "rate/min", "created", "revoked"
-    )
-    for k in list_keys(_sessions(get_settings()), tenant):
-        table.add_row(
+    headers = ["id", "prefix", "tenant", "role", "principals", "name", "rate/min", "created",
+               "revoked"]  # fmt: skip
+    rows = [
+        [
             str(k.id), k.prefix + "…", k.tenant, k.role, (k.principals or "").strip(","), k.name,
             str(k.rate_per_minute or "default"),
             k.created_at.isoformat(timespec="seconds"),
             k.revoked_at.isoformat(timespec="seconds") if k.revoked_at else "",
-        )  # fmt: skip
-    console.print(table)
+        ]
+        for k in list_keys(_sessions(get_settings()), tenant)
+    ]  # fmt: skip
+    print_rows(console, headers, [[escape(c) for c in row] for row in rows])
 
 
 @keys_app.command("revoke")

@@ -8,6 +8,7 @@ Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celer
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ def _mount_subcommands() -> None:
     from bench.evaluation.cli import ablate_command, eval_command
     from bench.replay.cli import replay_command
     from entry.demo import demo_app
+    from entry.documents import documents_app
     from entry.mcp import mcp_command
     from entry.query import query_app
     from infra.cli import app as infra_app
@@ -64,10 +66,48 @@ def _mount_subcommands() -> None:
     app.command("mcp")(mcp_command)
     app.add_typer(keys_app, name="keys")
     app.add_typer(query_app, name="query")
+    app.add_typer(documents_app, name="documents")
     app.add_typer(demo_app, name="demo")
 
 
 _mount_subcommands()
+
+
+def unwrap_help(text: str | None) -> str | None:
+    """``text`` (a docstring or ``help=``) with each paragraph on one line, so that Rich
+    wraps it at the terminal's width: typer joins the lines of a help's first paragraph only,
+    and printed the others with the docstring's own line breaks, which then wrapped again
+    mid-sentence. A paragraph of list items (``- ``) or an indented block keeps its lines;
+    ``\b`` and ``\f`` keep their click meaning."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    out = []
+    for p in paragraphs:
+        lines = p.split("\n")
+        literal = p.startswith(("\b", "\f")) or any(
+            line.startswith((" ", "- ", "* ")) for line in lines
+        )
+        # ``x`` (reStructuredText) shows as `x` (the Markdown most readers know).
+        out.append(p if literal else " ".join(line.strip() for line in lines).replace("``", "`"))
+    return "\n\n".join(out)
+
+
+def _unwrap_all(typer_app: typer.Typer) -> None:
+    """:func:`unwrap_help` on the help of every command and group under ``typer_app``."""
+    for command in typer_app.registered_commands:
+        command.help = unwrap_help(command.help or inspect.getdoc(command.callback))
+    for group in typer_app.registered_groups:
+        sub = group.typer_instance
+        if sub is None:
+            continue
+        info = sub.info
+        help_text = group.help if isinstance(group.help, str) else info.help
+        if isinstance(help_text, str):
+            group.help = unwrap_help(help_text)
+        if isinstance(info.help, str):
+            info.help = unwrap_help(info.help)
+        _unwrap_all(sub)
 
 
 @app.callback()
@@ -231,6 +271,9 @@ def worker(pool: str = typer.Argument(..., help="Pool name, e.g. retrieval.")) -
         console.print(f"[red]error[/red]: {exc}")
         raise typer.Exit(2) from exc
     run()
+
+
+_unwrap_all(app)
 
 
 def main() -> None:

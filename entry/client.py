@@ -39,12 +39,12 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
 from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
-from api.pages import MAX_LIMIT
+from api.pages import MAX_LIMIT, DocumentPage
 from api.replies import Reply, ReplyRouter, Waiter
 from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
 from ragstream.db.models import FINAL_JOB_STATUSES
@@ -168,6 +168,19 @@ class Calls:
     def get_document(doc_id: str) -> Call[DocumentOut]:
         """``GET /v1/documents/{id}``: the registry row."""
         return Call("GET", _doc_path(doc_id), None, DocumentOut.model_validate)
+
+    @staticmethod
+    def list_documents(
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: str | None = None,
+        source: str | None = None,
+    ) -> Call[DocumentPage]:
+        """``GET /v1/documents``: one page (at most ``limit``, newest first) after ``cursor``
+        (a page's ``next_cursor``; ``None``: the first), only ``status``/``source`` if given."""
+        query = urlencode(_params(limit=limit, cursor=cursor, status=status, source=source))
+        return Call("GET", f"/v1/documents?{query}", None, DocumentPage.model_validate)
 
     @staticmethod
     def submit_job(paths: Sequence[str], callback_url: str | None = None) -> Call[JobOut]:
@@ -351,6 +364,19 @@ class HttpClient:
     def delete_document(self, doc_id: str) -> DocumentAccepted:
         """Delete one document."""
         return self._do(Calls.delete_document(doc_id))
+
+    def list_documents(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: str | None = None,
+        source: str | None = None,
+    ) -> DocumentPage:
+        """One page of the documents the key may read (:meth:`Calls.list_documents`)."""
+        return self._do(
+            Calls.list_documents(limit=limit, cursor=cursor, status=status, source=source)
+        )
 
     def get_document(self, doc_id: str) -> DocumentOut:
         """A document's registry row (``status``: ``indexed``, ``deleted``, ...)."""

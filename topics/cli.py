@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import typer
 from rich.console import Console
@@ -120,22 +121,39 @@ def inspect_command(
             print(json.dumps({"partition": v.partition, "offset": v.offset, "key": v.key,
                               "bytes": v.size, **v.context, **marks}))  # fmt: skip
         return
+    width = console.width
     print(f"{listing.total} dead letter(s) in {dlq}; the newest {len(listing.letters)}:")
-    # One block per letter, not a table: messages and topic names are long, and never cut.
+    # One block per letter, not a table: messages and topic names are long, and never cut,
+    # only wrapped at spaces to the terminal's width (a topic name or an id stays whole).
     for v in listing.letters:
         c = v.context
         error = c.get("error.class", "?").rsplit(".", 1)[-1]
+        print()
         print(
-            f"\n{v.partition}:{v.offset}  {c.get('failed_at', '?')}  pool {c.get('pool', '?')}"
-            f"  {error} after {c.get('attempts', '?')} attempt(s)\n"
-            f"  {c.get('error.message', '')}\n"
-            f"  from {c.get('source.topic', '?')}:{c.get('source.partition', '?')}"
-            f"@{c.get('source.offset', '?')}  key {v.key or '-'}  {v.size} bytes"
-        )
-        if v.replay:
-            print(f"  replay {v.replay.replay_id}, attempt {v.replay.attempt}")
+            _wrapped(
+                f"{v.partition}:{v.offset}  {c.get('failed_at', '?')}  pool "
+                f"{c.get('pool', '?')}  {error} after {c.get('attempts', '?')} attempt(s)",
+                width, "",
+            )
+        )  # fmt: skip
+        for line in (
+            f"{c.get('error.message', '')}",
+            f"from {c.get('source.topic', '?')}:{c.get('source.partition', '?')}"
+            f"@{c.get('source.offset', '?')}  key {v.key or '-'}  {v.size} bytes",
+            *([f"replay {v.replay.replay_id}, attempt {v.replay.attempt}"] if v.replay else []),
+        ):
+            print(_wrapped(line, width, "  "))
     if listing.letters:
         print(f"\nreplay them with `ragstream dlq replay {topic}`")
+
+
+def _wrapped(text: str, width: int, indent: str) -> str:
+    """``text`` wrapped at spaces to ``width`` columns, its first line after ``indent`` and the
+    others after ``indent`` and two spaces; a word longer than a line is kept whole."""
+    return textwrap.fill(
+        text, width=max(width, 20), initial_indent=indent, subsequent_indent=indent + "  ",
+        break_long_words=False, break_on_hyphens=False,
+    ) or indent.rstrip()  # fmt: skip
 
 
 @dlq_app.command("replay")
