@@ -100,7 +100,13 @@ class QuerySummary(BaseModel):
     """A logged query in a list (``GET /v1/queries/{id}`` has its answer)."""
 
     request_id: str
-    query: str
+    query: str = Field(
+        description="The question answered: a follow-up made standalone from the earlier "
+        "questions (`<question> | context: <earlier questions>`), as a replay asks it."
+    )
+    question: str = Field(
+        default="", description="The question as the user typed it (what a list shows)."
+    )
     status: str
     tier: str = ""
     error_code: str | None = None

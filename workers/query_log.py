@@ -39,12 +39,15 @@ FINAL = ("answered", "failed")
 def log_pending(sessions: sessionmaker[Session], request: QueryRequest) -> None:
     """Insert the ``pending`` row of ``request`` (idempotent on ``request_id``). Its ``query``
     is the question answered (:func:`workers.conversation.question_of`: a follow-up made
-    standalone, with its context), so that the log reads, and replays, on its own."""
+    standalone, with its context), so that the log reads, and replays, on its own; its
+    ``question`` is the question as typed (``request.query``), what lists show."""
+    answered = question_of(request)
     try:
         with sessions.begin() as session:
             session.add(
-                QueryLog(request_id=request.request_id, tenant=request.tenant,
-                         query=question_of(request), asked_as=asker_column(request.principals))
+                QueryLog(request_id=request.request_id, tenant=request.tenant, query=answered,
+                         question=None if request.query == answered else request.query,
+                         asked_as=asker_column(request.principals))
             )  # fmt: skip
     except IntegrityError:
         return
@@ -268,11 +271,13 @@ def page(
     """Up to ``limit`` of ``tenant``'s logged queries asked with the principals ``asker``
     (``None``: all; :func:`ragstream.db.acl.asked_by`), newest first by ``(created_at,
     request_id)``, those after the sort key ``before`` of the previous page's last one (keyset
-    pagination); each as ``{request_id, query, status, tier, error_code, created_at,
-    completed_at, sort_key}``."""
+    pagination); each as ``{request_id, query, question, status, tier, error_code,
+    created_at, completed_at, sort_key}`` (``query``: the question answered, a follow-up made
+    standalone; ``question``: as typed)."""
     stmt = select(
         QueryLog.request_id,
         QueryLog.query,
+        QueryLog.question,
         QueryLog.status,
         QueryLog.trace,
         QueryLog.error_code,
@@ -283,12 +288,13 @@ def page(
     with sessions() as session:
         rows = session.execute(stmt).all()
     out = []
-    for rid, query, status, trace, code, created, completed in rows:
+    for rid, query, question, status, trace, code, created, completed in rows:
         tier = trace.get("tier", "") if isinstance(trace, dict) else ""
         out.append(
             {
                 "request_id": rid,
                 "query": query,
+                "question": question or query,
                 "status": status if status in FINAL else "pending",
                 "tier": tier or "",
                 "error_code": code,

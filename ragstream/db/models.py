@@ -175,7 +175,12 @@ class QueryLog(Base):
 
     request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     tenant: Mapped[str] = mapped_column(String(128), index=True)
+    #: The question answered: a follow-up made standalone with its context
+    #: (:func:`workers.conversation.question_of`), so that the log replays on its own.
     query: Mapped[str] = mapped_column(Text)
+    #: The question as the user typed it (``QueryRequest.query``); NULL: the same as ``query``
+    #: (rows before revision 0011, or a response whose request was never logged).
+    question: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(32), default="pending", index=True)
     answer: Mapped[str | None] = mapped_column(Text)
     citations: Mapped[list[Any]] = mapped_column(default=list)

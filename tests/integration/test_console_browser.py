@@ -232,13 +232,13 @@ def test_console_ask_upload_and_operations(stack: Stack, browser: Any, tmp_path:
         "Which parameter sets the TCP port? | context: "
         "Which TCP port does the server listen on by default?"
     ), asked
-    # The past questions are listed (GET /v1/queries) for reopening, by their own words.
+    # The past questions are listed (GET /v1/queries) for reopening, as they were typed.
     wait(
         driver,
         lambda d: (
             [a.text for a in d.find_elements(By.CSS_SELECTOR, "#history li a")][:2]
             == [
-                "Which parameter sets the TCP port?",
+                "And which parameter sets it?",
                 "Which TCP port does the server listen on by default?",
             ]
         ),
@@ -599,3 +599,68 @@ def test_a_passage_quoted_with_the_chunk_before_shows_both_chunks(
     meta = driver.find_element(By.ID, "passage-meta").text
     assert "chunks 0, 1" in meta, meta
     no_console_errors(driver, "a passage of two chunks")
+
+
+def test_a_blank_question_is_refused_and_past_questions_show_what_was_typed(
+    stack: Stack, browser: Any
+) -> None:
+    """Issue 39: a question of spaces did nothing and said nothing; the past questions showed
+    a follow-up as rewritten ("Which parameter sets the TCP port?"), not as typed."""
+    url = stack.apis[0].url
+    tenant = get_json(f"{url}/v1/me", stack.keys["op"])[1]["tenant"]
+    # A key of its own principals: its query log holds only this test's questions.
+    key = stack.key(tenant, rate_per_minute=0, principals=["user:typed-questions"])
+    driver = browser
+    driver.get(f"{url}/")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(key)
+    driver.find_element(By.ID, "signin").click()
+    wait(driver, lambda d: d.find_element(By.ID, "question").is_displayed(), "the Ask page")
+    driver.find_element(By.CSS_SELECTOR, "#route option[value='evidence']").click()
+
+    driver.find_element(By.ID, "question").send_keys("   ")
+    driver.find_element(By.ID, "ask").click()
+    state = wait(
+        driver,
+        lambda d: (e := d.find_element(By.ID, "ask-state")).text and e,
+        "a message about the blank question",
+    )
+    assert "empty" in state.text and "error" in (state.get_attribute("class") or ""), state.text
+    time.sleep(1)  # nothing is sent: no turn, nothing in the query log
+    assert not driver.find_elements(By.CSS_SELECTOR, "#conversation .turn")
+    assert get_json(f"{url}/v1/queries", key)[1]["items"] == []
+
+    question = driver.find_element(By.ID, "question")
+    question.clear()
+    question.send_keys("Which TCP port does the server listen on by default?")
+    driver.find_element(By.ID, "ask").click()
+    wait(
+        driver,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .turn .meta")) == 1,
+        "the first answer",
+    )
+    assert driver.find_element(By.ID, "ask-state").text == ""  # the message is gone
+    driver.find_element(By.ID, "question").send_keys("And which parameter sets it?")
+    driver.find_element(By.ID, "ask").click()
+    wait(
+        driver,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .turn .meta")) == 2,
+        "the follow-up's answer",
+    )
+    items = get_json(f"{url}/v1/queries", key)[1]["items"]
+    assert items[0]["question"] == "And which parameter sets it?", items[0]
+    assert items[0]["query"].startswith("Which parameter sets the TCP port?"), items[0]
+    driver.find_element(By.ID, "new-conversation").click()
+    driver.execute_script("loadHistory(true)")
+    wait(
+        driver,
+        lambda d: (
+            [a.text for a in d.find_elements(By.CSS_SELECTOR, "#history li a")]
+            == [
+                "And which parameter sets it?",
+                "Which TCP port does the server listen on by default?",
+            ]
+        ),
+        "past questions as typed",
+    )
+    no_console_errors(driver, "blank question and past questions")

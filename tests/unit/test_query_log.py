@@ -86,3 +86,27 @@ def test_a_row_written_before_the_answer_view_is_read_from_its_columns(tmp_path:
     logged = query_log.read(sessions, "acme", "old")
     assert logged is not None and logged.status == "answered" and logged.answer == "It is 5."
     assert logged.tier == "small" and logged.citations[0].doc_id == "d" and logged.evidence == ()
+
+
+def test_a_follow_up_is_listed_as_typed_and_logged_as_answered(tmp_path: Path) -> None:
+    """Issue 39: the past-questions list showed the rewritten follow-up ("Which parameter
+    sets the TCP port? | context: ..."), not what was typed; the log keeps both."""
+    from topics.queries import Turn
+    from workers.conversation import question_of
+
+    sessions = _sessions(tmp_path)
+    first = _request()
+    deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
+    follow = QueryRequest(
+        tenant="acme",
+        query="And how do I change it?",
+        conversation=(Turn(question="Which TCP port does the server listen on by default?"),),
+        deadline=deadline,
+    )
+    assert question_of(follow) != follow.query  # it is rewritten
+    query_log.log_pending(sessions, first)
+    query_log.log_pending(sessions, follow)
+    rows = query_log.page(sessions, "acme", limit=10)
+    listed = {r["request_id"]: (r["question"], r["query"]) for r in rows}
+    assert listed[follow.request_id] == ("And how do I change it?", question_of(follow))
+    assert listed[first.request_id] == ("What does VACUUM do?", "What does VACUUM do?")

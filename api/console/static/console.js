@@ -167,10 +167,11 @@ function earlierTurns() {
   return conversation.slice(-MAX_HISTORY).map((t) => ({ question: t.question, answer: (t.answer || "").slice(0, 8000) }));
 }
 
-// A logged query as the reader asked it (logs from before the conversation field held the
-// rewritten question with its context).
-function askedText(query) {
-  return query.split(CONTEXT_MARKER)[0];
+// A logged query as the reader typed it: `question` (GET /v1/queries); `query` is the question
+// answered, a follow-up made standalone with its context (logs from before `question` only
+// have that one: its part before the context is shown).
+function askedText(q) {
+  return q.question || q.query.split(CONTEXT_MARKER)[0];
 }
 
 function isRefusal(result) {
@@ -268,10 +269,16 @@ function newTurn(question) {
 async function ask(event) {
   event.preventDefault();
   const question = $("#question").value.trim();
-  if (!question) return;
+  const state = $("#ask-state");
+  state.classList.remove("error");
+  if (!question) { // spaces only: say so, send nothing
+    state.textContent = "Type a question first: it is empty (only spaces).";
+    state.classList.add("error");
+    $("#question").focus();
+    return;
+  }
   const turn = newTurn(question);
   const body = turn.node.querySelector(".body");
-  const state = $("#ask-state");
   const live = el("div", { class: "answer streaming" });
   const started = performance.now();
   let evidence = [];
@@ -360,8 +367,8 @@ async function loadHistory(first) {
     if (first) list.replaceChildren();
     for (const q of page.items) {
       list.append(el("li", {},
-        el("a", { href: "#", "data-request": q.request_id, text: askedText(q.query),
-          onclick: (e) => { e.preventDefault(); reopen(q.request_id, askedText(q.query)); } }),
+        el("a", { href: "#", "data-request": q.request_id, text: askedText(q),
+          onclick: (e) => { e.preventDefault(); reopen(q.request_id, askedText(q)); } }),
         el("div", { class: "muted small", text: `${q.status}${q.tier ? " · " + q.tier : ""} · ${when(q.created_at)}` })));
     }
     historyCursor = page.next_cursor;
