@@ -110,6 +110,38 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+class RequestMetrics:
+    """Pure ASGI middleware: each HTTP request counted by route and status
+    (``REQUESTS``) and timed (``LATENCY``, seconds to the end of its response).
+
+    Pure ASGI rather than Starlette's ``BaseHTTPMiddleware``, which hides the client's
+    disconnect from the endpoint: a sync ``POST /v1/query`` could not notice that its client
+    had gone (``request.is_disconnected()`` stayed false) and kept its LLM slot busy."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            name = getattr(scope.get("route"), "path", "unmatched")
+            REQUESTS.labels(name, str(status)).inc()
+            LATENCY.labels(name).observe(time.perf_counter() - started)
+
+
 def build_services(settings: Settings) -> Services:
     """SQL sessions, Redis client and the query service of one API process."""
     from ragstream.db.engine import make_engine, make_session_factory
@@ -164,15 +196,7 @@ def create_app(settings: Settings) -> FastAPI:
     mount_console(app)
     app.add_middleware(BodyLimit, limit=settings.api.max_body_bytes)
 
-    @app.middleware("http")
-    async def measure(request: Any, call_next: Any) -> Any:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "unmatched")
-        REQUESTS.labels(name, str(response.status_code)).inc()
-        LATENCY.labels(name).observe(time.perf_counter() - started)
-        return response
+    app.add_middleware(RequestMetrics)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz() -> dict[str, str]:

@@ -21,7 +21,7 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import redis
 import structlog
@@ -342,6 +342,32 @@ async def replies_until(queue: asyncio.Queue[Reply], until: float) -> AsyncItera
         yield reply
         if isinstance(reply, QueryResponse):
             return
+
+
+#: How often a sync wait asks whether its client has disconnected, s.
+DISCONNECT_POLL_S = 0.5
+
+
+async def answer_or_leave(
+    queue: asyncio.Queue[Reply],
+    until: float,
+    left: Callable[[], Awaitable[bool]],
+    poll_s: float = DISCONNECT_POLL_S,
+) -> tuple[QueryResponse | None, bool]:
+    """Wait on ``queue`` for the final response until the monotonic time ``until``, asking
+    ``left()`` (the client disconnected?) every ``poll_s`` seconds: ``(response, False)``,
+    ``(None, False)`` at ``until``, or ``(None, True)`` as soon as the client has gone (the
+    caller then cancels the request, so its LLM slot is freed; :mod:`workers.cancel`)."""
+    while True:
+        reply = await next_reply(queue, min(until, time.monotonic() + poll_s))
+        if isinstance(reply, QueryResponse):
+            return reply, False
+        if reply is not None:
+            continue  # tokens, progress: a sync caller waits for the answer only
+        if time.monotonic() >= until:
+            return None, False
+        if await left():
+            return None, True
 
 
 #: Bytes a record needs beyond its key and value (record batch and record headers), so that a

@@ -32,7 +32,9 @@ waiter is unregistered at once, and, unless a stream resumes it within ``api.res
 (10 s; :mod:`api.streams.attach`), the request is flagged as cancelled (:mod:`workers.cancel`):
 a generation pool does not start its LLM call, or stops it within half a second, and records a
 ``CANCELLED`` error in the query log. Stages before generation (retrieval, rerank, evidence)
-are short and run to their end.
+are short and run to their end. A sync request whose client disconnects while it waits is
+cancelled the same way (the wait asks every half second, :func:`api.querying.answer_or_leave`)
+and counted (``ragstream_api_sync_queries_left_total``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 from sse_starlette import EventSourceResponse
 
@@ -61,7 +64,7 @@ from api.pages import (
     decode_cursor,
     encode_cursor,
 )
-from api.querying import QueryService, replies_until
+from api.querying import QueryService, answer_or_leave, replies_until
 from api.streams.ids import EVENT_ID_PATTERN, FINAL, MAX_ID_CHARS, Position, parse_event_id
 from api.streams.native import numbered, positioned
 from api.streams.resume import RESUMES, open_resumed
@@ -74,6 +77,12 @@ from workers import query_log
 from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 
 router = APIRouter(tags=["query"])
+
+SYNC_LEFT = Counter(
+    "ragstream_api_sync_queries_left_total",
+    "Sync POST /v1/query requests whose client disconnected before the answer; each is "
+    "cancelled (workers/cancel.py) and answered 499.",
+)
 
 #: HTTP status of a query that failed in the pipeline, by its error code.
 FAILED_STATUS = {
@@ -305,13 +314,31 @@ async def post_query(
     if queue is None:
         pending = QueryResult.render(_pending(event), links=links)
         return JSONResponse(pending.model_dump(mode="json"), status_code=202)
+    window = (started, started + (wait_s or 0.0))
+    return await _sync_result(svc, request, who, event, queue, window, links)
+
+
+async def _sync_result(
+    svc: QueryService,
+    request: Request,
+    who: Principal,
+    event: QueryRequest,
+    queue: asyncio.Queue[Any],
+    window: tuple[float, float],
+    links: dict[str, str],
+) -> Response:
+    """The sync answer of ``event``, asked at the monotonic time ``window[0]``: its response by
+    ``window[1]``, else what the query log holds then (202 while pending); 499 when the client
+    left first (the request is cancelled, :func:`api.querying.answer_or_leave`)."""
+    started, until = window
     try:
-        response = None
-        async for reply in replies_until(queue, started + wait_s):  # type: ignore[operator]
-            if isinstance(reply, QueryResponse):
-                response = reply
+        response, left = await answer_or_leave(queue, until, request.is_disconnected)
     finally:
         svc.unsubscribe(event.request_id, queue)
+    if left:  # nobody is waiting for it: free the pools' (and the LLM's) work on it
+        svc.cancel(event.request_id)
+        SYNC_LEFT.inc()
+        return Response(status_code=499)
     ms = (time.monotonic() - started) * 1000
     if response is not None:
         answer = Answer.of(response, query=event.query)

@@ -289,6 +289,45 @@ def test_a_stream_left_before_its_answer_cancels_the_generation(stack: Stack) ->
     assert result.error.code == "CANCELLED", result.error
 
 
+def test_a_sync_query_whose_client_left_is_cancelled(stack: Stack) -> None:
+    """A sync ``POST /v1/query`` whose client gives up before the answer: the API notices the
+    disconnect and cancels the request, so the generation pool stops (its LLM slot is freed)
+    and the query log records ``CANCELLED``."""
+    question = "Explain in detail everything VACUUM and autovacuum do, step by step (sync, left)."
+    body = {"query": question, "route": "small", "mode": "sync", "timeout_s": 60}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{stack.apis[0].url}/v1/query",
+            json=body,
+            headers={"Authorization": f"Bearer {stack.keys['acme']}"},
+            timeout=httpx.Timeout(30, read=1.0),
+        )
+
+    def logged() -> Any:
+        _, page = get_json(f"{stack.apis[0].url}/v1/queries?limit=50", stack.keys["acme"])
+        return next((q for q in page["items"] if q["query"] == question), None)
+
+    rid = wait_for(logged, timeout_s=30, what="the query logged")["request_id"]
+    left = wait_for(
+        lambda: next(
+            (
+                float(line.split()[-1])
+                for line in httpx.get(f"{stack.apis[0].url}/metrics").text.splitlines()
+                if line.startswith("ragstream_api_sync_queries_left_total")
+                and float(line.split()[-1]) > 0
+            ),
+            None,
+        ),
+        timeout_s=10,
+        what="the API counted the client that left",
+    )
+    assert left >= 1
+    with _client(stack, stack.keys["acme"]) as c:
+        result = c.wait(rid, timeout_s=120, poll_s=0.25)
+    assert result.status == "failed" and result.error is not None, result
+    assert result.error.code == "CANCELLED", result.error
+
+
 def test_tenants_are_isolated(stack: Stack) -> None:
     with _client(stack, stack.keys["acme"]) as c:
         result = c.query("What is the Globex launch code?")
