@@ -65,6 +65,18 @@ def test_a_clean_answer_is_kept_as_is() -> None:
     assert last_whole_sentence("no end") == ""
 
 
+def test_lines_that_differ_only_in_their_citation_are_a_loop() -> None:
+    """Issue 39: the small tier repeated one sentence five times, each citing another passage,
+    and the judge let it through."""
+    loop = "\n".join(f"The backup generator serial number is GX-5531 [{n}]." for n in range(1, 6))
+    assert is_repetitive(loop)
+    judged = judge(loop, "stop")
+    assert judged.text == "The backup generator serial number is GX-5531 [1]."
+    assert judged.reason == "repeated_cut"
+    assert is_repetitive("Use venv [1]. Use venv [2, 3]. use venv.")
+    assert not is_repetitive("Install it [1]. Activate it [1]. Run it [2].")
+
+
 def test_a_numbered_loop_is_repetitive_and_a_numbered_list_is_not() -> None:
     """A small model's loop often numbers its repeats ("1. Create ... 2. Create ..."), on lines
     or in one line; a list of different steps is no loop."""

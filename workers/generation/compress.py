@@ -105,6 +105,18 @@ def last_whole_sentence(text: str) -> str:
 _LIST_MARKER = re.compile(r"^(?:\d{1,3}[.)]|[-*\u2022])\s+")
 
 
+#: Citation markers ("[1]", "[2, 3]") with the space before them: a small model's loop often
+#: differs from line to line only in the passage it cites.
+_CITATIONS = re.compile(r"\s*\[\d{1,3}(?:\s*,\s*\d{1,3})*\]")
+
+
+def _piece(text: str) -> str:
+    """What two lines or sentences are compared by: list marker and citation markers left
+    out, whitespace collapsed, case folded."""
+    bare = _CITATIONS.sub("", _LIST_MARKER.sub("", text.strip()))
+    return " ".join(bare.split()).casefold()
+
+
 #: A list marker left alone at the end of a cut text ("... Use venv. 2.").
 _TRAILING_MARKER = re.compile(r"\s*(?:\d{1,3}[.)]|[-*\u2022])\s*$")
 #: One sentence of a line (its end punctuation kept).
@@ -122,8 +134,8 @@ def clean_prefix(text: str) -> str:
     offset = 0
     for line in text.split("\n"):
         for m in _SENTENCE.finditer(line):
-            piece = _LIST_MARKER.sub("", m.group().strip())
-            if not piece or re.fullmatch(r"\d{1,3}[.)]", piece):
+            piece = _piece(m.group())
+            if not piece or re.fullmatch(r"\d{1,3}[.)]|[.!?]", piece):
                 continue
             if piece in seen:
                 cut = last_whole_sentence(text[: offset + m.start()])
@@ -135,10 +147,10 @@ def clean_prefix(text: str) -> str:
 
 def is_repetitive(text: str) -> bool:
     """True when one non-blank line, or one sentence, occurs :data:`REPEATED_LINES` times or
-    more, list markers ("1.", "-") left out."""
+    more, list markers ("1.", "-") and citation markers ("[2]") left out (:func:`_piece`)."""
     pieces = [ln.strip() for ln in text.splitlines() if ln.strip()]
     pieces += [p.strip() for p in re.split(r"(?<=[.!?])\s+", " ".join(pieces)) if p.strip()]
-    pieces = [_LIST_MARKER.sub("", p) for p in pieces]
+    pieces = [_piece(p) for p in pieces]
     pieces = [p for p in pieces if p]
     return any(pieces.count(p) >= REPEATED_LINES for p in set(pieces))
 
