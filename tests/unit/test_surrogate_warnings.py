@@ -6,6 +6,7 @@ registry row and ``GET /v1/documents/{id}`` carry a warning, the pipeline logs
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,19 @@ def sessions(tmp_path: Path) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+@pytest.fixture
+def fresh_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """structlog as ``capture_logs`` needs it, whatever an earlier test configured (an
+    in-process CLI run caches the loggers it used), as in ``test_model_follow.py``."""
+    import ingest.pipeline as pipeline
+
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    monkeypatch.setattr(pipeline, "log", structlog.get_logger(pipeline.__name__))
+    yield
+    structlog.configure(**saved)
+
+
 def _replaced() -> float:
     return REGISTRY.get_sample_value(METRIC) or 0.0
 
@@ -55,6 +69,7 @@ def test_the_parser_says_what_it_replaced_where() -> None:
     assert (good.surrogates, good.warnings) == (0, ())
 
 
+@pytest.mark.usefixtures("fresh_logs")
 def test_the_document_shows_a_warning_and_the_replacement_is_logged_and_counted(
     sessions: sessionmaker[Session],
 ) -> None:
