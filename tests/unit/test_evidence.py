@@ -101,8 +101,28 @@ def test_a_table_row_is_found_and_quoted_with_its_header() -> None:
     best = ev.spans[0]
     assert best.text.startswith("columns per table | 1600") and best.n == 2
     answer = compose(ev, AnswerPolicy())
-    assert answer.text.startswith("Item | Upper Limit | Comment / columns per table | 1600")
+    assert answer.text.startswith("Item: columns per table; Upper Limit: 1600; Comment: further")
     assert "[2]" in answer.text
+
+
+PARTS = "\n".join(
+    ["# Spare parts", "", "| Part | Serial | Location |", "|------|:------:|---------:|"]
+    + [f"| part {n} | SN-{1000 + n} | shelf {n % 7} |" for n in range(300)]
+    + ["| backup generator | GX-5531 | basement |"]
+)
+
+
+def test_a_markdown_table_row_is_quoted_with_its_column_names_never_its_delimiter() -> None:
+    """Issue 39: a question over a 300-row Markdown table was answered with the delimiter row
+    and unrelated rows instead of the row's cells with their column names."""
+    assert all(not set(u.text) <= set("|-: ") for u in segment(PARTS))
+    selector = EvidenceSelector(None)
+    [ev] = selector.select([("What is the serial of the backup generator?", [P(PARTS)])])
+    answer = compose(ev, AnswerPolicy())
+    assert answer.text.startswith(
+        "Part: backup generator; Serial: GX-5531; Location: basement [1]"
+    ), answer.text
+    assert "---" not in answer.text
 
 
 def test_a_code_block_can_be_the_evidence() -> None:

@@ -140,7 +140,9 @@ INTRO_END = re.compile(r":[ \t]*\n")
 
 
 def render_span(span: Quotable, *, with_context: bool = True) -> str:
-    """``text [n]`` on one line; a table row is preceded by its header row (``header / row``),
+    """``text [n]`` on one line; a table row is read with its column names
+    (:func:`named_cells`: ``Part: generator; Serial: GX-5531``), or preceded by its header row
+    when the two do not match cell for cell (``header / row``),
     a sentence of a description by its term (``term / sentence``), and a term quoted with the
     start of its description reads ``term: description``. Code keeps its lines, also after the
     line that introduces it (an :data:`~workers.evidence.select.EXAMPLE` span: "... a simple
@@ -159,8 +161,34 @@ def render_span(span: Quotable, *, with_context: bool = True) -> str:
             text = " ".join(text.split())
     if DANGLING_COLON and kind != "code" and text.endswith(":"):
         text = f"{text[:-1].rstrip()} …"  # what the colon announces is not quoted
-    body = f"{span.context} / {text}" if span.context and with_context else text
+    named = named_cells(span.context, text) if kind == "row" and with_context else None
+    if named is not None:
+        body = named
+    else:
+        body = f"{span.context} / {text}" if span.context and with_context else text
     return f"{body} [{span.n}]"
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of a pipe-table line, stripped: a Markdown row (``| a | b |``) without its
+    outer pipes; a parsed page's row (``a | b |``, its last cell empty) as it is."""
+    inner = line.strip()
+    if inner.startswith("|"):
+        inner = inner[1:].removesuffix("|")
+    return [c.strip() for c in inner.split("|")]
+
+
+def named_cells(header: str, row: str) -> str | None:
+    """A table row read with its column names: ``Part: generator; Serial: GX-5531`` (empty
+    cells left out), when ``header`` and ``row`` have the same number of cells and every
+    column has a name; ``None`` otherwise (the row is then quoted after its header)."""
+    if not header:
+        return None
+    names, cells = table_cells(header), table_cells(row)
+    if len(names) != len(cells) or len(names) < 2 or not all(names):
+        return None
+    pairs = [f"{name}: {cell}" for name, cell in zip(names, cells, strict=True) if cell]
+    return "; ".join(pairs) if pairs else None
 
 
 #: Whether a quote ending in a colon whose continuation is not quoted ends with "…" instead.

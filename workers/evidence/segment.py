@@ -38,6 +38,8 @@ ABBREVIATIONS = frozenset(
 _BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[`])")
 _WORD_BEFORE = re.compile(r"(\S+)\.$")
 _TABLE_ROW = re.compile(r"\S \| \S|^\S[^|]*\|$")
+#: A Markdown table's delimiter row ("|---|:---:|", "--- | ---"): never a unit of evidence.
+DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _CODE_MARKERS = re.compile(r"^(>>>|\.\.\.|\$ |#|--|/\*|\w+=# )|[;{}]\s*$|^\s{2,}\S")
 #: Longest code block kept as one unit, in characters; longer ones are cut into line groups.
 MAX_CODE_CHARS = 600
@@ -232,7 +234,9 @@ def segment(text: str) -> list[Unit]:
             kind = "header" if header else "item"
             units.append(Unit(lines[0][0], lines[0][0] + len(first), first, kind, "", block_no))
             units.extend(
-                Unit(off, off + len(line), line, "row", header, block_no) for off, line in lines[1:]
+                Unit(off, off + len(line), line, "row", header, block_no)
+                for off, line in lines[1:]
+                if not DELIMITER_ROW.match(line)  # "|---|:--:|": it states nothing
             )
         elif shape == "term":
             offset, line = lines[0]
