@@ -705,6 +705,13 @@ class EvidenceSettings(BaseModel):
     #: bge-small-en-v1.5: answerable questions of the shared and dev sets score 0.841 and up,
     #: off-topic ones 0.74-0.86 (docs/evaluation.md); another embedder needs its own value.
     min_relevance: float = Field(default=0.83, ge=0.0, le=1.0)
+    #: ... unless one sentence of the passages states at least this IDF-weighted share of the
+    #: question's content terms (``workers.evidence.answer.off_topic``; a question of two or
+    #: more content terms). 1.0: every word of the question, stem or derived word (contractor:
+    #: contracted), is in one sentence of the tenant's documents: such a question is never
+    #: refused as off-topic (issue 39: tenant questions scored 0.75-0.83 under the manuals'
+    #: 0.83). ``None`` (in code; the environment cannot unset it): the kNN score alone decides.
+    statement_coverage: float | None = Field(default=1.0, ge=0.0, le=1.0)
     #: Refuse a question that names something other than code (``Paris``, ``MongoDB``) that no
     #: passage names (no answerable question of the shared and dev sets does).
     refuse_unknown_names: bool = True

@@ -50,7 +50,7 @@ import structlog
 from prometheus_client import Counter
 
 from ragstream.settings import Settings
-from topics.answers import CACHE_STAGE
+from topics.answers import CACHE_STAGE, is_refusal
 from topics.base import StageTiming
 from topics.queries import QueryRequest
 from topics.responses import AnswerCacheKeys, QueryResponse
@@ -324,7 +324,10 @@ class AnswerCache:
 
         A truncated answer (cut at the token budget, or a looping completion cut short) is not
         cached, nor a degraded one (a step shed under load): asked again, the question gets a
-        fresh try instead of the cut or lesser text.
+        fresh try instead of the cut or lesser text. A refusal (:func:`topics.answers.is_refusal`)
+        is cached exactly and never semantically: the same words asked again of the same
+        documents get the same refusal, but a paraphrase may use the documents' own words and be
+        answerable where the first wording was refused (issue 39), so it gets a fresh try.
 
         Returns:
             True when something was written; False for a disabled cache, a failed or truncated
@@ -342,7 +345,7 @@ class AnswerCache:
             pipe.set(keys.exact, body, ex=self.ttl_s)
             pipe.getdel(PENDING_PREFIX + response.request_id)
             pending = pipe.execute()[1]
-            if not pending:
+            if not pending or is_refusal(response.answer or ""):
                 return True
             tag, _, raw = bytes(pending).partition(VECTOR_TAG)
             vectors = SEM_VECTORS_PREFIX + _model_key(keys.semantic, tag.decode())

@@ -645,7 +645,7 @@ def test_a_line_introducing_an_example_fits_as_the_example_and_renders_its_lines
     question = "How do I make sure each user can modify only their own rows in a table?"
 
     def intro_fit() -> float:
-        scored, _, _ = EvidenceSelector(None)._lexical(question, [P(POLICIES)], [segment(POLICIES)])
+        scored, *_ = EvidenceSelector(None)._lexical(question, [P(POLICIES)], [segment(POLICIES)])
         return next(s.fit for s in scored if s.unit.text.startswith("This policy"))
 
     assert intro_fit() == 1.0

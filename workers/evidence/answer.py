@@ -36,7 +36,10 @@ class AnswerPolicy:
         value_spans: most spans quoted when the question asks for a value (a number, a size, a
             default): one statement and little support.
         min_relevance: below this best kNN score of the passages
-            (:attr:`~workers.evidence.select.Evidence.relevance`) the same.
+            (:attr:`~workers.evidence.select.Evidence.relevance`) the same, unless ...
+        statement_coverage: ... a sentence of a passage states at least this share of the
+            question's content terms (:attr:`~workers.evidence.select.Evidence.stated`; 1.0:
+            all of them). ``None``: the kNN score alone decides.
         refuse_unknown_names: refuse when the question names something that is not code
             (``Paris``, ``MongoDB``) and no passage names it ...
         unknown_name_relevance: ... and the passages' best kNN score is under this (a
@@ -51,6 +54,7 @@ class AnswerPolicy:
     same_document: bool = True
     value_spans: int = 4
     min_relevance: float = 0.0
+    statement_coverage: float | None = None
     refuse_unknown_names: bool = False
     unknown_name_relevance: float = 1.0
 
@@ -79,7 +83,8 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
     Reasons, first match wins: ``no_evidence``; ``missing:<identifier>`` (a code name of the
     question no passage holds); ``unknown:<name>`` (a name no passage holds); ``weak:<score>``
     (best span under ``min_confidence``); ``off_topic:relevance=<score>`` (the passages are
-    about something else).
+    about something else: their best kNN score is low, and no sentence of theirs states the
+    question's words, :func:`off_topic`).
     """
     if not evidence.spans:
         return "no_evidence"
@@ -94,12 +99,30 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
         ),
         (evidence.confidence < policy.min_confidence, "weak:{:.3f}", (evidence.confidence,)),
         (
-            evidence.relevance is not None and evidence.relevance < policy.min_relevance,
+            off_topic(evidence, policy),
             "off_topic:relevance={:.3f}",
             (evidence.relevance,),
         ),
     )
     return next((form.format(*args) for hit, form, args in checks if hit), "")
+
+
+def off_topic(evidence: Evidence, policy: AnswerPolicy) -> bool:
+    """Whether the passages are about something else than the question.
+
+    Both must hold: the passages' best kNN score is under ``min_relevance``, and no unit of
+    theirs states ``statement_coverage`` of the question's content terms. The kNN score of a
+    passage that holds the answer among other facts is diluted by them (a tenant's sentence
+    "The backup generator serial number is GX-5531." in a chunk of its manual scored 0.75-0.83
+    against "What is the backup generator serial number?"), and where that score falls depends
+    on the embedder and on how the tenant writes; a sentence of the tenant's own documents
+    that holds every word of the question does not (docs/evaluation.md, refusals on a
+    tenant's own documents).
+    """
+    if evidence.relevance is None or evidence.relevance >= policy.min_relevance:
+        return False
+    cover = policy.statement_coverage
+    return cover is None or evidence.stated < cover
 
 
 class Quotable(Protocol):

@@ -308,6 +308,36 @@ def coverage(query: Sequence[str], unit: Iterable[str], weights: dict[str, float
     return sum(weights.get(t, default) for t in wanted & have) / total if total else 0.0
 
 
+def stated_share(query: Sequence[str], unit: Iterable[str], weights: dict[str, float]) -> float:
+    """IDF-weighted share of the query's distinct terms that ``unit`` states, in [0, 1].
+
+    As :func:`coverage`, but a term also counts as stated by a term it begins or that begins
+    it when the shorter of the two has at least :data:`STATED_PREFIX` letters (the stemmer
+    keeps "contractor" and "contract", "allowance" and "allow" apart: derived words of one
+    stem name the same thing in a question and in the sentence that answers it).
+    """
+    wanted = set(query)
+    if not wanted:
+        return 0.0
+    have = set(unit)
+    default = max(weights.values(), default=1.0)
+    total = sum(weights.get(t, default) for t in wanted)
+    found = sum(weights.get(t, default) for t in wanted if _stated(t, have))
+    return found / total if total else 0.0
+
+
+#: Letters two terms must share for one to state the other (:func:`stated_share`).
+STATED_PREFIX = 5
+
+
+def _stated(term: str, have: set[str]) -> bool:
+    if term in have:
+        return True
+    if len(term) < STATED_PREFIX or term[0].isdigit():
+        return False
+    return any(len(h) >= STATED_PREFIX and (h.startswith(term) or term.startswith(h)) for h in have)
+
+
 #: Questions that ask for a value (a number, a size, a duration, a default setting).
 VALUE_CUES = re.compile(
     r"\b(how (long|many|much|large|big|often)|maximum|minimum|max|min|limit|size|length|"

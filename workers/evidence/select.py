@@ -67,6 +67,7 @@ from workers.evidence.lexical import (
     near_word,
     proper_names,
     question_tokens,
+    stated_share,
     statement_names,
     strong_identifiers,
     terms,
@@ -256,6 +257,12 @@ class Evidence:
             :func:`workers.evidence.lexical.proper_names`; ``nginx``, a word outside the
             selector's vocabulary, :func:`workers.evidence.lexical.uncommon_words`) that no
             passage holds as a word.
+        stated: the share of the question's own content terms (IDF-weighted over the
+            passages' units, :func:`workers.evidence.lexical.stated_share`) that the one unit of
+            a passage stating most of them holds: 1.0 when a sentence of the tenant's documents
+            states every word of the question but those asking for the kind of answer
+            (:data:`CUE_TERMS`, "often"). 0.0 for a question of fewer than
+            :data:`STATED_MIN_TERMS` content terms (one word names a topic, it states nothing).
         leads_with_value: the question asks for a value and not for a name or a way ("How
             much disk space does my database take?" asks for a way), or for an option or a flag
             (the fit then asks for an option token, ``--globals-only``): its answer opens with
@@ -270,6 +277,12 @@ class Evidence:
     unknown_names: tuple[str, ...] = ()
     asks_value: bool = False
     leads_with_value: bool = False
+    stated: float = 0.0
+
+
+#: Fewest distinct content terms a question needs before a unit holding them counts as
+#: stating it (:attr:`Evidence.stated`).
+STATED_MIN_TERMS = 2
 
 
 @dataclass(slots=True)
@@ -340,7 +353,7 @@ class EvidenceSelector:
             self._add_cosine(batch, scored)
         out = []
         seen = [shingles(text) for text in shown] if shown else [frozenset()] * len(batch)
-        for (question, passages), per_passage, (ranked, missing, unknown), before in zip(
+        for (question, passages), per_passage, (ranked, missing, unknown, stated), before in zip(
             batch, units, scored, seen, strict=True
         ):
             ranked.sort(key=lambda s: -s.score)
@@ -358,13 +371,14 @@ class EvidenceSelector:
                     unknown_names=unknown,
                     asks_value=kind.value,
                     leads_with_value=(kind.value and not kind.name) or kind.named in OPTION_KINDS,
+                    stated=round(stated, 4),
                 )
             )
         return out
 
     def _lexical(
         self, question: str, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
-    ) -> tuple[list[_Scored], tuple[str, ...], tuple[str, ...]]:
+    ) -> tuple[list[_Scored], tuple[str, ...], tuple[str, ...], float]:
         w = self.weights
         # A follow-up made standalone (workers.conversation) carries its earlier questions as
         # context: what kind of answer is wanted comes from the question alone, and the
@@ -378,6 +392,14 @@ class EvidenceSelector:
         asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
+        # The words that ask for the kind of answer ("how much", "what type") are not stated
+        # by the sentence that answers: it states the value.
+        own_terms = [t for t in terms(own) if t not in CUE_TERMS and t != "often"]
+        stated = (
+            max((stated_share(own_terms, ut, weights) for pl in unit_terms for ut in pl), default=0)
+            if len(set(own_terms)) >= STATED_MIN_TERMS
+            else 0.0
+        )
         _scale(weights, extra, CONTEXT_WEIGHT)
         _scale(weights, (t for t in q_terms if t in CUE_TERMS), CUE_WEIGHT)
         haystack = "\n".join(texts)
@@ -439,12 +461,12 @@ class EvidenceSelector:
                     - old
                 )
                 scored.append(_Scored(unit, pi, score, fit))
-        return scored, missing, unknown
+        return scored, missing, unknown, stated
 
     def _add_cosine(
         self,
         batch: Sequence[tuple[str, Sequence[PassageLike]]],
-        scored: list[tuple[list[_Scored], tuple[str, ...], tuple[str, ...]]],
+        scored: list[tuple[list[_Scored], tuple[str, ...], tuple[str, ...], float]],
     ) -> None:
         assert self.embedder is not None
         texts: list[str] = []

@@ -391,6 +391,7 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         same_document=settings.answer_same_document,
         value_spans=settings.answer_value_spans,
         min_relevance=settings.min_relevance,
+        statement_coverage=settings.statement_coverage,
         refuse_unknown_names=settings.refuse_unknown_names,
         unknown_name_relevance=settings.unknown_name_relevance,
     )
