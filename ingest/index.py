@@ -18,12 +18,14 @@ import hashlib
 import math
 import re
 import time
+from collections import Counter as CounterOf
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError, helpers
+from prometheus_client import Counter
 
 from ragstream.errors import ConfigurationError, TransientError, transient_http_status
 from ragstream.retry import RetryPolicy
@@ -418,12 +420,14 @@ class ChunkIndex:
 
     def _retry_policy(self) -> RetryPolicy:
         """Item retries of a bulk request: ``bulk_max_retries`` after the first attempt, waiting
-        ``bulk_initial_backoff_s`` doubled each time (no cap, no jitter)."""
+        a uniform random time up to ``bulk_initial_backoff_s`` doubled each time ("full
+        jitter", :class:`~ragstream.retry.RetryPolicy`), so writers that Elasticsearch pushed
+        back together do not all come back at the same instant."""
         return RetryPolicy(
             max_attempts=self.settings.bulk_max_retries + 1,
             base_ms=self.settings.bulk_initial_backoff_s * 1000,
             cap_ms=math.inf,
-            jitter=False,
+            jitter=True,
         )
 
     def _bulk(self, actions: list[dict[str, Any]]) -> BulkReport:
@@ -439,6 +443,7 @@ class ChunkIndex:
                 time.sleep(policy.delay_ms(attempts) / 1000)
             attempts += 1
             retry: list[dict[str, Any]] = []
+            statuses: CounterOf[str] = CounterOf()
             by_id = {a["_id"]: a for a in pending}
             try:
                 results = helpers.streaming_bulk(
@@ -458,11 +463,13 @@ class ChunkIndex:
                         report.succeeded.append(_id)
                     elif status == 0 or transient_http_status(status):
                         retry.append(by_id[_id])
+                        statuses[str(status) if status else "none"] += 1
                     else:
                         report.failed[_id] = _reason(info)
             except TransportError as exc:
                 raise TransientError(f"elasticsearch bulk failed: {exc}") from exc
             pending = retry
+            _note_retries(statuses, attempts, exhausted=policy.exhausted(attempts))
         for action in pending:
             report.failed[action["_id"]] = "transient failure persisted after retries"
         return report
@@ -550,3 +557,32 @@ def _reason(info: dict[str, Any]) -> str:
     if isinstance(error, dict):
         return f"{error.get('type', 'error')}: {error.get('reason', '')}"[:500]
     return f"status {info.get('status')}: {error}"[:500]
+
+
+BULK_ITEMS_RETRIED = Counter(
+    "ragstream_es_bulk_items_retried_total",
+    "Bulk items Elasticsearch answered with a transient status (429, 5xx, or none), by status; "
+    "each is sent again while ChunkIndex._bulk's retry policy allows.",
+    ["status"],
+)
+BULK_ITEMS_GAVE_UP = Counter(
+    "ragstream_es_bulk_items_exhausted_total",
+    "Bulk items still failing transiently when the retries ran out (they fail their document).",
+)
+
+
+def _note_retries(statuses: CounterOf[str], attempt: int, *, exhausted: bool) -> None:
+    """Count and log the items of one bulk attempt that failed transiently (``statuses``: how
+    many per status); ``exhausted``: no retry is left for them."""
+    if not statuses:
+        return
+    for status, n in statuses.items():
+        BULK_ITEMS_RETRIED.labels(status).inc(n)
+    total = sum(statuses.values())
+    if exhausted:
+        BULK_ITEMS_GAVE_UP.inc(total)
+        log.error("es.bulk_retries_exhausted", attempt=attempt, items=total,
+                  statuses=dict(statuses))  # fmt: skip
+    else:
+        log.warning("es.bulk_items_retried", attempt=attempt, items=total,
+                    statuses=dict(statuses))  # fmt: skip

@@ -126,3 +126,31 @@ def test_a_permanent_item_failure_is_not_retried(
     assert fake.sent == {"c0": 1, "c1": 1}
     assert set(report.failed) == {"c0"}
     assert report.succeeded == ["c1"]
+
+
+def test_retries_are_jittered_counted_and_logged(
+    fake_es: Callable[[StatusOf], tuple[_FakeBulk, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: 23,978 bulk rejections were retried with no jitter, no metric and no log."""
+    import structlog.testing
+
+    import ingest.index as index_module
+
+    slept: list[float] = []
+    monkeypatch.setattr(index_module.time, "sleep", slept.append)
+    before = index_module.BULK_ITEMS_RETRIED.labels("429")._value.get()
+    gave_up = index_module.BULK_ITEMS_GAVE_UP._value.get()
+    fake, url = fake_es(lambda _id, _attempt: 429)
+    index = _index(url, max_retries=6)
+    with structlog.testing.capture_logs() as logs:
+        index.bulk_index(_docs(2))
+    assert fake.requests == 7
+    assert index_module.BULK_ITEMS_RETRIED.labels("429")._value.get() - before == 14
+    assert index_module.BULK_ITEMS_GAVE_UP._value.get() - gave_up == 2
+    retried = [e for e in logs if e["event"] == "es.bulk_items_retried"]
+    assert len(retried) == 6 and retried[0]["statuses"] == {"429": 2}
+    assert [e["items"] for e in logs if e["event"] == "es.bulk_retries_exhausted"] == [2]
+    # Full jitter: each wait is uniform under its doubling ceiling, not the ceiling itself.
+    ceilings = [0.001 * 2**n for n in range(6)]
+    assert len(slept) == 6 and all(0 <= d <= c for d, c in zip(slept, ceilings, strict=True))
+    assert slept != ceilings
