@@ -41,7 +41,7 @@ class RerankedPassages(Event):
     route_reason: str = ""
     fallback: FallbackAnswer | None = None
     #: Steps left out under load (:attr:`topics.retrieved.RetrievedCandidates.degraded`).
-    degraded: tuple[Literal["propose"], ...] = ()
+    degraded: tuple[Literal["propose", "trimmed"], ...] = ()
 
     @property
     def request_id(self) -> str:

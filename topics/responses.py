@@ -123,7 +123,7 @@ class QueryResponse(Event):
     error: ErrorInfo | None = None
     #: Steps left out of this answer because a pool was behind (``propose``: answered without
     #: the name proposer); such an answer is not cached.
-    degraded: tuple[Literal["propose"], ...] = ()
+    degraded: tuple[Literal["propose", "trimmed"], ...] = ()
     #: Copied from the request: where the delivery pool posts the signed webhook, if anywhere.
     callback_url: str | None = Field(default=None, max_length=2048)
     #: Where the delivery pool (the answer cache's one writer) caches this answer; ``None``:

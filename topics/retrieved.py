@@ -66,8 +66,10 @@ class RetrievedCandidates(Event):
     tier: Literal["evidence", "small", "large"] = "small"
     route_reason: str = ""
     #: Steps left out for this question because its pool was behind (``propose``: the name
-    #: proposer was shed, ``retrieval.propose_shed_after_s``); carried to the answer.
-    degraded: tuple[Literal["propose"], ...] = ()
+    #: proposer was shed, ``retrieval.propose_shed_after_s``), or ``trimmed``: candidates left
+    #: out or cut so that the event fits one Kafka record (``workers/retrieval/fit.py``);
+    #: carried to the answer.
+    degraded: tuple[Literal["propose", "trimmed"], ...] = ()
 
     @property
     def request_id(self) -> str:

@@ -28,6 +28,7 @@ from workers.caches import AnswerCache
 from workers.conversation import question_of
 from workers.errors import dead_letter_hook, error_response, expired_hook
 from workers.registry import register_pool
+from workers.retrieval.fit import fit_record
 from workers.routing import Router
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
@@ -75,9 +76,12 @@ def retrieval_handler(
     pool: PoolSettings,
     group: str | None = None,
     definitions: FindsDefinitions | None = None,
+    max_record_bytes: int = 1_048_576,
 ) -> Handler[QueryRequest]:
     """The retrieval pool's handler (components are given, never built here; ``definitions``:
-    the definition entries of each question of a batch, carried on its event, or ``None``)."""
+    the definition entries of each question of a batch, carried on its event, or ``None``;
+    ``max_record_bytes``: Kafka's ``max_request_size``, which each ``rag.retrieved`` event is
+    made to fit, :func:`workers.retrieval.fit.fit_record`)."""
 
     def fn(events: list[QueryRequest]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
@@ -142,7 +146,7 @@ def retrieval_handler(
                 definitions=len(found),
                 **({"degraded": "propose"} if was_shed else {}),
             )
-            out.append(Emit(RETRIEVED, retrieved))
+            out.append(_fitted(retrieved, max_record_bytes))
         return out
 
     return pool_handler(
@@ -157,6 +161,16 @@ def retrieval_handler(
     )
 
 
+def _fitted(retrieved: RetrievedCandidates, max_bytes: int) -> Emit:
+    """``retrieved`` made to fit one record of ``max_bytes`` (:func:`fit_record`), or the
+    error response of its request when even its question does not fit."""
+    try:
+        return Emit(RETRIEVED, fit_record(retrieved, max_bytes))
+    except ValueError as exc:
+        error = error_response(retrieved.request, ErrorCode.INVALID_REQUEST, str(exc), "retrieval")
+        return Emit(RESPONSES, error)
+
+
 def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker retrieval``."""
     from workers.pools.components import build_definition_search, build_retrieval_components
@@ -168,6 +182,7 @@ def run_retrieval_pool(settings: Settings) -> Callable[[], None]:
         pool=settings.pools.retrieval,
         group=pool_group(settings, "retrieval"),
         definitions=build_definition_search(settings, components[1]),
+        max_record_bytes=settings.kafka.max_request_size,
     )
     runner = build_runner(handler, settings, settings.pools.retrieval)
     return until_signalled(runner)
