@@ -315,7 +315,7 @@ async def post_query(
         pending = QueryResult.render(_pending(event), links=links)
         return JSONResponse(pending.model_dump(mode="json"), status_code=202)
     window = (started, started + (wait_s or 0.0))
-    return await _sync_result(svc, request, who, event, queue, window, links)
+    return await _sync_result(svc, request, who, event, queue=queue, window=window, links=links)
 
 
 async def _sync_result(
@@ -323,6 +323,7 @@ async def _sync_result(
     request: Request,
     who: Principal,
     event: QueryRequest,
+    *,
     queue: asyncio.Queue[Any],
     window: tuple[float, float],
     links: dict[str, str],
