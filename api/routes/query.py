@@ -264,6 +264,11 @@ def logged_result(
         202: {"model": QueryResult, "description": "Accepted; poll links.self."},
         **ERRORS,
         204: {"description": "`Last-Event-ID` is its stream's last event: nothing is left."},
+        403: {
+            "model": ErrorEnvelope,
+            "description": "`Last-Event-ID` names a query whose answer cites a document this "
+            "key may no longer read.",
+        },
         404: {
             "model": ErrorEnvelope,
             "description": "`Last-Event-ID` names a query this tenant never asked.",
@@ -554,6 +559,10 @@ async def get_query(
             "content": SSE_CONTENT,
         },
         204: {"description": "`Last-Event-ID` is the stream's last event: nothing is left."},
+        403: {
+            "model": ErrorEnvelope,
+            "description": "Its answer cites a document this key may no longer read.",
+        },
         410: {"model": ErrorEnvelope, "description": "Older than rag.tokens' retention."},
         **{s: {"model": ErrorEnvelope} for s in (401, 404, 422, 503)},
     },

@@ -36,6 +36,7 @@ from api.replies import Reply
 from api.streams.history import History, HistoryUnavailableError, read_history
 from topics.answers import Answer
 from topics.registry import TOKENS
+from topics.responses import ErrorCode
 from topics.tokens import AnswerToken, TokenOrder
 from workers import query_log
 
@@ -45,7 +46,8 @@ RESUMES = Counter(
     "ragstream_api_stream_resumes_total",
     "Streams resumed with Last-Event-ID (or GET /v1/queries/{id}/events), by outcome: resumed, "
     "complete (nothing left: 204), expired (past rag.tokens retention: 410), unknown (404), "
-    "unavailable (the log could not be read: 503).",
+    "unavailable (the log could not be read: 503), withheld (its answer cites a document the "
+    "caller may no longer read: 403).",
     ["outcome"],
 )
 REPLAYED = Counter(
@@ -101,13 +103,18 @@ async def open_resumed(
             (docs/permissions.md).
 
     Raises:
-        ApiError: 404 ``NOT_FOUND`` (no such request for ``tenant``), 410 ``STREAM_EXPIRED``
+        ApiError: 404 ``NOT_FOUND`` (no such request for ``tenant``), 403 ``FORBIDDEN`` (its
+            answer cites a document ``asker`` may no longer read), 410 ``STREAM_EXPIRED``
             (older than ``rag.tokens``' retention), 503 ``UNAVAILABLE`` (Kafka).
     """
     logged = await asyncio.to_thread(query_log.read, svc.sessions, tenant, request_id, asker)
     if logged is None:
         RESUMES.labels("unknown").inc()
         raise ApiError(404, "NOT_FOUND", f"no query {request_id!r} for this tenant")
+    if logged.error is not None and logged.error.code == ErrorCode.WITHHELD:
+        # Its tokens quote a document the caller may no longer read: none is replayed.
+        RESUMES.labels("withheld").inc()
+        raise ApiError(403, "FORBIDDEN", logged.error.message)
     retention_ms = TOKENS.retention_ms
     if expired(logged.created_at, dt.datetime.now(dt.UTC), retention_ms):
         RESUMES.labels("expired").inc()

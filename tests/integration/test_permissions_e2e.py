@@ -169,6 +169,8 @@ def test_right_after_a_revoke_nothing_of_the_document_is_served(stack: Stack) ->
     assert logged["status"] == "failed" and logged["error"]["code"] == "WITHHELD", logged
     assert not _sees_rocket(logged), logged
     assert _sees_rocket(_call(s, "admin", "GET", f"/v1/queries/{before['request_id']}").json())
+    resumed = _call(s, "eng", "GET", f"/v1/queries/{before['request_id']}/events", 403)
+    assert not _sees_rocket({"text": resumed.text}), resumed.text
     after = _ask(s, "eng")
     assert not _sees_rocket(after) and not after.get("cached"), after
     listed = _call(s, "eng", "GET", "/v1/documents", 200).json()["items"]
