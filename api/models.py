@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field
 from ragstream.db.models import as_utc
 from topics.acl import Readers
 from topics.answers import Answer, AnswerStatus
+from topics.ingest import DOC_ID_PATTERN
 from topics.queries import Filter
 
 #: A timestamp of a response: RFC 3339 with its offset, always UTC (SQLite hands back naive
@@ -192,7 +193,7 @@ class QueryResult(BaseModel):
 class DocumentBody(Body):
     """``POST /v1/documents``: upsert one document from inline text (stream path)."""
 
-    doc_id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
+    doc_id: str = Field(min_length=1, max_length=512, pattern=DOC_ID_PATTERN)
     text: str = Field(min_length=1, max_length=1_000_000)
     content_type: Literal["text/plain", "text/markdown", "text/html"] = "text/plain"
     title: str | None = Field(default=None, max_length=1024, pattern=r"^[^\x00]*$")

@@ -7,6 +7,11 @@ FastAPI documents the statuses routes declare; on top of that, :func:`build_open
 - documents ``400`` on every operation with a request body: a body that cannot be read at
   all (not UTF-8, a broken multipart stream) is refused by Starlette before validation with
   ``{"error": {"code": "INVALID_REQUEST", "message": "There was an error parsing the body"}}``;
+- states parameters (path, query, header, cookie) and ``multipart/form-data`` fields as what
+  they are on the wire: absent or a string. FastAPI writes an optional one as ``anyOf:
+  [<schema>, {"type": "null"}]``, which tells a client (and Schemathesis) that ``null`` may be
+  sent; HTTP has no null, so a header ``Last-Event-ID: null`` is the four characters, which the
+  pattern refuses. The ``null`` branch is dropped (:func:`without_null`);
 - adds OpenAPI links (https://spec.openapis.org/oas/v3.1.0#link-object) from each operation
   that creates a resource to the operations that read, change or delete it
   (:data:`LINKS`), so clients and Schemathesis's stateful phase can follow them.
@@ -57,6 +62,32 @@ UNREADABLE_BODY = {
 }
 
 
+def without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` without its ``{"type": "null"}`` branch: ``anyOf: [X, null]`` becomes ``X``
+    (its annotations kept: ``description``, ``title``); any other schema is returned as is."""
+    branches = schema.get("anyOf")
+    if not isinstance(branches, list):
+        return schema
+    kept = [b for b in branches if b != {"type": "null"}]
+    if len(kept) == len(branches):
+        return schema
+    rest = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+    if len(kept) == 1:
+        return {**kept[0], **rest}
+    return {**rest, "anyOf": kept}
+
+
+def _wire_values(op: dict[str, Any]) -> None:
+    """Parameters and form fields of ``op`` as absent-or-string (see the module docstring)."""
+    for param in op.get("parameters", []):
+        if "schema" in param:
+            param["schema"] = without_null(param["schema"])
+    form = op.get("requestBody", {}).get("content", {}).get("multipart/form-data", {})
+    properties = form.get("schema", {}).get("properties", {})
+    for name, prop in properties.items():
+        properties[name] = without_null(prop)
+
+
 def _operation_ids(paths: dict[str, Any]) -> dict[tuple[str, str], str]:
     return {
         (method, path): op["operationId"]
@@ -93,6 +124,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 op["responses"].pop("422", None)
             if isinstance(op, dict) and "requestBody" in op:
                 op["responses"].setdefault("400", UNREADABLE_BODY)
+            if isinstance(op, dict):
+                _wire_values(op)
     ids = _operation_ids(paths)
     for (method, path, status), links in LINKS.items():
         response = paths[path][method]["responses"][status]

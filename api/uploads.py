@@ -12,37 +12,63 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import PurePosixPath
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.datastructures import UploadFile
 
 from api.errors import ApiError
-from api.models import CALLBACK_URL, Body
+from api.models import CALLBACK_URL, Body, DocumentBody
 from ingest.ops import IngestOp, UploadedFile, prepare_op
 from ingest.parsers import ParseError, detect_upload
 from ragstream.settings import Settings
-from topics.acl import normalise_readers
+from topics.acl import MAX_PRINCIPALS, normalise_readers
+from topics.ingest import DOC_ID_PATTERN
 
 M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
 MULTIPART = "multipart/form-data"
 #: Form fields besides the file: a few short values, never many.
 MAX_FIELDS = 16
+_PRINCIPAL = r"(?:user|group):[A-Za-z0-9._@+=\-]{1,128}"
+#: A form's ``readers``: 1-100 principals (``topics.acl.PRINCIPAL_PATTERN``) separated by commas,
+#: spaces allowed around each; stated in the OpenAPI document and checked by it.
+READERS_FORM_PATTERN = rf"^ *{_PRINCIPAL} *(?:, *{_PRINCIPAL} *){{0,{MAX_PRINCIPALS - 1}}}$"
+_READERS_FORM = re.compile(READERS_FORM_PATTERN)
+#: The schema of ``readers`` states the pattern; the validator checks it after the principals
+#: (whose message names the bad one).
+_READERS_SCHEMA: dict[str, Any] = {"pattern": READERS_FORM_PATTERN}
+#: A form's ``metadata`` is one JSON part: the OpenAPI document states it as the JSON body's
+#: ``metadata`` object (OpenAPI 3.1 sends an object property of a multipart body as an
+#: ``application/json`` part), so a client or fuzzer sends the object a server accepts.
+METADATA_FORM_SCHEMA: dict[str, Any] = {
+    **{
+        k: v
+        for k, v in DocumentBody.model_json_schema()["properties"]["metadata"].items()
+        if k != "default"
+    },
+    "description": "A JSON object of at most 64 scalars (65,536 characters at most), e.g. "
+    '{"lang": "en"}.',
+}
 
 
 class _ReadersForm(Body):
     """A form with a ``readers`` field (comma-separated principals; each form declares it with
     its own description): checked at validation, read with :meth:`readers_tuple`."""
 
-    readers: str | None = None
+    readers: str | None = Field(default=None, max_length=16_384, json_schema_extra=_READERS_SCHEMA)
 
     @field_validator("readers")
     @classmethod
     def _readers_are_principals(cls, value: str | None) -> str | None:
         _split_readers(value)  # PrincipalError is a ValueError: a 422 naming the field
+        if value is not None and not _READERS_FORM.fullmatch(value):  # what the spec states
+            raise ValueError(
+                f"principals separated by commas, no empty one, at most {MAX_PRINCIPALS}"
+            )
         return value
 
     def readers_tuple(self) -> tuple[str, ...] | None:
@@ -54,18 +80,17 @@ class DocumentForm(_ReadersForm):
     """``POST /v1/documents`` as ``multipart/form-data``: the fields beside ``file``."""
 
     doc_id: str | None = Field(
-        default=None, min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$",
-        description="Defaults to the file's name.",
+        default=None, min_length=1, max_length=512, pattern=DOC_ID_PATTERN,
+        description="Defaults to the file's name (which must then be a valid id).",
     )  # fmt: skip
     title: str | None = Field(default=None, max_length=1024, pattern=r"^[^\x00]*$")
     source: str | None = Field(
         default=None, max_length=2048, pattern=r"^[^\x00]*$",
         description="Defaults to the file's name.",
     )  # fmt: skip
-    metadata: str | None = Field(
-        default=None, max_length=65_536,
-        description='A JSON object of scalars, e.g. {"lang": "en"}.',
-    )  # fmt: skip
+    #: Form fields that are one JSON part each, with the schema the OpenAPI document states.
+    JSON_PARTS: ClassVar[dict[str, dict[str, Any]]] = {"metadata": METADATA_FORM_SCHEMA}
+    metadata: str | None = Field(default=None, max_length=65_536)
 
     @field_validator("metadata")
     @classmethod
@@ -84,7 +109,7 @@ class DocumentForm(_ReadersForm):
         return value
 
     readers: str | None = Field(
-        default=None, max_length=16_384,
+        default=None, max_length=16_384, json_schema_extra=_READERS_SCHEMA,
         description="Who may read it: principals separated by commas, e.g. "
         "'group:eng,user:ada'; absent: keep its readers (new: everyone of the tenant).",
     )  # fmt: skip
@@ -99,7 +124,7 @@ class JobForm(_ReadersForm):
 
     callback_url: str | None = Field(default=None, max_length=2048, pattern=CALLBACK_URL)
     readers: str | None = Field(
-        default=None, max_length=16_384,
+        default=None, max_length=16_384, json_schema_extra=_READERS_SCHEMA,
         description="Who may read every document of the job: principals separated by commas.",
     )  # fmt: skip
 
@@ -222,19 +247,22 @@ def file_name(upload: UploadFile) -> str | None:
 
 def request_body(json_model: type[BaseModel], form: type[BaseModel], file_field: str) -> Any:
     """``openapi_extra`` of a route taking ``json_model`` as JSON or ``form`` plus the file
-    ``file_field`` as ``multipart/form-data``."""
+    ``file_field`` as ``multipart/form-data``; the form's ``JSON_PARTS`` are stated as the
+    JSON values they hold, each an ``application/json`` part (``encoding``)."""
+    json_parts: dict[str, dict[str, Any]] = getattr(form, "JSON_PARTS", {})
     form_schema = form.model_json_schema()
     form_schema["properties"] = {
         file_field: {"type": "string", "format": "binary", "description": "The file."},
         **form_schema["properties"],
+        **json_parts,
     }
     form_schema["required"] = [file_field, *form_schema.get("required", [])]
+    multipart: dict[str, Any] = {"schema": form_schema}
+    if json_parts:
+        multipart["encoding"] = {name: {"contentType": JSON} for name in json_parts}
     return {
         "requestBody": {
             "required": True,
-            "content": {
-                JSON: {"schema": json_model.model_json_schema()},
-                MULTIPART: {"schema": form_schema},
-            },
+            "content": {JSON: {"schema": json_model.model_json_schema()}, MULTIPART: multipart},
         }
     }

@@ -17,6 +17,11 @@ from topics.acl import Readers
 from topics.base import Event
 
 DocId = str
+#: What a document id may be (1-512 characters, checked apart): no control character, C0
+#: (U+0000-U+001F), DEL or C1 (U+007F-U+009F), Unicode's category Cc. An id is shown in logs,
+#: the console, the CLI and URIs, where a control character is invisible or acts on the
+#: terminal. The HTTP API's bodies, forms and paths and the MCP tools state and check this.
+DOC_ID_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]+$"
 
 
 class IngestRequest(Event):
@@ -40,7 +45,7 @@ class IngestRequest(Event):
     is refused: its result is ``refused`` and the document stays as it is.
     """
 
-    doc_id: DocId = Field(min_length=1, max_length=512)
+    doc_id: DocId = Field(min_length=1, max_length=512, pattern=DOC_ID_PATTERN)
     op: Literal["upsert", "delete", "acl"]
     text: str | None = Field(default=None, max_length=10_000_000)
     source_path: str | None = Field(default=None, max_length=4096)

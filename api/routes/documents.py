@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import re
 import shutil
 import uuid
 from functools import partial
@@ -69,13 +70,15 @@ from ragstream.db.acl import from_column
 from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob, as_utc
 from ragstream.settings import Settings
 from topics.acl import may_read, normalise_readers
-from topics.ingest import IngestRequest
+from topics.ingest import DOC_ID_PATTERN, IngestRequest
 from topics.registry import INGEST
 from topics.serde import encode
 
 router = APIRouter(tags=["documents"])
-#: A document id in a path: 1-512 characters, no control characters (as in the bodies).
-DOC_ID = Path(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f]+$")
+_DOC_ID = re.compile(DOC_ID_PATTERN)
+#: A document id in a path: 1-512 characters, no control characters (C0, DEL, C1), as in the
+#: bodies (:data:`topics.ingest.DOC_ID_PATTERN`).
+DOC_ID = Path(min_length=1, max_length=512, pattern=DOC_ID_PATTERN)
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 404, 413, 415, 422, 429, 503)
 }
@@ -198,11 +201,29 @@ async def list_documents(
     )
 
 
-@router.get("/v1/documents/{doc_id:path}", response_model=DocumentOut, responses=ERRORS)
+#: ``GET /v1/documents/{doc_id}``'s 404, a deleted document's included (see :func:`get_document`).
+GONE = {
+    "model": ErrorEnvelope,
+    "description": "No such document the caller may read, or a deleted one: its tombstone "
+    "(version, sequence, the delete's event id) is in `details` and listed by "
+    "`GET /v1/documents?status=deleted`.",
+}
+
+
+@router.get(
+    "/v1/documents/{doc_id:path}", response_model=DocumentOut, responses={**ERRORS, 404: GONE}
+)
 async def get_document(
     request: Request, doc_id: str = DOC_ID, who: Principal = Depends(principal)
 ) -> DocumentOut:
     """A document of the caller's registry.
+
+    A deleted document is a 404 (``NOT_FOUND``), as after any successful ``DELETE``: the
+    registry keeps its row as a tombstone (its version guards against late events, and a
+    client learns from it that its delete applied), given in the error's ``details`` as
+    ``{status: "deleted", version, sequence, last_event_id, updated_at}`` and listed by
+    ``GET /v1/documents?status=deleted``. Until the ingest pool applies a delete, the document
+    answers as before.
 
     A JSON/JSONL records file answers with its records summed up: ``indexed`` while any
     record is served (``failed`` when none is), the chunks of the served ones, and in
@@ -216,6 +237,18 @@ async def get_document(
     found = await asyncio.to_thread(_document, sessions, who.tenant, doc_id, who.principals)
     if found is None:
         raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
+    if found.status == "deleted":
+        tombstone = found.model_dump(
+            mode="json",
+            include={"doc_id", "status", "version", "sequence", "last_event_id", "updated_at"},
+        )
+        raise ApiError(
+            404,
+            "NOT_FOUND",
+            f"document {doc_id!r} was deleted (version {found.version}); "
+            "GET /v1/documents?status=deleted lists deleted documents",
+            details=[tombstone],
+        )
     return found
 
 
@@ -403,8 +436,12 @@ async def retry_ingest_job(
 
 
 def _check_doc_id(doc_id: str) -> None:
-    if not doc_id or len(doc_id) > 512 or any(ord(c) < 0x20 for c in doc_id):
-        raise ApiError(422, "INVALID_REQUEST", "doc_id: 1-512 printable characters")
+    """Raises ApiError 422 unless ``doc_id`` is 1-512 characters without a control character
+    (:data:`topics.ingest.DOC_ID_PATTERN`: C0, DEL and C1)."""
+    if not 0 < len(doc_id) <= 512 or not _DOC_ID.fullmatch(doc_id):
+        raise ApiError(
+            422, "INVALID_REQUEST", "doc_id: 1-512 characters, no control character (C0, DEL, C1)"
+        )
 
 
 def _doc_links(doc_id: str) -> dict[str, str]:

@@ -400,11 +400,12 @@ def test_document_delete_removes_it_from_answers(stack: Stack) -> None:
         )
     r = httpx.delete(f"{url}/v1/documents/okapi", headers={"Authorization": f"Bearer {key}"})
     assert r.status_code == 202 and r.json()["op"] == "delete"
-    wait_for(
-        lambda: get_json(f"{url}/v1/documents/okapi", key)[1].get("status") == "deleted",
+    gone = wait_for(  # a deleted document is a 404 whose details hold its tombstone
+        lambda: (g := get_json(f"{url}/v1/documents/okapi", key))[0] == 404 and g[1],
         timeout_s=120,
         what="okapi deleted",
     )
+    assert gone["error"]["details"][0]["status"] == "deleted", gone
     with _client(stack, key) as c:
         after = c.query("What is the only living relative of the giraffe, the okapi?")
     assert all(cit.doc_id != "okapi" for cit in after.citations)

@@ -96,14 +96,16 @@ def test_a_clock_an_hour_ahead_is_refused_and_the_apis_revoke_and_delete_apply(
 
     r = _call(stack, "DELETE", f"/v1/documents/{doc}")
     assert r.status_code == 202, r.text
-    record = wait_for(
+    gone = wait_for(  # a deleted document is a 404 whose details hold its tombstone
         lambda: (
-            (d := get_json(f"{stack.apis[0].url}/v1/documents/{doc}", stack.keys[TENANT])[1])
-            .get("status") == "deleted" and d
+            (g := get_json(f"{stack.apis[0].url}/v1/documents/{doc}", stack.keys[TENANT]))[0]
+            == 404 and g[1]
         ),
         timeout_s=60,
         what="the delete applied",
     )  # fmt: skip
+    record = gone["error"]["details"][0]
+    assert record["status"] == "deleted"
     assert record["sequence"] == 3 and record["last_event_id"] == r.json()["event_id"]
     assert [x.status for x in _results(stack, doc, 4)] == ["indexed", "refused", "acl", "deleted"]
     es = Elasticsearch(stack.settings.elasticsearch.hosts)
