@@ -2,29 +2,39 @@
 
 The route is the SDK's streamable-HTTP handler (stateless: every request stands alone, so any
 API process serves any request, as the rest of the API does), behind a key check that answers
-a request without a valid API key with the API's typed 401 before the MCP server sees it; the
-tools authenticate the same key again to learn the tenant (:mod:`api.mcp.server`). The SDK's
+a request without a valid API key with a 401 before the MCP server sees it, its body a JSON-RPC
+error saying which header to send (:func:`unauthenticated`: the SDK's client shows that, not a
+bare status); the tools authenticate the same key again to learn the tenant
+(:mod:`api.mcp.server`). The SDK's
 DNS-rebinding guard is on while the API listens on loopback (allowed hosts: loopback).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from api.deps import Services
-from api.errors import error_json
 from api.mcp.knowledge import KnowledgeBase
 from api.mcp.server import build_server
 
 PATH = "/mcp"
+#: The 401's JSON-RPC error code (JSON-RPC 2.0 leaves -32000..-32099 to servers; MCP defines
+#: none for authentication) and what it tells a client to send.
+UNAUTHENTICATED_RPC_CODE = -32001
+UNAUTHENTICATED = "UNAUTHENTICATED"
+SEND = "Authorization: Bearer <key>"
+SEND_OTHER = "X-API-Key: <key>"
+REALM = "ragstream"
 
 
 def presented_key(headers: dict[str, str]) -> str | None:
@@ -54,16 +64,55 @@ class McpEndpoint:
         key = presented_key(headers)
         found = await asyncio.to_thread(self.services.authenticate, key) if key else None
         if found is None:
-            message = (
-                "unknown or revoked API key"
-                if key
-                else "an API key is required: 'Authorization: Bearer <key>' or 'X-API-Key: <key>'"
-            )
-            response = error_json(401, "UNAUTHENTICATED", message)
-            response.headers["WWW-Authenticate"] = "Bearer"
+            request_id = await _request_id(receive) if scope.get("method") == "POST" else None
+            response = unauthenticated(request_id, presented=key is not None)
             await response(scope, receive, send)
             return
         await StreamableHTTPASGIApp(self.server.session_manager)(scope, receive, send)
+
+
+def unauthenticated(request_id: str | int | None, *, presented: bool) -> JSONResponse:
+    """The 401 of a request without a valid key: a JSON-RPC error response, the one error
+    body the MCP SDK's client shows for a failed HTTP status (it raises ``MCPError`` with this
+    ``message`` and ``data``; any other body becomes "Server returned an error response").
+
+    ``error``: ``{code: -32001, message: "UNAUTHENTICATED: <reason>; send ...", data: {status:
+    401, code: "UNAUTHENTICATED", message: <reason>, header: "Authorization: Bearer <key>",
+    alternative: "X-API-Key: <key>"}}``; ``id``: the request's id (``null`` when the body has
+    none). ``WWW-Authenticate`` says the same for HTTP clients (RFC 6750: ``Bearer realm``,
+    with ``error="invalid_token"`` when a key was presented).
+    """
+    reason = "unknown or revoked API key" if presented else "an API key is required"
+    message = f"{UNAUTHENTICATED}: {reason}; send the header '{SEND}' (or '{SEND_OTHER}')"
+    data = {
+        "status": 401, "code": UNAUTHENTICATED, "message": reason, "header": SEND,
+        "alternative": SEND_OTHER,
+    }  # fmt: skip
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": UNAUTHENTICATED_RPC_CODE, "message": message, "data": data},
+    }
+    challenge = f'Bearer realm="{REALM}"'
+    if presented:
+        challenge += f', error="invalid_token", error_description="{reason}"'
+    return JSONResponse(body, status_code=401, headers={"WWW-Authenticate": challenge})
+
+
+async def _request_id(receive: Receive) -> str | int | None:
+    """The JSON-RPC id of the request body (already bounded by the API's body limit), or
+    ``None`` for a body that is not one JSON-RPC request."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    try:
+        request_id = json.loads(b"".join(chunks)).get("id")
+    except (ValueError, AttributeError):
+        return None
+    return request_id if type(request_id) in (str, int) else None
 
 
 def mount_mcp(app: FastAPI, services: Services) -> MCPServer:

@@ -27,6 +27,7 @@ from sqlalchemy import select
 from api.auth import Principal
 from api.deps import Services
 from api.errors import ApiError
+from api.pages import decode_cursor, encode_cursor
 from api.querying import QueryService, replies_until
 from ingest.registry import DocumentRegistry
 from ragstream.db.acl import from_column
@@ -42,7 +43,7 @@ from workers import query_log
 Route = Literal["auto", "evidence", "small", "large"]
 #: Most chunks a document's text is assembled from (a longer document is cut, and says so).
 MAX_DOCUMENT_CHUNKS = 500
-#: The documents ``documents`` lists at most.
+#: The documents one page of ``documents`` lists at most (as ``GET /v1/documents``' limit).
 MAX_LISTED = 200
 
 
@@ -243,28 +244,52 @@ class KnowledgeBase:
         in order; ``complete`` false when cut at :data:`MAX_DOCUMENT_CHUNKS`).
 
         Raises:
-            ApiError: 404 ``NOT_FOUND`` (no such document for the tenant), 503.
+            ApiError: 404 ``NOT_FOUND`` (no such document for the tenant, or a deleted one),
+                503.
         """
         if not doc_id or len(doc_id) > 512:
             raise ApiError(404, "NOT_FOUND", f"no document {doc_id[:60]!r} for this tenant")
         found = await asyncio.to_thread(self._document, who.tenant, doc_id, who.principals)
         if found is None:
             raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
+        if found["status"] == "deleted":  # a tombstone, as GET /v1/documents/{doc_id} says
+            raise ApiError(404, "NOT_FOUND", f"document {doc_id!r} was deleted")
         return found
 
-    async def documents(self, who: Principal) -> list[dict[str, Any]]:
-        """``who``'s documents, newest first (at most :data:`MAX_LISTED`): ``{doc_id, title,
-        source, status}``."""
+    async def documents(
+        self,
+        who: Principal,
+        *,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = MAX_LISTED,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of ``who``'s documents, newest first: up to ``limit`` of ``{doc_id, title,
+        source, status}`` (only those of ``status`` when given), after ``cursor``, and the
+        cursor of the next page (``None``: this was the last).
+
+        The cursor is :mod:`api.pages`' opaque keyset cursor of ``GET /v1/documents`` (one
+        handed out by either works in both).
+
+        Raises:
+            ApiError: 422 ``INVALID_REQUEST`` for a cursor this API did not hand out.
+        """
+        before = decode_cursor(cursor, (int,))
         registry = DocumentRegistry(self.services.sessions)
         rows = await asyncio.to_thread(
-            partial(registry.page, who.tenant, limit=MAX_LISTED, principals=who.principals)
-        )
-        return [
+            partial(
+                registry.page, who.tenant, limit=limit + 1, status=status or None,
+                before_id=None if before is None else before[0], principals=who.principals,
+            )
+        )  # fmt: skip
+        more = len(rows) > limit
+        listed = [
             {
                 "doc_id": r.doc_id,
                 "title": r.title or "",
                 "source": r.source or "",
                 "status": r.status,
             }
-            for r in rows
+            for r in rows[:limit]
         ]
+        return listed, encode_cursor([rows[limit - 1].id]) if more else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import structlog
 from mcp.server.mcpserver import Context, MCPServer, ResourceSecurity
@@ -27,7 +27,7 @@ from prometheus_client import Counter
 
 from api.auth import Principal
 from api.errors import ApiError
-from api.mcp.knowledge import KnowledgeBase, Route
+from api.mcp.knowledge import MAX_LISTED, KnowledgeBase, Route
 from ragstream import __version__
 
 log = structlog.get_logger(__name__)
@@ -43,13 +43,15 @@ INSTRUCTIONS = (
     "Search and ask the knowledge base of your ragstream tenant. `search` returns passages "
     "with their document ids (cite them); `ask` returns an answer with citations and quoted "
     "evidence; `get_document` or the resource ragstream://documents/{doc_id} (the id "
-    "percent-encoded, `/` as %2F; the list ragstream://documents gives each document's `uri`) "
-    "returns a whole document."
+    "percent-encoded, `/` as %2F; the list ragstream://documents gives each document's `uri`, "
+    "a page at a time: read its `next_uri` for the next page) returns a whole document."
 )
 #: Most passages ``search`` returns.
 MAX_TOP_K = 20
 #: Where a document's resource URIs start; the percent-encoded id follows.
 DOCUMENT_URI_PREFIX = "ragstream://documents/"
+#: The documents list, a page at a time (RFC 6570 form-style query: ``?status=..&cursor=..``).
+DOCUMENTS_TEMPLATE = "ragstream://documents{?status,cursor}"
 #: The path checks of the SDK's resource templates (on by default) are for values joined onto
 #: a filesystem path; a document id is a registry key a tenant chooses freely, and ``/abs/id``,
 #: ``..`` or ``c:notes`` are ids like any other. NUL stays refused: no id holds a control
@@ -64,6 +66,14 @@ def document_uri(doc_id: str) -> str:
     ``50% off`` -> ``...documents/50%25%20off``). It is the template's own expansion (RFC 6570
     simple string), and the SDK decodes the value it matches, so a read gets the id back."""
     return DOCUMENT_URI_PREFIX + quote(doc_id, safe="")
+
+
+def documents_uri(status: str, cursor: str | None) -> str:
+    """The URI of a page of the documents list: :data:`DOCUMENTS_TEMPLATE` expanded with
+    ``status`` (``""``: every status) and ``cursor`` (``None``: the first page), e.g.
+    ``ragstream://documents?status=indexed&cursor=WzEyXQ``."""
+    query = [(k, v) for k, v in (("status", status), ("cursor", cursor)) if v]
+    return "ragstream://documents" + ("?" + urlencode(query, quote_via=quote) if query else "")
 
 
 async def _call(tool: str, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -137,27 +147,34 @@ def _add_tools(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
 
 
 def _add_resources(server: MCPServer, kb: KnowledgeBase, caller: Caller) -> None:
-    """``ragstream://documents{?status}`` (the list, each document with its ``uri``) and
+    """``ragstream://documents{?status,cursor}`` (the list a page at a time, each document with
+    its ``uri``, and the page's ``next_uri``) and
     ``ragstream://documents/{doc_id}`` (the id percent-encoded, see :func:`document_uri`).
     Both are templates: a static resource cannot know its caller (the SDK gives those no
     context)."""
 
     @server.resource(
-        "ragstream://documents{?status}",
+        DOCUMENTS_TEMPLATE,
         name="documents",
-        description="The tenant's documents (newest first; `status`: only those, e.g. "
-        "indexed): id, title, source, status and `uri`, the document's resource URI.",
+        description="The tenant's documents, newest first, one page of at most "
+        f"{MAX_LISTED}: `{{items, next_cursor, next_uri}}`, each item with its id, title, "
+        "source, status and `uri` (the document's resource URI). Read `next_uri` for the next "
+        "page (it carries `cursor`, the opaque cursor of GET /v1/documents); null: the last "
+        "page. `status`: only those (indexed, deleted or failed).",
         mime_type="application/json",
     )
-    async def documents(ctx: Context, status: str = "") -> str:
+    async def documents(ctx: Context, status: str = "", cursor: str = "") -> str:
         async def work() -> str:
-            listed = await kb.documents(await caller(ctx))
+            who = await caller(ctx)
+            listed, next_cursor = await kb.documents(
+                who, status=status or None, cursor=cursor or None
+            )
             return json.dumps(
-                [
-                    {**d, "uri": document_uri(d["doc_id"])}
-                    for d in listed
-                    if not status or d["status"] == status
-                ]
+                {
+                    "items": [{**d, "uri": document_uri(d["doc_id"])} for d in listed],
+                    "next_cursor": next_cursor,
+                    "next_uri": documents_uri(status, next_cursor) if next_cursor else None,
+                }
             )
 
         return await _call("documents", work)  # type: ignore[no-any-return]

@@ -18,7 +18,11 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
+from api.mcp.knowledge import MAX_LISTED
+from ingest.registry import DocumentRegistry
+from ragstream.db.engine import make_engine, make_session_factory
 from tests.integration.stack import (
     RAGSTREAM,
     Stack,
@@ -119,13 +123,13 @@ def test_search_ask_and_documents_through_the_sdk_client(stack: Stack, transport
                 "tools": sorted(t.name for t in tools.tools),
                 "templates": [t.uri_template for t in templates.resource_templates],
                 "found": found, "asked": asked, "doc": doc, "text": _text(text.contents[0]),
-                "listed": json.loads(_text(listed.contents[0])),
+                "listed": json.loads(_text(listed.contents[0]))["items"],
                 "unknown": (unknown.is_error, _text(unknown.content[0])),
             }  # fmt: skip
 
     out = run(go())
     assert out["tools"] == ["ask", "get_document", "search"]
-    assert {"ragstream://documents/{doc_id}", "ragstream://documents{?status}"} <= set(
+    assert {"ragstream://documents/{doc_id}", "ragstream://documents{?status,cursor}"} <= set(
         out["templates"]
     )
     passages = out["found"]["passages"]
@@ -156,12 +160,14 @@ def test_another_tenant_sees_none_of_it(stack: Stack, transport: str) -> None:
 
 def test_a_bad_key_is_refused_clearly_over_both_transports(stack: Stack) -> None:
     url = f"{stack.apis[0].url}/mcp"
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
     refused = httpx.post(url, json=body, headers={"Authorization": "Bearer nope"}, timeout=30)
-    assert refused.status_code == 401
-    assert refused.json()["error"] == {
-        "code": "UNAUTHENTICATED", "message": "unknown or revoked API key", "details": [],
+    assert refused.status_code == 401 and refused.json()["id"] == 7
+    assert refused.json()["error"]["data"] == {
+        "status": 401, "code": "UNAUTHENTICATED", "message": "unknown or revoked API key",
+        "header": "Authorization: Bearer <key>", "alternative": "X-API-Key: <key>",
     }  # fmt: skip
+    assert 'error="invalid_token"' in refused.headers["www-authenticate"]
     missing = httpx.post(url, json=body, timeout=30)
     assert missing.status_code == 401 and "API key is required" in missing.text
 
@@ -172,6 +178,80 @@ def test_a_bad_key_is_refused_clearly_over_both_transports(stack: Stack) -> None
     result = run(go())
     assert result.is_error
     assert _text(result.content[0]).endswith(": UNAUTHENTICATED: unknown or revoked API key")
+
+
+def _mcp_error(exc: BaseException) -> MCPError | None:
+    """The :class:`MCPError` in ``exc`` (itself, or in an exception group), if any."""
+    if isinstance(exc, MCPError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((e for x in exc.exceptions if (e := _mcp_error(x))), None)
+    return None
+
+
+@pytest.mark.parametrize(("headers", "reason"), [
+    ({}, "an API key is required"),
+    ({"Authorization": "Bearer rsk_not-a-key"}, "unknown or revoked API key"),
+])  # fmt: skip
+def test_the_sdk_client_says_which_header_to_send(
+    stack: Stack, headers: dict[str, str], reason: str
+) -> None:
+    """The SDK's own client over streamable HTTP, with no key or a bad one: the error it
+    raises names the header to send (not "Server returned an error response")."""
+
+    async def go() -> BaseException:
+        try:
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=60) as http,
+                streamable_http_client(f"{stack.apis[0].url}/mcp", http_client=http) as (r, w),
+                ClientSession(r, w) as session,
+            ):
+                await session.initialize()
+        except BaseException as exc:  # the transport's task group wraps it in a group
+            return _mcp_error(exc) or exc
+        raise AssertionError("initialize succeeded without a valid key")
+
+    error = run(go())
+    assert isinstance(error, MCPError), repr(error)
+    assert str(error) == (
+        f"UNAUTHENTICATED: {reason}; send the header 'Authorization: Bearer <key>' "
+        "(or 'X-API-Key: <key>')"
+    )
+    assert error.data["header"] == "Authorization: Bearer <key>"
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_the_documents_list_pages_with_a_cursor(stack: Stack, transport: str) -> None:
+    """More documents than one page holds: each page says how to get the next (``next_uri``,
+    the cursor of ``GET /v1/documents``), and the pages hold every document once."""
+    url, key = stack.apis[0].url, stack.key(stack.name + "-pages")
+    posted = [f"p{n}" for n in range(MAX_LISTED + 5)]
+    sessions = make_session_factory(make_engine(stack.settings.database_url))
+    registry = DocumentRegistry(sessions)
+    for doc_id in posted:  # registry rows, as the ingest pool writes them (faster than indexing)
+        registry.record(stack.name + "-pages", doc_id, status="indexed", version=1)
+
+    async def go() -> list[dict[str, Any]]:
+        pages: list[dict[str, Any]] = []
+        uri: str | None = "ragstream://documents?status=indexed"
+        async with TRANSPORTS[transport](stack, key) as session:
+            while uri is not None and len(pages) < 5:
+                pages.append(json.loads(_text((await session.read_resource(uri)).contents[0])))
+                uri = pages[-1]["next_uri"]
+        return pages
+
+    pages = run(go())
+    assert [len(p["items"]) for p in pages] == [MAX_LISTED, 5]
+    assert pages[0]["next_uri"] == (
+        f"ragstream://documents?status=indexed&cursor={pages[0]['next_cursor']}"
+    )
+    listed = [d["doc_id"] for p in pages for d in p["items"]]
+    assert sorted(listed) == sorted(posted) and listed[0] == posted[-1]  # newest first, once
+    http_page = httpx.get(
+        f"{url}/v1/documents", params={"cursor": pages[0]["next_cursor"], "limit": 10},
+        headers={"Authorization": f"Bearer {key}"}, timeout=30,
+    )  # fmt: skip
+    assert [d["doc_id"] for d in http_page.json()["items"]] == listed[MAX_LISTED:]
 
 
 @pytest.mark.parametrize("transport", sorted(TRANSPORTS))
@@ -190,7 +270,7 @@ def test_a_key_sees_only_the_documents_its_principals_may_read(
             return {
                 "found": {p["doc_id"] for p in found["passages"]},
                 "doc": (doc.is_error, _text(doc.content[0])),
-                "listed": {d["doc_id"] for d in json.loads(_text(listed.contents[0]))},
+                "listed": {d["doc_id"] for d in json.loads(_text(listed.contents[0]))["items"]},
             }
 
     plain, eng = run(go(stack.keys["acme"])), run(go(stack.keys["eng"]))
@@ -238,7 +318,7 @@ def test_a_document_of_any_id_is_read_by_the_uri_the_list_gives(
         async with TRANSPORTS[transport](stack, odd_ids_key) as session:
             listed = await session.read_resource("ragstream://documents")
             texts = {doc_id: await read(session, uri) for doc_id, uri in ODD_IDS.items()}
-            return json.loads(_text(listed.contents[0])), texts
+            return json.loads(_text(listed.contents[0]))["items"], texts
 
     listed, texts = run(go())
     for n, doc_id in enumerate(ODD_IDS):

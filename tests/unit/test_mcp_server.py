@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from mcp.client.client import Client
+from mcp.types import TextResourceContents
 
 from api.auth import Principal
 from api.errors import ApiError
@@ -43,6 +44,8 @@ class FakeKnowledge:
         self.keys: list[str | None] = []
         self.docs = docs or {"vacuum": "VACUUM reclaims storage."}
         self.read: list[str] = []
+        self.pages: list[tuple[str | None, str | None]] = []
+        self.page_size = 200
 
     async def principal(self, key: str | None) -> Principal:
         self.keys.append(key)
@@ -63,9 +66,18 @@ class FakeKnowledge:
             raise ApiError(404, "NOT_FOUND", f"no document {doc_id!r} for this tenant")
         return {"doc_id": doc_id, "text": self.docs[doc_id]}
 
-    async def documents(self, who: Principal) -> list[dict[str, Any]]:
-        indexed = [{"doc_id": d, "status": "indexed"} for d in self.docs]
-        return [*indexed, {"doc_id": "old", "status": "failed"}]
+    async def documents(
+        self, who: Principal, *, status: str | None = None, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Pages of two: the cursor is the index of the page's first row (a real one is
+        :mod:`api.pages`' opaque cursor)."""
+        self.pages.append((status, cursor))
+        rows = [{"doc_id": d, "status": "indexed"} for d in self.docs]
+        rows = [r for r in [*rows, {"doc_id": "old", "status": "failed"}]
+                if status is None or r["status"] == status]  # fmt: skip
+        start = int(cursor or 0)
+        more = start + self.page_size < len(rows)
+        return rows[start : start + self.page_size], str(start + self.page_size) if more else None
 
 
 def _calls(
@@ -105,9 +117,11 @@ def test_tools_answer_for_the_keys_tenant() -> None:
     answer = json.loads(asked.content[0].text)
     assert answer["answer"] == "evidence: VACUUM reclaims storage [1]." and "trace" not in answer
     assert json.loads(doc.content[0].text)["text"] == "VACUUM reclaims storage."
-    assert json.loads(listed.contents[0].text) == [
-        {"doc_id": "vacuum", "status": "indexed", "uri": "ragstream://documents/vacuum"}
-    ]
+    assert json.loads(listed.contents[0].text) == {
+        "items": [{"doc_id": "vacuum", "status": "indexed", "uri": "ragstream://documents/vacuum"}],
+        "next_cursor": None,
+        "next_uri": None,
+    }
     assert kb.keys == [KEY] * 4  # every call authenticated
 
 
@@ -136,7 +150,39 @@ def test_a_missing_document_resource_is_a_protocol_error() -> None:
 def test_the_documents_list_gives_each_documents_one_uri() -> None:
     kb = FakeKnowledge({doc_id: "" for doc_id in ODD_IDS})
     (listed,), _ = _calls(KEY, ("read", "ragstream://documents?status=indexed", {}), kb=kb)
-    assert {d["doc_id"]: d["uri"] for d in json.loads(listed.contents[0].text)} == ODD_IDS
+    assert {d["doc_id"]: d["uri"] for d in json.loads(listed.contents[0].text)["items"]} == ODD_IDS
+
+
+def test_the_documents_list_pages_by_the_next_uri_it_gives() -> None:
+    """Each page names the next (``next_uri`` carries the cursor and the status filter), so a
+    client that reads ``next_uri`` until it is null gets every document once."""
+    kb = FakeKnowledge({f"d{n}": "" for n in range(5)})
+    kb.page_size = 2
+
+    async def go() -> list[dict[str, Any]]:
+        server = build_server(kb, lambda _ctx: KEY)  # type: ignore[arg-type]
+        pages: list[dict[str, Any]] = []
+        uri: str | None = "ragstream://documents?status=indexed"
+        async with Client(server) as client:
+            while uri is not None:
+                (content,) = (await client.read_resource(uri)).contents
+                assert isinstance(content, TextResourceContents)
+                pages.append(json.loads(content.text))
+                uri = pages[-1]["next_uri"]
+        return pages
+
+    pages = asyncio.run(go())
+    assert [[d["doc_id"] for d in p["items"]] for p in pages] == [
+        ["d0", "d1"],
+        ["d2", "d3"],
+        ["d4"],
+    ]
+    assert [p["next_uri"] for p in pages] == [
+        "ragstream://documents?status=indexed&cursor=2",
+        "ragstream://documents?status=indexed&cursor=4",
+        None,
+    ]
+    assert kb.pages == [("indexed", None), ("indexed", "2"), ("indexed", "4")]
 
 
 @pytest.mark.parametrize(("doc_id", "uri"), ODD_IDS.items())
@@ -184,10 +230,27 @@ def test_the_http_endpoint_refuses_a_request_without_a_valid_key(tmp_path: Path)
     with TestClient(app) as client:
         missing = client.post("/mcp", json=body)
         bad = client.post("/mcp", json=body, headers={"Authorization": "Bearer rsk_nope"})
-    assert missing.status_code == 401 and missing.json()["error"]["code"] == "UNAUTHENTICATED"
-    assert "API key is required" in missing.json()["error"]["message"]
-    assert bad.status_code == 401 and bad.json()["error"]["message"] == "unknown or revoked API key"
-    assert bad.headers["www-authenticate"] == "Bearer"
+        stream = client.get("/mcp")
+    # A JSON-RPC error (the body the SDK's client shows), with the request's id, naming the
+    # header to send in the message and in data.
+    assert missing.status_code == 401 and missing.json() == {
+        "jsonrpc": "2.0", "id": 1,
+        "error": {
+            "code": -32001,
+            "message": "UNAUTHENTICATED: an API key is required; send the header "
+            "'Authorization: Bearer <key>' (or 'X-API-Key: <key>')",
+            "data": {"status": 401, "code": "UNAUTHENTICATED", "message": "an API key is required",
+                     "header": "Authorization: Bearer <key>", "alternative": "X-API-Key: <key>"},
+        },
+    }  # fmt: skip
+    assert missing.headers["www-authenticate"] == 'Bearer realm="ragstream"'
+    assert bad.status_code == 401
+    assert bad.json()["error"]["data"]["message"] == "unknown or revoked API key"
+    assert bad.headers["www-authenticate"] == (
+        'Bearer realm="ragstream", error="invalid_token", '
+        'error_description="unknown or revoked API key"'
+    )
+    assert stream.status_code == 401 and stream.json()["id"] is None
 
 
 def test_ragstream_mcp_without_a_key_exits_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
