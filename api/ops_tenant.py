@@ -1,5 +1,5 @@
 """The Operations page of one tenant: what an ``operator`` key (not a ``cluster-operator``)
-sees (:meth:`api.ops.OpsService.status` with a tenant).
+sees (``api.ops.OpsService.status`` with a tenant, which calls these).
 
 Kafka topics, pools, processes and the index are shared by every tenant, so a tenant's
 operator sees only what is its own, counted from the records themselves
@@ -23,7 +23,7 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from api.ops import POOL_INPUTS, DlqOut, IndexOut, PoolOut, ProcessesOut
+from api.ops_models import POOL_INPUTS, DlqOut, IndexOut, PoolOut, ProcessesOut
 from ragstream.settings import Settings
 from topics.registry import TOPICS, TopicRegistry
 from topics.scan import MAX_SCAN_PER_PARTITION, record_tenant, scan_range

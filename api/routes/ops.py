@@ -28,7 +28,8 @@ from pydantic import BaseModel
 from api.auth import Principal
 from api.deps import operator, principal, services
 from api.errors import ApiError, ErrorEnvelope
-from api.ops import OpsService, OpsStatus
+from api.ops import OpsService
+from api.ops_models import OpsStatus
 
 router = APIRouter(tags=["ops"])
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from api.app import create_app
 from api.auth import create_key, list_keys, lookup
-from api.ops import IndexOut, OpsStatus, ProcessesOut
+from api.ops_models import IndexOut, OpsStatus, ProcessesOut
 from entry.cli import app as cli
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import get_settings

@@ -12,11 +12,9 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from api.ops import (
-    POOL_INPUTS,
     WINDOW_S,
     WORKER_COMMAND,
     OpsService,
-    PoolOut,
     PoolScrape,
     histogram_quantile,
     metrics_ports,
@@ -24,6 +22,7 @@ from api.ops import (
     read_processes,
     window_numbers,
 )
+from api.ops_models import POOL_INPUTS, PoolOut
 from entry.supervisor import parse_procfile
 from ragstream.settings import PROJECT_ROOT, Settings
 
