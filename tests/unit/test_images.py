@@ -1,0 +1,69 @@
+"""The container images' definition (issue 38, item 1): infra/Dockerfile's targets are the ones
+`make image` builds, every file a target copies is one the staging writes, and the services'
+configuration is infra/'s own, rendered for a container."""
+
+from __future__ import annotations
+
+import re
+
+from infra.images import DOCKERFILE, IMAGE_LOCAL_DIR, TARGETS, image_name, render_configs
+from ragstream.settings import Settings
+
+#: What infra.images.stage puts into the build context besides render_configs' files.
+STAGED = {
+    "kafka/libs",
+    "kafka/log4j2.xml",
+    "kafka/kafka-entrypoint.sh",
+    "elasticsearch/dist.zip",
+    "postgres/postgres-entrypoint.sh",
+    "models",
+    "app/",
+    "wheels",
+}
+
+
+def _dockerfile() -> str:
+    return DOCKERFILE.read_text()
+
+
+def test_every_target_is_built_and_ragstream_is_the_default() -> None:
+    stages = re.findall(r"^FROM \S+ AS (\S+)$", _dockerfile(), flags=re.MULTILINE)
+    assert set(TARGETS) <= set(stages)
+    assert stages[-1] == "ragstream"  # a plain `build` without --target
+    assert image_name("ragstream") == "ragstream:latest"
+    assert image_name("kafka", "1") == "ragstream-kafka:1"
+
+
+def test_every_copied_file_is_staged() -> None:
+    staged = STAGED | set(render_configs(Settings()))
+    copies = re.findall(r"^COPY (?!--from)(?:--chown=\S+ )?(.+) \S+$", _dockerfile(), re.MULTILINE)
+    sources = {src for line in copies for src in line.split()}
+    mounts = set(re.findall(r"--mount=type=bind,source=(\S+?),", _dockerfile()))
+    assert sources | mounts <= staged
+
+
+def test_every_image_runs_as_a_user_with_labels_and_a_health_check() -> None:
+    text = _dockerfile()
+    for target in TARGETS:
+        body = re.split(rf"^FROM \S+ AS {target}$", text, flags=re.MULTILINE)[1]
+        body = re.split(r"^FROM ", body, flags=re.MULTILINE)[0]
+        assert "USER ragstream" in body, target
+        assert "HEALTHCHECK" in body, target
+        assert "org.opencontainers.image.title" in body, target
+
+
+def test_service_configs_are_infras_own_for_a_container() -> None:
+    settings = Settings()
+    configs = render_configs(settings)
+    kafka = configs["kafka/server.properties"]
+    assert "listeners=PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093" in kafka
+    assert "advertised.listeners=PLAINTEXT://__HOST__:9092,CONTROLLER://__HOST__:9093" in kafka
+    assert f"log.dirs={IMAGE_LOCAL_DIR}/kafka/data" in kafka
+    assert "offsets.topic.replication.factor=1" in kafka
+    assert f"-Xmx{settings.infra.kafka_heap_mb}m" in configs["kafka/jvm.env"]
+    es = configs["elasticsearch/elasticsearch.yml"]
+    assert 'network.host: "0.0.0.0"' in es and "xpack.security.enabled: false" in es
+    assert f"-Xmx{settings.infra.elasticsearch_heap_mb}m" in configs["elasticsearch/heap.options"]
+    redis = configs["redis/redis.conf"]
+    assert "bind 0.0.0.0" in redis and "\nprotected-mode no" in redis and "appendonly yes" in redis
+    assert "port = 5432" in configs["postgres/postgres.conf"]
