@@ -64,6 +64,10 @@ PUBLIC_BASES = {
 RUNC = Path("/usr/sbin/runc")
 #: Python of Debian bookworm (the local base), besides the python:3.11 image's newer 3.11.
 DEBIAN_PYTHON = "3.11.2"
+#: What Debian's 3.11.2 needs besides: ``pip download --python-version`` does not evaluate
+#: ``python_full_version`` markers against it (redis: ``async-timeout; python_full_version <
+#: "3.11.3"``).
+DEBIAN_EXTRA = ("async-timeout>=4.0.3",)
 #: Podman's run-time state (locks, mounts): a fixed path, as podman stores it with its storage.
 RUNROOT = Path("/var/tmp/ragstream-containers-run")  # noqa: S108 - root-owned, podman locks it
 
@@ -186,28 +190,32 @@ def _wheelhouse(target: Path) -> None:
         ],
         check=True,
     )
-    # Debian bookworm's Python is 3.11.2 (the local base): take the wheels its markers add
-    # (redis needs async-timeout below 3.11.3), from the same index, no build step.
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--dest",
-            str(target),
-            "--find-links",
-            str(target),
-            "--only-binary=:all:",
-            "--python-version",
-            DEBIAN_PYTHON,
-            "--constraint",
-            str(constraints),
-            f"ragstream=={version('ragstream')}",
-        ],
-        check=True,
-    )
+    # Debian bookworm's Python is 3.11.2 (the local base): its own constraints, the
+    # virtualenv's pins less those that need a newer 3.11 (soupsieve), and the wheels its
+    # markers add (redis needs async-timeout below 3.11.3); binaries only, no build step.
+    pins = freeze.splitlines()
+    debian = target / f"constraints-{DEBIAN_PYTHON}.txt"
+    for _ in range(len(pins)):
+        debian.write_text("\n".join(pins) + "\n")
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(target)),
+                *("--find-links", str(target), "--only-binary=:all:"),
+                *("--python-version", DEBIAN_PYTHON, "--constraint", str(debian)),
+                f"ragstream=={version('ragstream')}",
+                *DEBIAN_EXTRA,
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        newer = re.search(r"Package '([^']+)' requires a different Python", done.stderr)
+        if done.returncode == 0 or newer is None:
+            break
+        name = newer.group(1).lower().replace("_", "-")
+        pins = [p for p in pins if p.split("==")[0].lower().replace("_", "-") != name]
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
 
 
 def stage(settings: Settings, context: Path, *, wheels: bool = True) -> Path:

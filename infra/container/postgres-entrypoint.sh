@@ -20,6 +20,7 @@ if [ ! -f "$PGDATA/PG_VERSION" ]; then
     echo "host all all all trust" >> "$PGDATA/pg_hba.conf"
   fi
   printf "\ninclude = 'ragstream.conf'\n" >> "$PGDATA/postgresql.conf"
+  cp /etc/ragstream/postgres.conf "$PGDATA/ragstream.conf"
   echo 'CREATE DATABASE ragstream' | "$bin/postgres" --single -D "$PGDATA" postgres > /dev/null
 fi
 cp /etc/ragstream/postgres.conf "$PGDATA/ragstream.conf"
