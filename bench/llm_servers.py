@@ -197,7 +197,9 @@ async def level(
 ) -> tuple[list[dict[str, Any]], float]:
     """Run ``bodies`` with ``concurrency`` in flight; return the results and wall seconds."""
     gate = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency)
+    # No keep-alive: llama.cpp's HTTP server closes an idle connection after a few seconds, and
+    # a request sent on such a pooled connection fails ("Server disconnected").
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
 
         async def gated(body: dict[str, Any]) -> dict[str, Any]:

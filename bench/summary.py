@@ -290,6 +290,16 @@ def _flat(prefix: str, values: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def generation_numbers(directory: Path, notes: list[str]) -> dict[str, Any]:
+    """From ``llm_servers.json`` of ``make bench-llm`` (:mod:`bench.llm_servers`): per server
+    (``llamacpp``, ``vllm``) and concurrency ``c<N>`` (``_nocache``: prefix caching off), TTFT
+    p50/p99 (ms), completion tokens/s, requests/s and RSS (MB), from one run; ``{}`` without it."""
+    from bench.llm_servers import summary_numbers
+
+    data = _load(directory, "llm_servers.json", notes)
+    return {} if data is None else summary_numbers(data)
+
+
 def build_summary(directory: Path) -> dict[str, Any]:
     """The summary of the benchmark results in ``directory`` (see the module docstring)."""
     notes: list[str] = []
@@ -334,6 +344,7 @@ def build_summary(directory: Path) -> dict[str, Any]:
             "query.api_exact_cache_hit_p50_ms: not measured (needs a running gateway: "
             "ragstream bench api, or bench query --api-url/--api-key)"
         )
+    summary["generation"] = generation_numbers(directory, notes)
     summary["targets"] = {}
     for key, (op, bound) in TARGETS.items():
         value = _value(summary, key)
