@@ -95,7 +95,9 @@ def test_a_poison_letter_is_replayed_once_and_comes_back_marked(
     )
     app = create_app(app_settings)
     app.state.services.extras["ops"] = OpsService(app_settings, None)  # type: ignore[arg-type]
-    app.dependency_overrides[operator] = lambda: Principal(1, "acme")
+    # The deployment's operator: a tenant's operator replays only its tenant's letters, and
+    # the echo pool's poison letter names no tenant.
+    app.dependency_overrides[operator] = lambda: Principal(1, "acme", role="cluster-operator")
 
     with TestClient(app) as client:
         r = client.post(f"/v1/ops/dlq/{ingest.dlq}/replay?limit=5&settle_ms={SETTLE_MS}")

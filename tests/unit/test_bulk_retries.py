@@ -132,18 +132,27 @@ def test_retries_are_jittered_counted_and_logged(
     fake_es: Callable[[StatusOf], tuple[_FakeBulk, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 39: 23,978 bulk rejections were retried with no jitter, no metric and no log."""
+    import structlog
     import structlog.testing
 
     import ingest.index as index_module
 
+    # structlog as capture_logs needs it, whatever an earlier test configured (an in-process
+    # CLI run caches the loggers it used), as in test_surrogate_warnings.py.
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    monkeypatch.setattr(index_module, "log", structlog.get_logger(index_module.__name__))
     slept: list[float] = []
     monkeypatch.setattr(index_module.time, "sleep", slept.append)
     before = index_module.BULK_ITEMS_RETRIED.labels("429")._value.get()
     gave_up = index_module.BULK_ITEMS_GAVE_UP._value.get()
     fake, url = fake_es(lambda _id, _attempt: 429)
     index = _index(url, max_retries=6)
-    with structlog.testing.capture_logs() as logs:
-        index.bulk_index(_docs(2))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            index.bulk_index(_docs(2))
+    finally:
+        structlog.configure(**saved)
     assert fake.requests == 7
     assert index_module.BULK_ITEMS_RETRIED.labels("429")._value.get() - before == 14
     assert index_module.BULK_ITEMS_GAVE_UP._value.get() - gave_up == 2

@@ -320,7 +320,7 @@ def test_the_replay_route_answers_the_report_and_maps_errors(
     settings = settings_for(tmp_path)
     app = create_app(settings)
     app.state.services.extras["ops"] = OpsService(settings, None)  # type: ignore[arg-type]
-    app.dependency_overrides[operator] = lambda: Principal(1, "acme")
+    app.dependency_overrides[operator] = lambda: Principal(1, "acme", role="cluster-operator")
     with TestClient(app) as client:
         ok = client.post("/v1/ops/dlq/rag.ingest.dlq/replay?limit=5")
         outcome[0] = TimeoutError("rag.ingest.dlq: no dead letter arrived")
