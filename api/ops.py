@@ -48,7 +48,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api import ops_tenant
 from api.ops_models import (
-    POOL_INPUTS,
     DlqOut,
     IndexOut,
     OpsStatus,
@@ -60,10 +59,7 @@ from api.ops_models import (
 )
 from ragstream.health import probe_llm_servers
 from ragstream.settings import Settings
-from topics.registry import (
-    TOPICS,
-    TopicRegistry,
-)
+from topics.registry import POOL_INPUTS, TOPICS, TopicRegistry
 from workers.runtime.build import pool_group
 from workers.runtime.pressure import read_pressure
 

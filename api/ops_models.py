@@ -8,26 +8,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from topics.registry import (
-    INGEST,
-    QUERIES,
-    RERANKED_LARGE,
-    RERANKED_SMALL,
-    RESPONSES,
-    RETRIEVED,
-    TopicSpec,
-)
-
-#: Each pool and the topic it consumes (the ``input`` of its handler in :mod:`workers.pools`).
-POOL_INPUTS: dict[str, TopicSpec] = {
-    "ingest": INGEST,
-    "retrieval": QUERIES,
-    "rerank": RETRIEVED,
-    "generation-small": RERANKED_SMALL,
-    "generation-large": RERANKED_LARGE,
-    "delivery": RESPONSES,
-}
-
 
 class ProcessOut(BaseModel):
     """One supervised process; times are UNIX seconds."""

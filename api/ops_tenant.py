@@ -23,9 +23,9 @@ from typing import Any
 
 from kafka import TopicPartition
 
-from api.ops_models import POOL_INPUTS, DlqOut, IndexOut, PoolOut, ProcessesOut
+from api.ops_models import DlqOut, IndexOut, PoolOut, ProcessesOut
 from ragstream.settings import Settings
-from topics.registry import TOPICS, TopicRegistry
+from topics.registry import POOL_INPUTS, TOPICS, TopicRegistry
 from topics.scan import MAX_SCAN_PER_PARTITION, record_tenant, scan_range
 from workers.runtime.build import pool_group
 

@@ -20,6 +20,8 @@ own, :func:`topics.dlq_replay.tenant_group`), its chunk count, no processes
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -106,17 +108,26 @@ async def ops_dead_letters(
     return await asyncio.to_thread(_inspect, ops, topic, limit, _scope(who))
 
 
+@contextlib.contextmanager
+def _dlq_errors(topic: str) -> Iterator[None]:
+    """A DLQ read's failures as the API's errors: 404 for a topic the broker does not know,
+    503 when its letters did not arrive in time."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}") from exc
+    except TimeoutError as exc:
+        raise ApiError(503, "UNAVAILABLE", str(exc)) from exc
+
+
 def _inspect(ops: OpsService, topic: str, limit: int, tenant: str | None) -> DeadLettersOut:
     from topics.consumer import make_consumer
     from topics.dlq import inspect
 
     consumer = make_consumer(ops.settings.kafka, group=None, client_id="ragstream-console-dlq")
     try:
-        listing = inspect(consumer, topic, limit=limit, timeout_ms=5_000, tenant=tenant)
-    except KeyError as exc:
-        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}") from exc
-    except TimeoutError as exc:
-        raise ApiError(503, "UNAVAILABLE", str(exc)) from exc
+        with _dlq_errors(topic):
+            listing = inspect(consumer, topic, limit=limit, timeout_ms=5_000, tenant=tenant)
     finally:
         consumer.close()
     return DeadLettersOut(
@@ -185,7 +196,7 @@ def _replay(
 ) -> ReplayedOut:
     from topics.dlq_replay import replay_dead_letters
 
-    try:
+    with _dlq_errors(topic):
         report = replay_dead_letters(
             ops.settings.kafka,
             topic,
@@ -194,10 +205,6 @@ def _replay(
             client_id="ragstream-console-dlq-replay",
             tenant=tenant,
         )
-    except KeyError as exc:
-        raise ApiError(404, "NOT_FOUND", f"no dead-letter topic {topic!r}") from exc
-    except TimeoutError as exc:
-        raise ApiError(503, "UNAVAILABLE", str(exc)) from exc
     return ReplayedOut(
         topic=report.topic,
         replayed=report.replayed,

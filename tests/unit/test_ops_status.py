@@ -22,9 +22,10 @@ from api.ops import (
     read_processes,
     window_numbers,
 )
-from api.ops_models import POOL_INPUTS, PoolOut
+from api.ops_models import PoolOut
 from entry.supervisor import parse_procfile
 from ragstream.settings import PROJECT_ROOT, Settings
+from topics.registry import POOL_INPUTS
 
 PORT_9107 = "RAGSTREAM_POOLS__RETRIEVAL__METRICS_PORT=9107"
 
