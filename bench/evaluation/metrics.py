@@ -26,6 +26,24 @@ What a reader sees:
   and p90 over the answers of a group (refusals included: they are what the reader got).
 - refusal rates: of ``absent`` questions, of ``off_topic`` questions, and the false refusal
   rate of answerable questions; answer latency p50/p95.
+
+CRAG-style outcomes (Yang et al. 2024, "CRAG - Comprehensive RAG Benchmark", arXiv:2406.04744:
+an answer is *accurate*, *hallucinated* or *missing*, scored 1, -1 and 0), :func:`crag_outcome`:
+
+- *accurate*: a correct answer, or a refusal of a question whose right answer is one
+  (``absent``, ``off_topic``);
+- *hallucinated*: a wrong answer that is not a refusal (an answer to an absent or off-topic
+  question included);
+- *missing*: a refusal of an answerable question, or an error response (CRAG counts a system
+  error as missing).
+
+``crag_score`` = accurate rate - hallucination rate, in ``[-1, 1]``.
+
+Answer containment (the reader's ceiling: no selector can quote what it was not given): a
+question's ``answer_rank`` is the 1-based position of the first passage, among those the rerank
+pool sends on, whose text one of its ``answer_patterns`` matches (:func:`answer_passage_rank`);
+*answer in top k* is ``answer_rank <= k`` for k in :data:`CONTAINMENT_KS`, over answerable
+questions.
 """
 
 from __future__ import annotations
@@ -43,6 +61,8 @@ from topics.answers import NOT_IN_DOCUMENTS
 HIT_KS = (1, 3, 5, 10, 20, 30)
 #: Cut-off of the mean reciprocal rank.
 MRR_K = 10
+#: Cut-offs reported for answer-in-top-k containment.
+CONTAINMENT_KS = (1, 3, 5)
 
 #: An answer matching any of these (case-insensitive) declines to answer. The first is the
 #: prompt's own phrase; the others are its usual paraphrases: "the passages do not mention X",
@@ -259,6 +279,7 @@ class Judged(NamedTuple):
         first: :func:`is_answer_first`.
         words: :func:`answer_words` (``None`` for an error response).
         latency_ms: the answer's latency (``None`` when unknown).
+        error: the response was an error (neither correct nor a refusal).
     """
 
     answerable: bool
@@ -268,6 +289,26 @@ class Judged(NamedTuple):
     first: bool = False
     words: int | None = None
     latency_ms: float | None = None
+    error: bool = False
+
+
+#: The CRAG outcomes of an answer (:func:`crag_outcome`).
+ACCURATE, HALLUCINATED, MISSING = "accurate", "hallucinated", "missing"
+
+
+def crag_outcome(j: Judged) -> str:
+    """The CRAG outcome of one judged answer (Yang et al. 2024; see the module docstring).
+
+    Returns:
+        :data:`ACCURATE` (correct, or a refusal of an unanswerable question),
+        :data:`MISSING` (a refusal of an answerable question, or an error response) or
+        :data:`HALLUCINATED` (any other answer).
+    """
+    if j.correct or (j.refused and not j.answerable):
+        return ACCURATE
+    if j.refused or j.error:
+        return MISSING
+    return HALLUCINATED
 
 
 class RetrievalMetrics(BaseModel):
@@ -319,6 +360,11 @@ class AnswerMetrics(BaseModel):
         answer_first_rate: the share of answerable questions answered first.
         words_p50, words_p90: answer words (:func:`answer_words`) over the group's answers.
         latency_p50_ms, latency_p95_ms: answer latency over the group, ms.
+        accurate, hallucinated, missing: the CRAG outcomes (:func:`crag_outcome`), summing to
+            ``n``; ``accurate`` is ``correct`` plus the refusals of unanswerable questions
+            whose patterns do not match the refusal's words.
+        hallucination_rate, missing_rate: ``hallucinated / n``, ``missing / n``.
+        crag_score: ``(accurate - hallucinated) / n``, in ``[-1, 1]``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -338,6 +384,12 @@ class AnswerMetrics(BaseModel):
     words_p90: float | None = None
     latency_p50_ms: float | None = None
     latency_p95_ms: float | None = None
+    accurate: int = 0
+    hallucinated: int = 0
+    missing: int = 0
+    hallucination_rate: float | None = None
+    missing_rate: float | None = None
+    crag_score: float | None = None
 
 
 def answer_metrics(judged: Sequence[Judged | tuple[bool, bool, bool]]) -> AnswerMetrics:
@@ -349,6 +401,8 @@ def answer_metrics(judged: Sequence[Judged | tuple[bool, bool, bool]]) -> Answer
     absent = [j for j in js if not j.answerable and j.kind != "off_topic"]
     words = [float(j.words) for j in js if j.words is not None]
     latency = [j.latency_ms for j in js if j.latency_ms is not None]
+    outcomes = [crag_outcome(j) for j in js]
+    scores = {ACCURATE: 1.0, HALLUCINATED: -1.0, MISSING: 0.0}
     return AnswerMetrics(
         n=len(js),
         correct=sum(1 for j in js if j.correct),
@@ -365,7 +419,55 @@ def answer_metrics(judged: Sequence[Judged | tuple[bool, bool, bool]]) -> Answer
         words_p90=percentile(words, 90),
         latency_p50_ms=percentile(latency, 50),
         latency_p95_ms=percentile(latency, 95),
+        accurate=outcomes.count(ACCURATE),
+        hallucinated=outcomes.count(HALLUCINATED),
+        missing=outcomes.count(MISSING),
+        hallucination_rate=_mean([float(o == HALLUCINATED) for o in outcomes]),
+        missing_rate=_mean([float(o == MISSING) for o in outcomes]),
+        crag_score=_mean([scores[o] for o in outcomes]),
     )
+
+
+def answer_passage_rank(passages: Sequence[str], patterns: Iterable[str]) -> int | None:
+    """1-based rank of the first passage whose text one of ``patterns`` matches.
+
+    Args:
+        passages: the text of each passage sent on, best first (title line and text, as the
+            rerank pool scores it).
+        patterns: the question's answer regexes (``re.search``, case-insensitive; each passage
+            is matched on its own, never across two).
+
+    Returns:
+        The rank, or ``None`` when no passage holds an answer.
+    """
+    wanted = list(patterns)
+    for rank, text in enumerate(passages, start=1):
+        if matches_any(text, wanted):
+            return rank
+    return None
+
+
+class ContainmentMetrics(BaseModel):
+    """Answer-in-top-k over ``n`` answerable questions: the share whose ``answer_rank``
+    (:func:`answer_passage_rank`) is at most k; ``None`` when n=0.
+
+    Attributes:
+        at: ``{k: share}`` for :data:`CONTAINMENT_KS` (keys are strings in JSON).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    n: int
+    at_1: float | None
+    at_3: float | None
+    at_5: float | None
+    at: dict[int, float | None]
+
+
+def containment_metrics(ranks: Sequence[int | None]) -> ContainmentMetrics:
+    """Answer-in-top-k of the answer ranks of answerable questions (one per question)."""
+    at = {k: _mean([float(hit_at(r, k)) for r in ranks]) for k in CONTAINMENT_KS}
+    return ContainmentMetrics(n=len(ranks), at_1=at[1], at_3=at[3], at_5=at[5], at=at)
 
 
 def group_by(items: Iterable[T], key: Callable[[T], str]) -> dict[str, list[T]]:

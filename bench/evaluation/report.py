@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from bench.evaluation.metrics import AnswerMetrics, RetrievalMetrics
+from bench.evaluation.metrics import AnswerMetrics, ContainmentMetrics, RetrievalMetrics
 
 
 class ModeReport(BaseModel):
@@ -20,6 +20,21 @@ class ModeReport(BaseModel):
     by_kind: dict[str, RetrievalMetrics]
     by_corpus: dict[str, RetrievalMetrics]
     seconds_per_question: float
+
+
+class PassagesReport(BaseModel):
+    """Answer-in-top-k of the passages the rerank pool sends on (``mode``'s list cut at
+    ``top_k``, promoted identifiers and definition entries after it; see
+    :func:`bench.evaluation.run.served_passages`), overall and per ``kind`` and ``corpus``
+    (answerable questions only)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: str
+    top_k: int
+    overall: ContainmentMetrics
+    by_kind: dict[str, ContainmentMetrics]
+    by_corpus: dict[str, ContainmentMetrics]
 
 
 class TierReport(BaseModel):
@@ -79,7 +94,9 @@ class QuestionRecord(BaseModel):
     was retrieved and answered (``None`` when it is ``question`` itself); ``answer_first``: a
     pattern matches the answer's first sentence (a refusal, for a question whose right answer
     is one); ``words``: the answer's words; ``first_cited_page``: the page of the first passage
-    the answer cites (``corpus:page``, or the document's location outside the manuals)."""
+    the answer cites (``corpus:page``, or the document's location outside the manuals);
+    ``answer_rank``: the 1-based position of the first passage sent on that an answer pattern
+    matches (``None``: none does, or the question is not answerable)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -103,6 +120,7 @@ class QuestionRecord(BaseModel):
     words: int | None = None
     latency_ms: float | None = None
     first_cited_page: str | None = None
+    answer_rank: int | None = None
 
 
 class Headline(BaseModel):
@@ -121,6 +139,11 @@ class Headline(BaseModel):
             questions when the probes did not run).
         false_refusal_rate: answerable questions refused.
         answer_latency_p50_ms: the ``routed`` configuration's answer latency (else the first's).
+        hit_at_1: the default retrieval mode's hit@1.
+        answer_in_top_1, answer_in_top_3, answer_in_top_5: answerable questions with an answer
+            pattern in the first 1, 3, 5 passages sent on.
+        crag_score: CRAG score (accurate rate - hallucination rate) of all questions.
+        hallucination_rate, missing_rate: CRAG hallucinated and missing answers, of all.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -137,6 +160,13 @@ class Headline(BaseModel):
     answer_words_p50: float | None = None
     answer_words_p90: float | None = None
     off_topic_refusal_rate: float | None = None
+    hit_at_1: float | None = None
+    answer_in_top_1: float | None = None
+    answer_in_top_3: float | None = None
+    answer_in_top_5: float | None = None
+    crag_score: float | None = None
+    hallucination_rate: float | None = None
+    missing_rate: float | None = None
 
 
 class EvalReport(BaseModel):
@@ -157,6 +187,8 @@ class EvalReport(BaseModel):
     skipped_modes: dict[str, str]
     answers: AnswersReport | None
     questions: list[QuestionRecord]
+    #: Answer-in-top-k of the passages sent on (``None`` when the default mode did not run).
+    passages: PassagesReport | None = None
     #: The off-topic probe file run beside the questions ("" when it did not run) and its
     #: questions' records (answered by the default configuration).
     off_topic_file: str = ""
@@ -179,6 +211,7 @@ class EvalReport(BaseModel):
         howto, factual = kinds.get("howto"), kinds.get("factual")
         off_topic_of = (a.off_topic or a.overall) if a is not None else None
         off_topic = off_topic_of.off_topic_refusal_rate if off_topic_of is not None else None
+        held = self.passages.overall if self.passages is not None else None
         headline = Headline(
             hit_at_5=mode.overall.hit_at_5 if mode else None,
             mrr_at_10=mode.overall.mrr_at_10 if mode else None,
@@ -192,6 +225,13 @@ class EvalReport(BaseModel):
             answer_words_p50=answers.words_p50 if answers else None,
             answer_words_p90=answers.words_p90 if answers else None,
             off_topic_refusal_rate=off_topic,
+            hit_at_1=mode.overall.hit_at_1 if mode else None,
+            answer_in_top_1=held.at_1 if held else None,
+            answer_in_top_3=held.at_3 if held else None,
+            answer_in_top_5=held.at_5 if held else None,
+            crag_score=answers.crag_score if answers else None,
+            hallucination_rate=answers.hallucination_rate if answers else None,
+            missing_rate=answers.missing_rate if answers else None,
         )
         return self.model_copy(update={"headline": headline})
 
@@ -217,7 +257,8 @@ def _answer_row(label: str, m: AnswerMetrics) -> str:
         f"| {_f(m.answerable_accuracy)} | {m.absent_n} | {_f(m.absent_refusal_rate)} "
         f"| {_f(m.false_refusal_rate)} | {m.off_topic_n} | {_f(m.off_topic_refusal_rate)} "
         f"| {m.answer_first} | {_f(m.answer_first_rate)} | {_n(m.words_p50)} "
-        f"| {_n(m.words_p90)} | {_n(m.latency_p50_ms)} | {_n(m.latency_p95_ms)} |"
+        f"| {_n(m.words_p90)} | {_n(m.latency_p50_ms)} | {_n(m.latency_p95_ms)} "
+        f"| {m.accurate} | {m.hallucinated} | {m.missing} | {_f(m.crag_score)} |"
     )
 
 
@@ -228,8 +269,14 @@ RETRIEVAL_HEAD = (
 ANSWER_HEAD = (
     "| {col} | n | correct | accuracy | accuracy (answerable) | absent | absent refusal rate "
     "| false refusal rate | off-topic | off-topic refusal rate | answer first "
-    "| answer first rate (answerable) | words p50 | words p90 | latency p50 ms | p95 ms |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| answer first rate (answerable) | words p50 | words p90 | latency p50 ms | p95 ms "
+    "| accurate | hallucinated | missing | CRAG score |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+SUMMARY_HEAD = (
+    "| {col} | n | hit@1 | MRR@10 | answer in top 1 | top 3 | top 5 | accuracy | CRAG score "
+    "| hallucinated | missing |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -242,6 +289,7 @@ def to_markdown(report: EvalReport) -> str:
         f"`{report.index_alias}`, {report.started_at}, {report.duration_s:.0f} s. "
         f"Default configuration: `{report.default_mode}` "
         + ", ".join(f"{k}={v}" for k, v in report.config.items()),
+        *_summary_lines(report),
         "",
         "## Retrieval (answerable questions; rank = first chunk of an expected page)",
         "",
@@ -281,11 +329,74 @@ def to_markdown(report: EvalReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _summary_row(
+    label: str,
+    r: RetrievalMetrics | None,
+    c: ContainmentMetrics | None,
+    a: AnswerMetrics | None,
+) -> str:
+    n = a.n if a is not None else (r.n if r is not None else 0)
+    cells = [
+        _f(r.hit_at_1) if r else "-",
+        _f(r.mrr_at_10) if r else "-",
+        *([_f(c.at_1), _f(c.at_3), _f(c.at_5)] if c else ["-"] * 3),
+        f"{_f(a.answer_accuracy)} ({a.correct}/{a.n})" if a else "-",
+        _f(a.crag_score) if a else "-",
+        f"{a.hallucinated} ({_f(a.hallucination_rate)})" if a else "-",
+        f"{a.missing} ({_f(a.missing_rate)})" if a else "-",
+    ]
+    return f"| {label} | {n} | " + " | ".join(cells) + " |"
+
+
+def _summary_lines(report: EvalReport) -> list[str]:
+    """The default configuration's numbers side by side, overall and per kind: hit@1 and
+    MRR@10 (answerable questions), answer in the top 1/3/5 passages sent on (answerable),
+    accuracy, CRAG score, hallucinated and missing (all questions)."""
+    mode = report.modes.get(report.default_mode)
+    p, a = report.passages, report.answers
+    if mode is None and p is None and a is None:
+        return []
+    kinds = sorted(
+        set(mode.by_kind if mode else {})
+        | set(p.by_kind if p else {})
+        | set(a.by_kind if a else {})
+    )
+    rows = [
+        _summary_row(
+            "all",
+            mode.overall if mode else None,
+            p.overall if p else None,
+            a.overall if a else None,
+        )
+    ]
+    rows += [
+        _summary_row(
+            f"kind {k}",
+            mode.by_kind.get(k) if mode else None,
+            p.by_kind.get(k) if p else None,
+            a.by_kind.get(k) if a else None,
+        )
+        for k in kinds
+    ]
+    return [
+        "",
+        f"## Summary (`{report.default_mode}`, the first answer configuration)",
+        "",
+        "n: the group's questions (hit@1, MRR@10 and answer in top k are over its answerable "
+        "ones); answer in top k: an answer pattern matches one of the first k passages sent "
+        "on; CRAG score: accurate rate - hallucination rate.",
+        "",
+        SUMMARY_HEAD.format(col="group"),
+        *rows,
+    ]
+
+
 TIER_HEAD = (
-    "| configuration | correct | accuracy | answer first rate | words p50 | absent refusal "
+    "| configuration | correct | accuracy | CRAG score | hallucinated | missing "
+    "| answer first rate | words p50 | absent refusal "
     "| off-topic probes refused | false refusal | empty | truncated "
     "| fallbacks | errors | prompt tokens p50 | latency p50 ms | p95 ms | tiers |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -298,8 +409,8 @@ def _tier_lines(a: AnswersReport) -> list[str]:
         share = ", ".join(f"{k} {v:.2f}" for k, v in sorted(t.share.items()))
         probe = t.off_topic.off_topic_refusal_rate if t.off_topic is not None else None
         lines.append(
-            f"| {name} | {m.correct}/{m.n} | {_f(m.answer_accuracy)} "
-            f"| {_f(m.answer_first_rate)} | {_n(m.words_p50)} "
+            f"| {name} | {m.correct}/{m.n} | {_f(m.answer_accuracy)} | {_f(m.crag_score)} "
+            f"| {m.hallucinated} | {m.missing} | {_f(m.answer_first_rate)} | {_n(m.words_p50)} "
             f"| {_f(m.absent_refusal_rate)} | {_f(probe)} | {_f(m.false_refusal_rate)} | {t.empty} "
             f"| {t.truncated} | {t.fallbacks} | {t.errors} | {t.prompt_tokens_p50 or '-'} "
             f"| {t.latency_p50_ms or '-'} | {t.latency_p95_ms or '-'} | {share} |"
@@ -344,6 +455,11 @@ def summary_line(report: EvalReport, out_dir: Path | None = None) -> str:
         f"eval: {report.n_questions} questions, {report.default_mode}: "
         f"hit@5 {_f(h.hit_at_5)} MRR@10 {_f(h.mrr_at_10)}"
     )
+    if report.passages is not None:
+        text += (
+            f", answer in top 1/3/5 passages {_f(h.answer_in_top_1)}/{_f(h.answer_in_top_3)}"
+            f"/{_f(h.answer_in_top_5)}"
+        )
     if report.answers is not None:
         a = report.answers.overall
         text += (
@@ -353,7 +469,9 @@ def summary_line(report: EvalReport, out_dir: Path | None = None) -> str:
             f"absent refusal rate {_f(h.absent_refusal_rate)}, "
             f"off-topic refusal rate {_f(h.off_topic_refusal_rate)}, "
             f"false refusal rate {_f(h.false_refusal_rate)}, "
-            f"answer latency p50 {h.answer_latency_p50_ms or '-'} ms"
+            f"answer latency p50 {h.answer_latency_p50_ms or '-'} ms, "
+            f"CRAG score {_f(h.crag_score)} (hallucinated {a.hallucinated}, "
+            f"missing {a.missing})"
         )
     best = max(report.modes.items(), key=lambda kv: kv[1].overall.mrr_at_10 or 0.0, default=None)
     if best is not None:

@@ -18,6 +18,15 @@ off-topic probe set (:data:`~bench.evaluation.questions.OFF_TOPIC_QUESTIONS`, un
 every configuration, and reported on its own (``answers.off_topic``, each tier's
 ``off_topic``, ``off_topic_questions``): it never enters the file's own metrics. A probe whose
 text is a question of the file is answered once.
+
+Answer containment (``passages``; :func:`~bench.evaluation.metrics.answer_passage_rank`) is
+judged on the passages the rerank pool sends on, built in-process as the pool builds them
+(:func:`served_passages`): the default mode's list (the fused top N scored by the configured
+rerank backend and ordered by :func:`workers.rerank.select_top_k` with the per-document cap) cut
+at top K, then the evidence stage's identifier promotion and the definition entries appended
+(:mod:`workers.pools.rerank`). These are the passages the answers are produced from, not the
+citations of an answer; each passage's text is its title line and text, as the reranker reads
+it. It needs the default mode, not answers: ``--no-generate`` measures it too.
 """
 
 from __future__ import annotations
@@ -37,7 +46,9 @@ from bench.evaluation.answers import Answer, Answerer, AnswerJob, tier_configs
 from bench.evaluation.metrics import (
     Judged,
     answer_metrics,
+    answer_passage_rank,
     answer_words,
+    containment_metrics,
     first_relevant_rank,
     group_by,
     is_answer_first,
@@ -46,7 +57,7 @@ from bench.evaluation.metrics import (
     percentile,
     retrieval_metrics,
 )
-from bench.evaluation.modes import ALL_MODES, ModeRunner, plan_modes
+from bench.evaluation.modes import ALL_MODES, ModeRunner, plan_modes, rerank_text
 from bench.evaluation.questions import (
     CORPUS_ROOTS,
     OFF_TOPIC_QUESTIONS,
@@ -62,6 +73,7 @@ from bench.evaluation.report import (
     EvalReport,
     Headline,
     ModeReport,
+    PassagesReport,
     QuestionRecord,
     TierReport,
     write_report,
@@ -288,10 +300,13 @@ def run_evaluation(
         raise EvaluationError(f"the default mode {default} cannot run: {run.skipped[default]}")
     answers: dict[str, list[Answer]] | None = None
     gen_s = 0.0
-    if options.generate:
-        jobs = _jobs(
-            embedder, requests, vectors, run.lists[default], run.candidates, definitions, top_k
-        )
+    served = (
+        served_passages(requests, run.lists[default], run.candidates, definitions, top_k)
+        if default in run.lists
+        else None
+    )
+    if options.generate and served is not None:
+        jobs = _jobs(embedder, requests, vectors, served)
         configs = tier_configs(settings, options.tiers, options.llms)
         say(f"answering {len(jobs)} questions in {', '.join(c.name for c in configs)}")
         tg = time.perf_counter()
@@ -299,8 +314,10 @@ def run_evaluation(
         gen_s = time.perf_counter() - tg
     main = next(iter(answers.values())) if answers else None
     rows = list(range(len(qs)))
-    records, judged = _records(qs, rows, run, main, options.roots, default)
-    probe_records, probe_judged = _records(probes, probe_rows, run, main, options.roots, default)
+    records, judged = _records(qs, rows, run, (main, served), options.roots, default)
+    probe_records, probe_judged = _records(
+        probes, probe_rows, run, (main, served), options.roots, default
+    )
     return EvalReport(
         questions_file=questions_file,
         n_questions=len(qs),
@@ -318,6 +335,7 @@ def run_evaluation(
             for m in run.lists
         },
         skipped_modes={**plan.skipped, **run.skipped},
+        passages=_passages_report(qs, records, default, top_k) if served is not None else None,
         answers=_answers_report(
             qs,
             answers,
@@ -385,32 +403,53 @@ def _definitions(
             proposer.close()
 
 
-def _jobs(  # noqa: PLR0917 - one call site
-    embedder: Any,
+def served_passages(
     requests: Sequence[QueryRequest],
-    vectors: npt.NDArray[np.float32],
     ranked: Sequence[Sequence[Candidate]],
     candidates: Sequence[Sequence[Candidate]],
     definitions: Sequence[Sequence[Candidate]],
     top_k: int,
-) -> list[AnswerJob]:
-    """The answer job of every request: the default mode's top ``top_k`` passages (with the
-    evidence stage's identifier promotion from the fused candidates, and the definition entry
-    the rerank pool attaches) and the router's tier."""
+) -> list[list[Candidate]]:
+    """The passages the rerank pool (with its evidence stage) sends on for each request, as
+    :mod:`workers.pools.rerank` builds them: the first ``top_k`` of the default mode's ranked
+    list, then :func:`~workers.evidence.stage.promote_identifiers` (at most two further fused
+    candidates holding a name the question asks for) and
+    :func:`~workers.evidence.stage.attach_definitions` (the definition entries of its pages).
+
+    Args:
+        requests: one per question.
+        ranked: per request, the reranked list (``select_top_k`` order), best first.
+        candidates: per request, the fused top-N candidates the rerank pool received.
+        definitions: per request, the retrieval pool's definition entries.
+        top_k: passages kept from ``ranked`` (K).
+
+    Returns:
+        Per request, its passages, best first.
+    """
     from workers.evidence.stage import attach_definitions, promote_identifiers
+
+    return [
+        attach_definitions(
+            promote_identifiers(question_of(r), list(ranked[i][:top_k]), list(candidates[i])),
+            definitions[i],
+        )
+        for i, r in enumerate(requests)
+    ]
+
+
+def _jobs(
+    embedder: Any,
+    requests: Sequence[QueryRequest],
+    vectors: npt.NDArray[np.float32],
+    passages: Sequence[Sequence[Candidate]],
+) -> list[AnswerJob]:
+    """The answer job of every request: its passages (:func:`served_passages`) and the
+    router's tier."""
     from workers.pools.components import build_router
 
     router = build_router(embedder)
     return [
-        AnswerJob(
-            r,
-            attach_definitions(
-                promote_identifiers(question_of(r), list(ranked[i][:top_k]), list(candidates[i])),
-                definitions[i],
-            ),
-            router.route(r, vectors[i]).tier,
-        )
-        for i, r in enumerate(requests)
+        AnswerJob(r, passages[i], router.route(r, vectors[i]).tier) for i, r in enumerate(requests)
     ]
 
 
@@ -509,12 +548,13 @@ def _records(  # noqa: PLR0917 - one call site per question set
     qs: Sequence[EvalQuestion],
     rows: Sequence[int],
     run: _Run,
-    answers: list[Answer] | None,
+    served: tuple[list[Answer] | None, list[list[Candidate]] | None],
     roots: Mapping[str, Path],
     default: str,
 ) -> tuple[list[QuestionRecord], list[Judged]]:
-    """Per question (``qs[i]`` is row ``rows[i]`` of the run and the answers): its record, and
-    its :class:`Judged` answer if answered."""
+    """Per question (``qs[i]`` is row ``rows[i]`` of the run, the answers and the passages
+    sent on, ``served``): its record, and its :class:`Judged` answer if answered."""
+    answers, passages = served
     records: list[QuestionRecord] = []
     judged: list[Judged] = []
     for q, i in zip(qs, rows, strict=True):
@@ -535,6 +575,11 @@ def _records(  # noqa: PLR0917 - one call site per question set
             history=list(q.history),
             standalone=None if text == q.question else text,
             answer_patterns=list(q.answer_patterns),
+            answer_rank=answer_passage_rank(
+                [rerank_text(c) for c in passages[i]], q.answer_patterns
+            )
+            if passages is not None and q.answerable
+            else None,
         )
         if answers is not None:
             a = answers[i]
@@ -585,6 +630,7 @@ def judge(q: EvalQuestion, a: Answer) -> Judged:
         ),
         words=answer_words(a.text) if ok else None,
         latency_ms=a.latency_ms,
+        error=not ok,
     )
 
 
@@ -662,6 +708,26 @@ def _answers_report(
         empty_completions=sum(1 for a in main if a.empty),
         tiers={name: _tier_report(qs, a, (probe_qs, probe_rows)) for name, a in answers.items()},
         off_topic=answer_metrics(probe_judged) if probe_qs else None,
+    )
+
+
+def _passages_report(
+    qs: list[EvalQuestion], records: list[QuestionRecord], default: str, top_k: int
+) -> PassagesReport:
+    """Answer-in-top-k of the passages sent on, over the answerable questions of ``qs``."""
+    pairs = [(q, r.answer_rank) for q, r in zip(qs, records, strict=True) if q.answerable]
+    return PassagesReport(
+        mode=default,
+        top_k=top_k,
+        overall=containment_metrics([r for _, r in pairs]),
+        by_kind={
+            k: containment_metrics([r for _, r in g])
+            for k, g in group_by(pairs, lambda p: p[0].kind).items()
+        },
+        by_corpus={
+            c: containment_metrics([r for _, r in g])
+            for c, g in group_by(pairs, lambda p: p[0].corpus).items()
+        },
     )
 
 

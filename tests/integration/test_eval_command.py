@@ -188,3 +188,41 @@ def test_ablate_command_switches_each_rule_off_over_the_real_index(
         assert 0 <= off["changed"] <= 2
     bad = CliRunner().invoke(app, ["ablate", str(dev), "--rules", "NO_SUCH_RULE", *where])
     assert bad.exit_code == 2 and "unknown rules" in bad.output
+
+
+def test_eval_command_scores_crag_outcomes_and_answer_containment_blind(
+    kit: Kit, settings: Settings, tmp_path: Path
+) -> None:
+    """The evidence tier only (no LLM): CRAG outcomes and answer-in-top-k of the passages sent
+    on, per kind, in an aggregate-only report."""
+    roots = _index_pages(kit, tmp_path)
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    out = tmp_path / "out"
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval", str(qfile), "--out", str(out), "--index", kit.index.alias,
+            "--tenant", TENANT, "--root", f"python-3.11={roots['py']}",
+            "--root", f"postgresql-15={roots['pg']}", "--modes", "hybrid+none",
+            "--tiers", "evidence", "--no-off-topic", "--aggregate-only",
+        ],
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "eval.json").read_text())
+    assert report["questions"] == []
+    passages = report["passages"]
+    # four pages, one chunk each: every answer pattern is in one of the five passages sent on
+    assert passages["overall"]["n"] == 3 and passages["overall"]["at_5"] == 1.0, passages
+    assert set(passages["by_kind"]) == {"factual", "howto"}
+    a = report["answers"]["overall"]
+    assert a["accurate"] + a["hallucinated"] + a["missing"] == a["n"] == 4
+    assert a["crag_score"] == round((a["accurate"] - a["hallucinated"]) / 4, 4)
+    assert set(report["answers"]["by_kind"]) == {"absent", "factual", "howto"}
+    h = report["headline"]
+    assert h["answer_in_top_5"] == 1.0 and h["crag_score"] == a["crag_score"]
+    md = (out / "eval.md").read_text()
+    assert "| all | 4 | " in md and "answer in top 1" in md
+    print(f"CRAG {a['accurate']}/{a['hallucinated']}/{a['missing']}, containment {passages}")
