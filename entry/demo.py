@@ -110,9 +110,41 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def start_processes(settings: Settings) -> int:
+def demo_reranker(settings: Settings) -> tuple[dict[str, str], str]:
+    """The rerank pool's backend for the demo: the environment the processes get, and a line
+    saying which.
+
+    A configured backend (``rerank.backend`` other than ``none``) is kept. Otherwise the
+    trained ONNX cross-encoder ``<infra.local_dir>/models/rerank/<rerank.onnx_model>/`` is
+    served when it exists and its manifest says it is trained (``ragstream rerank train``);
+    without one the fused order is kept.
+    """
+    from workers.rerank.factory import rerank_models_dir
+
+    rerank = settings.rerank
+    if rerank.backend != "none":
+        return {}, f"rerank: the configured {rerank.backend} backend ({rerank.model or 'default'})"
+    model_dir = rerank_models_dir(settings) / rerank.onnx_model
+    manifest = model_dir / "manifest.json"
+    trained = False
+    if (model_dir / "model.onnx").is_file():
+        try:
+            trained = json.loads(manifest.read_text("utf-8")).get("trained", True) is not False
+        except (OSError, ValueError, AttributeError):
+            trained = not manifest.exists()
+    if trained:
+        env = {"RAGSTREAM_RERANK__BACKEND": "onnx", "RAGSTREAM_RERANK__MODEL": str(model_dir)}
+        return env, f"rerank: the trained cross-encoder {model_dir} (rerank.backend=onnx)"
+    return {}, (
+        f"rerank: no trained model at {model_dir}; keeping the fused order "
+        "(train one with `ragstream rerank train`)"
+    )
+
+
+def start_processes(settings: Settings, extra_env: dict[str, str] | None = None) -> int:
     """Start the Procfile under the supervisor (new session, logs in
-    ``.local/demo/processes.log``, state in ``.local/demo/supervisor.json``)."""
+    ``.local/demo/processes.log``, state in ``.local/demo/supervisor.json``), with
+    ``extra_env`` added to the processes' environment."""
     pid = _running_pid(settings)
     if pid is not None:
         console.print(f"processes already running (supervisor pid {pid})")
@@ -121,6 +153,7 @@ def start_processes(settings: Settings) -> int:
     log = (state / "processes.log").open("ab")
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ)  # passed through to the processes; the Procfile runs `ragstream`
+    env.update(extra_env or {})
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.Popen(
         [
@@ -483,13 +516,16 @@ def run(
     admin = make_admin(settings.kafka)
     ensure_registry_topics(admin, settings.kafka)
     admin.close()
-    start_processes(settings)
+    rerank_env, rerank_line = demo_reranker(settings)
+    console.print(rerank_line)
+    start_processes(settings, rerank_env)
     wait_ready(settings)
     key = demo_key(settings)
     if not skip_ingest:
         ingest_manuals(settings, key, early_after)
     ask_questions(settings, key, questions)
     print_urls(settings)
+    console.print(rerank_line)
 
 
 @demo_app.command("stop")

@@ -620,13 +620,35 @@ class RetrievalSettings(BaseModel):
 class RerankSettings(BaseModel):
     """Rerank stage (``workers/rerank/``): which scorer, and how many passages it keeps.
 
-    ``backend="none"`` keeps the fused order. ``model`` is a cross-encoder directory or hub id
-    (``cross-encoder``) or the served model name (``llm``). ``max_length`` is in the model's
-    tokens (query and passage together); ``max_chunks_per_doc`` caps passages per document.
+    ``backend="none"`` keeps the fused order. ``onnx`` is a cross-encoder exported to ONNX
+    (``ragstream rerank train``) served with onnxruntime, no torch
+    (``workers/rerank/onnx_cross_encoder.py``): ``model`` is its directory, by default
+    ``<infra.local_dir>/models/rerank/<onnx_model>``. ``model`` is a cross-encoder directory or
+    hub id (``cross-encoder``) or the served model name (``llm``). ``max_length`` is in the
+    model's tokens (query and passage together; the passage is cut); ``max_chunks_per_doc``
+    caps passages per document; ``threads`` is the ONNX model's intra-op thread count per pool
+    process (0: one per core). ``top_n`` of a request's fused candidates are scored; the rest
+    keep their fused order below them.
+
+    ``min_score`` (learned backends, ``onnx`` and ``cross-encoder``): below this best rerank
+    score of a question's passages the evidence stage refuses it as off-topic
+    (``workers.evidence.answer.weakness``); ``min_score_by_tenant`` overrides it per tenant
+    (JSON in the environment: ``RAGSTREAM_RERANK__MIN_SCORE_BY_TENANT='{"acme": 0.2}'``).
+    ``None``: no gate from the model's score.
     """
 
-    backend: Literal["cross-encoder", "llm", "none"] = "none"
+    backend: Literal["cross-encoder", "llm", "none", "onnx"] = "none"
     model: str | None = None
+    #: The ONNX model's name under ``<infra.local_dir>/models/rerank/`` when ``model`` is unset;
+    #: ``make demo`` serves it when that directory exists.
+    onnx_model: str = "minilm-rerank"
+    #: onnxruntime intra-op threads of the ONNX reranker, per pool process (0: one per core).
+    threads: int = Field(default=1, ge=0)
+    #: Fused candidates of a request scored by the reranker (N); the rest follow them in fused
+    #: order.
+    top_n: int = Field(default=30, ge=1)
+    min_score: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_score_by_tenant: dict[str, float] = Field(default_factory=dict)
     #: 10, not 5: the evidence stage reads every kept passage, and on the PostgreSQL half of the
     #: three question sets (45 questions; docs/evaluation.md) 10 answered 3 more than 5 (the
     #: answer sentence is often in a later chunk of the same page).
@@ -634,6 +656,17 @@ class RerankSettings(BaseModel):
     max_chunks_per_doc: int = Field(default=2, ge=1)
     batch_size: int = Field(default=32, ge=1)
     max_length: int = Field(default=256, ge=8)
+
+    @model_validator(mode="after")
+    def _scores_are_probabilities(self) -> RerankSettings:
+        bad = {t: v for t, v in self.min_score_by_tenant.items() if not 0.0 <= v <= 1.0}
+        if bad:
+            raise ValueError(f"rerank.min_score_by_tenant values must be in [0, 1]: {bad}")
+        return self
+
+    def min_score_of(self, tenant: str) -> float | None:
+        """The abstention threshold of ``tenant``: its override, else ``min_score``."""
+        return self.min_score_by_tenant.get(tenant, self.min_score)
 
 
 class EvidenceSettings(BaseModel):

@@ -29,8 +29,8 @@ from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.conversation import question_of
 from workers.rerank.backends import LlmReranker, Reranker
-from workers.rerank.factory import make_reranker
-from workers.rerank.select import select_top_k
+from workers.rerank.factory import make_reranker, rerank_models_dir
+from workers.rerank.select import score_top_n, select_top_k
 from workers.retrieval.hybrid import HybridRetriever
 
 BASE_MODES = ("bm25", "knn", "hybrid")
@@ -100,7 +100,7 @@ def build_reranker(settings: Settings, backend: str) -> Reranker:
         ConfigurationError: the backend cannot be built or its model cannot be loaded.
     """
     rerank = settings.rerank.model_copy(update={"backend": backend})
-    reranker = make_reranker(rerank, settings.llm.base_url)
+    reranker = make_reranker(rerank, settings.llm.base_url, models_dir=rerank_models_dir(settings))
     if isinstance(reranker, LlmReranker):
         # At most one request per server slot: requests queued inside llama.cpp count against
         # the client's timeout, and 30 pairs sent at once time out on 2 cores. Scores do not
@@ -171,7 +171,11 @@ class ModeRunner:
         cap = self.settings.rerank.max_chunks_per_doc
         out: list[list[Candidate]] = []
         for request, candidates in zip(requests, fused, strict=True):
-            scores = reranker.score([(question_of(request), rerank_text(c)) for c in candidates])
+            (scores,) = score_top_n(
+                reranker.score,
+                [(question_of(request), [rerank_text(c) for c in candidates])],
+                self.settings.rerank.top_n,
+            )
             out.append(select_top_k(candidates, scores, len(candidates), cap))
         return out
 

@@ -68,12 +68,14 @@ class SequentialPipeline:
         )
         from workers.pools.rerank import rerank_handler
         from workers.pools.retrieval import retrieval_handler
-        from workers.rerank.factory import make_reranker
+        from workers.rerank.factory import make_reranker, rerank_models_dir
 
         components = build_retrieval_components(settings)
         self.embedder, self.retriever, self.cache, self.versions, self.router = components
         self.retrieval = retrieval_handler(*components, pool=settings.pools.retrieval)
-        self.reranker = make_reranker(settings.rerank, settings.llm.base_url)
+        self.reranker = make_reranker(
+            settings.rerank, settings.llm.base_url, models_dir=rerank_models_dir(settings)
+        )
         self.reranker.warm_up()
         self.evidence = _evidence_stage(settings)
         self.rerank_settings = settings.rerank

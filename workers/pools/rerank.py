@@ -1,7 +1,8 @@
 """The rerank and evidence pool: fused candidates in; an evidence answer, or the top-K passages
 with their evidence on the chosen LLM tier's topic, out.
 
-Per batch: ONE scoring call for the (query, passage) pairs of every request in the batch, then
+Per batch: ONE scoring call for the (query, passage) pairs of every request in the batch (the
+first ``rerank.top_n`` fused candidates of each; the rest follow them in fused order), then
 the top K of each request in score order with at most ``max_chunks_per_doc`` per document
 (plus, for an identifier of the question that no top-K passage holds, the best further
 candidate that does). Then the evidence stage (:mod:`workers.evidence.stage`) chooses every
@@ -36,7 +37,7 @@ from workers.evidence.stage import (
     promote_identifiers,
 )
 from workers.registry import register_pool
-from workers.rerank.select import select_top_k
+from workers.rerank.select import score_top_n, select_top_k
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 from workers.runtime.metrics import MODEL_CALLS
@@ -69,22 +70,15 @@ def rerank_handler(
     def fn(events: list[RetrievedCandidates]) -> Sequence[Outcome]:
         started = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
-        pairs = [(question_of(e.request), _passage(c)) for e in events for c in e.candidates]
-        with tracing.span("rerank", attributes={"ragstream.rerank.pairs": len(pairs)}):
-            scores = reranker.score(pairs) if pairs else []
+        batch = [(question_of(e.request), [_passage(c) for c in e.candidates]) for e in events]
+        pairs = sum(min(settings.top_n, len(passages)) for _, passages in batch)
+        with tracing.span("rerank", attributes={"ragstream.rerank.pairs": pairs}):
+            scores = score_top_n(reranker.score, batch, settings.top_n)
         if pairs:
             MODEL_CALLS.labels("rerank").inc()
         tops: list[list[Candidate]] = []
-        offset = 0
-        for e in events:
-            n = len(e.candidates)
-            top = select_top_k(
-                e.candidates,
-                scores[offset : offset + n],
-                e.request.top_k,
-                settings.max_chunks_per_doc,
-            )
-            offset += n
+        for e, scored in zip(events, scores, strict=True):
+            top = select_top_k(e.candidates, scored, e.request.top_k, settings.max_chunks_per_doc)
             if evidence is not None:
                 top = promote_identifiers(question_of(e.request), top, e.candidates)
             tops.append(attach_definitions(top, e.definitions))
@@ -105,7 +99,7 @@ def rerank_handler(
                 started,
                 took,
                 batch=len(events),
-                pairs=len(pairs),
+                pairs=pairs,
                 **({} if evidence is not None else _as_suggested(e)),
             )
             for e, top in zip(events, tops, strict=True)
@@ -187,10 +181,12 @@ def _passage(c: Candidate) -> str:
 
 def run_rerank_pool(settings: Settings) -> Callable[[], None]:
     """Pool factory of ``ragstream worker rerank``."""
-    from workers.rerank.factory import make_reranker
+    from workers.rerank.factory import make_reranker, rerank_models_dir
     from workers.runtime.build import build_runner, pool_group, until_signalled
 
-    reranker = make_reranker(settings.rerank, settings.llm.base_url)
+    reranker = make_reranker(
+        settings.rerank, settings.llm.base_url, models_dir=rerank_models_dir(settings)
+    )
     warm = getattr(reranker, "warm_up", None)
     if callable(warm):
         warm()

@@ -1,8 +1,9 @@
-"""Top-K selection of reranked candidates with a per-document cap (pure)."""
+"""Top-K selection of reranked candidates with a per-document cap, and the scores of the top-N
+fused candidates of a batch in one reranker call."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from topics.retrieved import Candidate
 
@@ -42,3 +43,41 @@ def select_top_k(
         per_doc[doc] = per_doc.get(doc, 0) + 1
         kept.append(candidates[i].model_copy(update={"rerank_score": float(scores[i])}))
     return kept
+
+
+def score_top_n(
+    score: Callable[[Sequence[tuple[str, str]]], list[float]],
+    batch: Sequence[tuple[str, Sequence[str]]],
+    top_n: int,
+) -> list[list[float]]:
+    """Scores of every request's candidates, the first ``top_n`` of each by the reranker.
+
+    Args:
+        score: the reranker's :meth:`~workers.rerank.backends.Reranker.score`; called once,
+            with the pairs of every request of the batch (none when there are none).
+        batch: ``(question, passages in fused order)`` per request.
+        top_n: candidates of each request that the reranker scores (>= 1).
+
+    Returns:
+        One list per request, one score per passage: the reranker's for the first ``top_n``,
+        then, below the lowest of those, ``lowest - 1``, ``lowest - 2``, ... so the rest keep
+        their fused order after every scored candidate.
+
+    Raises:
+        ValueError: ``top_n < 1``, or the reranker returned a wrong number of scores.
+    """
+    if top_n < 1:
+        raise ValueError(f"top_n must be >= 1, got {top_n}")
+    pairs = [(q, p) for q, passages in batch for p in passages[:top_n]]
+    scores = score(pairs) if pairs else []
+    if len(scores) != len(pairs):
+        raise ValueError(f"{len(scores)} scores for {len(pairs)} pairs")
+    out: list[list[float]] = []
+    offset = 0
+    for _, passages in batch:
+        n = min(top_n, len(passages))
+        scored = [float(s) for s in scores[offset : offset + n]]
+        offset += n
+        floor = min(scored, default=0.0)
+        out.append(scored + [floor - 1 - j for j in range(len(passages) - n)])
+    return out
