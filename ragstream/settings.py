@@ -617,6 +617,11 @@ class RetrievalSettings(BaseModel):
     propose_shed_after_s: float = Field(default=1.0, ge=0)
 
 
+#: The rerank backends whose score is a learned relevance estimate, which the evidence stage's
+#: refusal gate reads (``rerank.min_score``); ``none`` scores by fused rank, ``llm`` by a yes/no.
+LEARNED_RERANK_BACKENDS = frozenset({"onnx", "cross-encoder"})
+
+
 class RerankSettings(BaseModel):
     """Rerank stage (``workers/rerank/``): which scorer, and how many passages it keeps.
 

@@ -204,7 +204,10 @@ class Answerer:
         from ingest.factory import build_vocabulary
 
         self.stage: EvidenceStage = build_evidence_stage(
-            settings.evidence, embedder if dense else None, build_vocabulary(settings)
+            settings.evidence,
+            embedder if dense else None,
+            build_vocabulary(settings),
+            settings.rerank,
         )
         self._generators: dict[tuple[str, str], Generator] = {}
         self._evidence: dict[int, _Evidence] = {}
@@ -237,7 +240,7 @@ class Answerer:
         for i, (job, evidence) in enumerate(zip(jobs, found.evidence, strict=True)):
             suggested: AnswerTier = config.llm_tier or ("large" if job.tier == "large" else "small")
             tier, _ = choose_tier(
-                job.request, suggested, evidence, self.stage.answer_policy, config.policy
+                job.request, suggested, evidence, self.stage.policy_for(job.request), config.policy
             )
             if tier == "evidence":
                 composed, _ = self.stage.compose_answer(job.request, job.passages, evidence)

@@ -133,6 +133,7 @@ def _evidence_stage(settings: Settings) -> EvidenceStage | None:
         settings.evidence,
         build_embedder(settings, num_threads=1) if dense else None,
         build_vocabulary(settings),
+        settings.rerank,
     )
 
 

@@ -287,3 +287,42 @@ def test_the_demo_serves_the_configured_model_only_when_it_is_trained(tmp_path: 
     assert "trained cross-encoder" in line
     configured = settings.model_copy(update={"rerank": RerankSettings(backend="llm", model="qwen")})
     assert demo_reranker(configured) == ({}, "rerank: the configured llm backend (qwen)")
+
+
+def test_a_learned_rerankers_best_score_gates_refusal_per_tenant() -> None:
+    import datetime as dt
+
+    from ragstream.settings import EvidenceSettings
+    from topics.answers import NOT_IN_DOCUMENTS
+    from topics.queries import QueryRequest
+    from topics.retrieved import Candidate
+    from workers.evidence.stage import build_evidence_stage
+
+    text = "The default is one second (1s) for deadlock_timeout."
+
+    def request(tenant: str) -> QueryRequest:
+        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
+        return QueryRequest(
+            tenant=tenant, query="What is the default deadlock_timeout?", deadline=deadline
+        )
+
+    def passages(score: float) -> list[Candidate]:
+        c = Candidate(chunk_id="c", doc_id="d", text=text, title="t", score=1.0)
+        return [c.model_copy(update={"rerank_score": score})]
+
+    rerank = RerankSettings(backend="onnx", min_score=0.5, min_score_by_tenant={"lenient": 0.1})
+    stage = build_evidence_stage(EvidenceSettings(min_relevance=0.0), None, frozenset(), rerank)
+    decisions = stage.run(
+        [
+            (request("acme"), passages(0.3), "small"),
+            (request("acme"), passages(0.7), "small"),
+            (request("lenient"), passages(0.3), "small"),
+        ]
+    )
+    assert [d.reason for d in decisions] == ["off_topic:rerank=0.300", "policy", "policy"]
+    assert decisions[0].answer.text == NOT_IN_DOCUMENTS and not decisions[1].answer.refused
+    # The fused order (no learned model) never gates on its scores, nor does an unset threshold.
+    for plain in (RerankSettings(min_score=0.5), RerankSettings(backend="onnx")):
+        stage = build_evidence_stage(EvidenceSettings(min_relevance=0.0), None, frozenset(), plain)
+        [d] = stage.run([(request("acme"), passages(0.3), "small")])
+        assert d.reason == "policy"

@@ -44,6 +44,10 @@ class AnswerPolicy:
             (``Paris``, ``MongoDB``) and no passage names it ...
         unknown_name_relevance: ... and the passages' best kNN score is under this (a
             passage very close to the question answers it, whatever name it leaves out).
+        min_rerank_score: below this best rerank score of the passages
+            (:attr:`~workers.evidence.select.Evidence.rerank_score`, a learned cross-encoder's
+            probability of relevance) the question is refused as off-topic; ``None``: no such
+            gate (no learned reranker, or no calibrated threshold; ``rerank.min_score``).
     """
 
     max_words: int = 100
@@ -57,6 +61,7 @@ class AnswerPolicy:
     statement_coverage: float | None = None
     refuse_unknown_names: bool = False
     unknown_name_relevance: float = 1.0
+    min_rerank_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +87,8 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
 
     Reasons, first match wins: ``no_evidence``; ``missing:<identifier>`` (a code name of the
     question no passage holds); ``unknown:<name>`` (a name no passage holds); ``weak:<score>``
-    (best span under ``min_confidence``); ``off_topic:relevance=<score>`` (the passages are
+    (best span under ``min_confidence``); ``off_topic:rerank=<score>`` (the learned reranker's
+    best score is under ``min_rerank_score``); ``off_topic:relevance=<score>`` (the passages are
     about something else: their best kNN score is low, and no sentence of theirs states the
     question's words, :func:`off_topic`).
     """
@@ -98,6 +104,13 @@ def weakness(evidence: Evidence, policy: AnswerPolicy) -> str:
             evidence.unknown_names[:1],
         ),
         (evidence.confidence < policy.min_confidence, "weak:{:.3f}", (evidence.confidence,)),
+        (
+            policy.min_rerank_score is not None
+            and evidence.rerank_score is not None
+            and evidence.rerank_score < policy.min_rerank_score,
+            "off_topic:rerank={:.3f}",
+            (evidence.rerank_score,),
+        ),
         (
             off_topic(evidence, policy),
             "off_topic:relevance={:.3f}",

@@ -267,6 +267,9 @@ class Evidence:
             much disk space does my database take?" asks for a way), or for an option or a flag
             (the fit then asks for an option token, ``--globals-only``): its answer opens with
             the span that states it (:func:`workers.evidence.answer.value_first`).
+        rerank_score: the best rerank score of the passages when a learned reranker scored
+            them (:class:`workers.rerank.onnx_cross_encoder.OnnxCrossEncoder`: ``sigmoid(logit)``
+            in [0, 1]); set by the evidence stage, ``None`` otherwise.
     """
 
     spans: tuple[Span, ...]
@@ -278,6 +281,7 @@ class Evidence:
     asks_value: bool = False
     leads_with_value: bool = False
     stated: float = 0.0
+    rerank_score: float | None = None
 
 
 #: Fewest distinct content terms a question needs before a unit holding them counts as

@@ -11,11 +11,11 @@ no LLM) and its confidence; the evidence tier's answers are composed here
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ragstream.settings import EvidenceSettings
+from ragstream.settings import LEARNED_RERANK_BACKENDS, EvidenceSettings, RerankSettings
 from topics.queries import QueryRequest
 from topics.reranked import FallbackAnswer, RerankedPassages
 from topics.responses import EvidenceSpan, QueryResponse
@@ -258,14 +258,33 @@ class EvidenceStage:
         selector: the evidence selector (its embedder is the pool's).
         answer_policy: how evidence answers are composed and when they refuse.
         tier_policy: how the tier is chosen.
+        rerank_threshold: a tenant's abstention threshold on the learned reranker's best
+            passage score (:meth:`ragstream.settings.RerankSettings.min_score_of`), which
+            :meth:`policy_for` puts into the answer policy; ``None``: the passages' rerank
+            scores are not a learned model's, no such gate.
     """
 
     def __init__(
-        self, selector: EvidenceSelector, answer_policy: AnswerPolicy, tier_policy: TierPolicy
+        self,
+        selector: EvidenceSelector,
+        answer_policy: AnswerPolicy,
+        tier_policy: TierPolicy,
+        rerank_threshold: Callable[[str], float | None] | None = None,
     ) -> None:
         self.selector = selector
         self.answer_policy = answer_policy
         self.tier_policy = tier_policy
+        self.rerank_threshold = rerank_threshold
+
+    def policy_for(self, request: QueryRequest) -> AnswerPolicy:
+        """The answer policy of ``request``: with a learned reranker, its tenant's threshold on
+        the best rerank score (``min_rerank_score``)."""
+        if self.rerank_threshold is None:
+            return self.answer_policy
+        threshold = self.rerank_threshold(request.tenant)
+        if threshold == self.answer_policy.min_rerank_score:
+            return self.answer_policy
+        return replace(self.answer_policy, min_rerank_score=threshold)
 
     def run(
         self, batch: Sequence[tuple[QueryRequest, Sequence[Candidate], AnswerTier]]
@@ -279,7 +298,7 @@ class EvidenceStage:
         out = []
         for (request, passages, llm_tier), evidence in zip(batch, found, strict=True):
             tier, reason = choose_tier(
-                request, llm_tier, evidence, self.answer_policy, self.tier_policy
+                request, llm_tier, evidence, self.policy_for(request), self.tier_policy
             )
             answer, spans = self.compose_answer(request, passages, evidence)
             out.append(
@@ -296,18 +315,25 @@ class EvidenceStage:
     def select(self, batch: Sequence[tuple[QueryRequest, Sequence[Candidate]]]) -> list[Evidence]:
         """The evidence of each ``(request, passages)``, in one embedding call. Definition
         entries (:func:`attach_definitions`) are the last passages: the selector reads the
-        passages before them, so their numbers stay the citations of the whole list.
+        passages before them, so their numbers stay the citations of the whole list. With a
+        learned reranker, each evidence carries its passages' best rerank score.
 
         Raises:
             Whatever the selector's embedder raises.
         """
-        return self.selector.select(
+        found = self.selector.select(
             [
                 (question_of(r), passages[: len(passages) - len(_entries(passages))])
                 for r, passages in batch
             ],
             shown=[last_answer(r) for r, _ in batch],
         )
+        if self.rerank_threshold is None:
+            return found
+        return [
+            replace(e, rerank_score=best_rerank_score(_without_entries(passages)))
+            for e, (_, passages) in zip(found, batch, strict=True)
+        ]
 
     def compose_answer(
         self, request: QueryRequest, passages: Sequence[Candidate], evidence: Evidence
@@ -321,7 +347,8 @@ class EvidenceStage:
         been shown (a follow-up's last answer named it, :func:`~workers.conversation.answer_names`,
         or said what it says, :func:`~workers.evidence.select.repeats`) does not open the answer
         again."""
-        answer = compose(evidence, self.answer_policy)
+        policy = self.policy_for(request)
+        answer = compose(evidence, policy)
         if answer.refused or not asks_for_a_name(question_of(request)):
             return answer, evidence.spans
         last = last_answer(request)
@@ -334,7 +361,7 @@ class EvidenceStage:
         ]
         if entries and entries[0] is not None and entries[0].proposed:
             n = len(passages) - len(entries) + 1
-            answer, lead = definition_first(answer, entries[0], n, evidence, self.answer_policy)
+            answer, lead = definition_first(answer, entries[0], n, evidence, policy)
             return answer, (lead, *evidence.spans)
         lead_doc = answer.spans[0].doc_id
         quoted = "\n".join(f"{s.context}\n{s.text}" for s in answer.spans if s.doc_id == lead_doc)
@@ -349,7 +376,7 @@ class EvidenceStage:
         if at is None:
             return answer, evidence.spans
         n = len(passages) - len(entries) + at[0] + 1
-        answer, lead = definition_first(answer, at[1], n, evidence, self.answer_policy)
+        answer, lead = definition_first(answer, at[1], n, evidence, policy)
         return answer, (lead, *evidence.spans)
 
 
@@ -361,6 +388,11 @@ def mentions(text: str, name: str) -> bool:
         last = name.rsplit(".", 1)[-1]
         return name in text or f"{last}(" in text or f".{last}" in text
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def best_rerank_score(passages: Sequence[Candidate]) -> float | None:
+    """The highest ``rerank_score`` of ``passages`` (``None`` when none has one)."""
+    return max((p.rerank_score for p in passages if p.rerank_score is not None), default=None)
 
 
 def _without_entries(passages: Sequence[Candidate]) -> Sequence[Candidate]:
@@ -401,10 +433,12 @@ def build_evidence_stage(
     settings: EvidenceSettings,
     embedder: Embeds | None,
     vocabulary: frozenset[str] = frozenset(),
+    rerank: RerankSettings | None = None,
 ) -> EvidenceStage:
     """The evidence stage from the settings (``embedder``: the pool's, already warm;
     ``vocabulary``: common English, :func:`ingest.factory.build_vocabulary`, empty when
-    ``refuse_uncommon_words`` is off)."""
+    ``refuse_uncommon_words`` is off; ``rerank``: the rerank pool's settings, whose
+    ``min_score`` gates on the best rerank score when its backend is a learned model)."""
     selector = EvidenceSelector(
         embedder,
         Weights.from_settings(settings),
@@ -414,7 +448,9 @@ def build_evidence_stage(
         vocabulary=vocabulary,
     )
     tiers = TierPolicy(settings.tier_mode, settings.evidence_min_confidence)
-    return EvidenceStage(selector, answer_policy(settings), tiers)
+    learned = rerank is not None and rerank.backend in LEARNED_RERANK_BACKENDS
+    threshold = rerank.min_score_of if rerank is not None and learned else None
+    return EvidenceStage(selector, answer_policy(settings), tiers, threshold)
 
 
 def evidence_response(event: RerankedPassages) -> QueryResponse:

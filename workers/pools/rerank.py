@@ -198,7 +198,9 @@ def run_rerank_pool(settings: Settings) -> Callable[[], None]:
 
         dense = settings.evidence.dense_top > 0
         embedder = build_embedder(settings, num_threads=1) if dense else None
-        stage = build_evidence_stage(settings.evidence, embedder, build_vocabulary(settings))
+        stage = build_evidence_stage(
+            settings.evidence, embedder, build_vocabulary(settings), settings.rerank
+        )
     handler = rerank_handler(
         reranker,
         settings.rerank,

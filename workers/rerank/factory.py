@@ -17,10 +17,6 @@ from workers.rerank.backends import (
 )
 from workers.rerank.onnx_cross_encoder import OnnxCrossEncoder
 
-#: The backends whose score is a learned relevance estimate (the evidence stage's refusal gate
-#: may read it, ``rerank.min_score``); ``none`` scores by fused rank and ``llm`` by a yes/no.
-LEARNED_BACKENDS = frozenset({"onnx", "cross-encoder"})
-
 
 def rerank_models_dir(settings: Settings) -> Path:
     """Where trained rerank models live: ``<infra.local_dir>/models/rerank/``."""
