@@ -3,6 +3,7 @@
 Routes:
 
 - ``POST /v1/query``, ``GET /v1/queries/{id}`` (:mod:`api.routes.query`);
+- ``POST /v1/queries/{id}/feedback`` (:mod:`api.routes.feedback`);
 - ``POST /v1/chat/completions``, OpenAI-compatible (:mod:`api.routes.openai_compat`);
 - ``POST|GET|DELETE /v1/documents/...``, ``POST|GET /v1/ingest/jobs/...``
   (:mod:`api.routes.documents`);
@@ -234,9 +235,19 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def _mount_routes(app: FastAPI) -> None:
-    from api.routes import chunks, documents, openai_compat, ops, permissions, query, webhooks
+    from api.routes import (
+        chunks,
+        documents,
+        feedback,
+        openai_compat,
+        ops,
+        permissions,
+        query,
+        webhooks,
+    )
 
     app.include_router(query.router)
+    app.include_router(feedback.router)
     app.include_router(openai_compat.router)
     app.include_router(permissions.router)
     app.include_router(documents.router)

@@ -31,7 +31,10 @@ from api.errors import ErrorEnvelope, is_openai_path
 #: ``(method, path, status)`` of a creating operation -> ``{link name: (method, path,
 #: {parameter: runtime expression})}`` of the operations its response leads to.
 _RID = {"request_id": "$response.body#/request_id"}
-_QUERY = {"GetQuery": ("get", "/v1/queries/{request_id}", _RID)}
+_QUERY = {
+    "GetQuery": ("get", "/v1/queries/{request_id}", _RID),
+    "GiveFeedback": ("post", "/v1/queries/{request_id}/feedback", _RID),
+}
 _HOOK = {"endpoint_id": "$response.body#/id"}
 LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
     ("post", "/v1/query", "202"): _QUERY,

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from api.errors import ApiError
+from api.feedback_models import FeedbackTally
 from api.models import DocumentOut, UtcDateTime
 
 #: Items per page: the default and the most a client may ask for.
@@ -112,6 +113,11 @@ class QuerySummary(BaseModel):
     error_code: str | None = None
     created_at: UtcDateTime
     completed_at: UtcDateTime | None = None
+    feedback: FeedbackTally = Field(
+        default_factory=FeedbackTally,
+        description="How many keys found the answer helpful and not "
+        "(`POST /v1/queries/{id}/feedback`).",
+    )
     links: dict[str, str] = Field(default_factory=dict)
 
 

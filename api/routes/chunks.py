@@ -56,33 +56,42 @@ def _search(
     return hits[0]["_source"] if hits else None
 
 
+async def read_chunk(
+    request: Request, tenant: str, chunk_id: str, principals: tuple[str, ...] | None
+) -> dict[str, Any] | None:
+    """The indexed fields of ``chunk_id`` (:data:`FIELDS`) if ``tenant`` has it and a key
+    reading as ``principals`` may read it; ``None`` otherwise (or before any index exists).
+
+    Raises:
+        ApiError: 503 ``UNAVAILABLE`` when Elasticsearch cannot answer.
+    """
+    from elasticsearch import ApiError as EsApiError
+    from elasticsearch import Elasticsearch
+    from elasticsearch import TransportError as EsTransportError
+
+    svc = services(request)
+    es = svc.extras.get("es")
+    if es is None:
+        es = svc.extras["es"] = Elasticsearch(svc.settings.elasticsearch.hosts, request_timeout=10)
+    try:
+        return await asyncio.to_thread(_search, svc.settings, es, tenant, chunk_id, principals)
+    except EsApiError as exc:
+        if exc.meta.status == 404:  # no index yet
+            return None
+        raise ApiError(503, "UNAVAILABLE", f"elasticsearch: {exc}") from exc
+    except EsTransportError as exc:
+        raise ApiError(503, "UNAVAILABLE", f"elasticsearch: {exc}") from exc
+
+
 @router.get("/v1/chunks/{chunk_id}", response_model=ChunkOut, responses=ERRORS)
 async def get_chunk(
     chunk_id: str, request: Request, who: Principal = Depends(principal)
 ) -> ChunkOut:
     """A passage of the caller's index by its chunk id (as citations and evidence name it);
     404 for a chunk of a document the key may not read."""
-    from elasticsearch import ApiError as EsApiError
-    from elasticsearch import Elasticsearch
-    from elasticsearch import TransportError as EsTransportError
-
     if len(chunk_id) > 128:
         raise ApiError(404, "NOT_FOUND", "no such chunk")
-    svc = services(request)
-    es = svc.extras.get("es")
-    if es is None:
-        es = svc.extras["es"] = Elasticsearch(svc.settings.elasticsearch.hosts, request_timeout=10)
-    try:
-        source = await asyncio.to_thread(
-            _search, svc.settings, es, who.tenant, chunk_id, who.principals
-        )
-    except EsApiError as exc:
-        if exc.meta.status == 404:  # no index yet
-            source = None
-        else:
-            raise ApiError(503, "UNAVAILABLE", f"elasticsearch: {exc}") from exc
-    except EsTransportError as exc:
-        raise ApiError(503, "UNAVAILABLE", f"elasticsearch: {exc}") from exc
+    source = await read_chunk(request, who.tenant, chunk_id, who.principals)
     if source is None:
         raise ApiError(404, "NOT_FOUND", f"no chunk {chunk_id!r} for this tenant")
     return ChunkOut(

@@ -13,7 +13,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from ragstream import job_status
@@ -193,6 +202,39 @@ class QueryLog(Base):
     #: Who asked (:func:`ragstream.db.acl.asker_column`): ``"*"`` a tenant-wide key, else its
     #: principals; NULL: logged before permissions, or by a producer on the bus.
     asked_as: Mapped[str | None] = mapped_column(Text)
+
+
+class QueryFeedback(Base):
+    """A reader's judgement of a logged answer (``POST /v1/queries/{id}/feedback``): one row per
+    ``(request_id, key_id)``, the API key's latest feedback on that query (a key that sends
+    feedback again replaces its row; ``created_at`` stays, ``updated_at`` moves).
+
+    ``passage`` is the citation number ``n`` (``[n]`` in the answer) the reader named, and
+    ``sentence`` an index into the answer's ``evidence`` list (0 = first span); NULL: not
+    named. ``chunk_id``/``doc_id``/``passage_text`` are the passage the label is about, the
+    named one or else the one the answer led with, with its text as the index held it when the
+    feedback came (NULL: the answer cited nothing, or the chunk was gone); ``sentence_text``
+    is the named evidence span's text. Training reads them (:mod:`workers.feedback`).
+    """
+
+    __tablename__ = "query_feedback"
+
+    request_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("query_log.request_id", ondelete="CASCADE"), primary_key=True
+    )
+    #: The API key (``api_keys.id``) that gave it; keys are revoked, never deleted.
+    key_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant: Mapped[str] = mapped_column(String(128), index=True)
+    helpful: Mapped[bool] = mapped_column(Boolean)
+    passage: Mapped[int | None] = mapped_column(Integer)
+    sentence: Mapped[int | None] = mapped_column(Integer)
+    comment: Mapped[str | None] = mapped_column(Text)
+    chunk_id: Mapped[str | None] = mapped_column(String(128))
+    doc_id: Mapped[str | None] = mapped_column(String(512))
+    passage_text: Mapped[str | None] = mapped_column(Text)
+    sentence_text: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class WebhookDelivery(Base):

@@ -20,6 +20,7 @@ TABLES = {
     "ingest_jobs",
     "ingest_job_items",
     "query_log",
+    "query_feedback",
     "webhook_deliveries",
     "webhook_attempts",
     "api_keys",
