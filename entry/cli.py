@@ -45,6 +45,7 @@ def _mount_subcommands() -> None:
     from bench.cli import bench_app
     from bench.evaluation.cli import ablate_command, eval_command
     from bench.replay.cli import replay_command
+    from bench.rerank.cli import rerank_app
     from entry.demo import demo_app
     from entry.documents import documents_app
     from entry.mcp import mcp_command
@@ -68,6 +69,7 @@ def _mount_subcommands() -> None:
     app.add_typer(query_app, name="query")
     app.add_typer(documents_app, name="documents")
     app.add_typer(demo_app, name="demo")
+    app.add_typer(rerank_app, name="rerank")
 
 
 _mount_subcommands()
