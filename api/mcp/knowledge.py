@@ -16,7 +16,6 @@ client gets what the HTTP API gives, scoped to the tenant of its API key:
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import threading
 import time
 from functools import partial
@@ -24,20 +23,18 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
+from api.asking import build_request, query_body
 from api.auth import Principal
 from api.deps import Services
 from api.errors import ApiError
 from api.pages import decode_cursor, encode_cursor
-from api.querying import QueryService, replies_until
+from api.querying import QueryService
 from ingest.registry import DocumentRegistry
 from ragstream.db.acl import from_column
 from ragstream.db.models import Document
 from ragstream.errors import TransientError
 from topics.acl import may_read
 from topics.answers import Answer
-from topics.queries import QueryRequest
-from topics.responses import QueryResponse
-from workers import query_log
 
 #: The answer tiers a question may be sent to (``auto``: the router picks).
 Route = Literal["auto", "evidence", "small", "large"]
@@ -106,13 +103,9 @@ class KnowledgeBase:
 
     def _search(self, who: Principal, query: str, top_k: int) -> list[dict[str, Any]]:
         embedder, retriever = self._retriever()
-        request = QueryRequest(
-            tenant=who.tenant,
-            query=query,
-            deadline=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=30),
-            top_n=top_k,
-            top_k=top_k,
-            principals=who.principals,
+        body = query_body(self.settings, query=query)
+        request = build_request(self.settings, who, body).model_copy(
+            update={"top_n": top_k, "top_k": top_k}
         )
         (found,) = retriever.search_batch([request], embedder.embed([query]))
         return [
@@ -135,18 +128,11 @@ class KnowledgeBase:
         Raises:
             ApiError: 422 for a blank or too long query; 503 when Elasticsearch is unreachable.
         """
-        self._check_query(query)
+        query_body(self.settings, query=query)  # the limits of every question
         try:
             return await asyncio.to_thread(self._search, who, query, top_k)
         except TransientError as exc:
             raise ApiError(503, "UNAVAILABLE", f"search failed: {exc}") from exc
-
-    def _check_query(self, query: str) -> None:
-        if not query.strip():
-            raise ApiError(422, "INVALID_REQUEST", "query: must not be blank")
-        limit = self.settings.api.max_query_chars
-        if len(query) > limit:
-            raise ApiError(422, "INVALID_REQUEST", f"query: at most {limit} characters")
 
     # -- ask -------------------------------------------------------------------------------
     async def ask(self, who: Principal, question: str, route: Route = "auto") -> Answer:
@@ -157,36 +143,11 @@ class KnowledgeBase:
         Raises:
             ApiError: 422 (blank or too long), 429 (pools lagging), 503 (Kafka).
         """
-        self._check_query(question)
         settings = self.settings
-        request = QueryRequest(
-            tenant=who.tenant,
-            query=question,
-            deadline=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=settings.api.query_deadline_s),
-            top_n=settings.retrieval.top_n,
-            top_k=settings.rerank.top_k,
-            route=route,
-            principals=who.principals,
-        )
-        svc = self.queries
+        request = build_request(settings, who, query_body(settings, query=question, route=route))
         until = time.monotonic() + settings.api.wait_timeout_s
-        hit, queue = await svc.ask(request, wait_s=settings.api.wait_timeout_s)
-        if hit is not None:
-            return Answer.of(hit, query=question)
-        assert queue is not None
-        response = None
-        try:
-            async for reply in replies_until(queue, until):
-                if isinstance(reply, QueryResponse):
-                    response = reply
-        finally:
-            svc.unsubscribe(request.request_id, queue)
-        if response is not None:
-            return Answer.of(response, query=question)
-        late = await asyncio.to_thread(
-            query_log.read, svc.sessions, who.tenant, request.request_id, who.principals
-        )
-        return late or Answer.pending(request.request_id, tenant=who.tenant, query=question)
+        async with await self.queries.ask(request, wait_s=settings.api.wait_timeout_s) as asked:
+            return await asked.final(until) or await asked.settled()
 
     # -- documents -------------------------------------------------------------------------
     def _chunks(self, tenant: str, doc_id: str) -> list[dict[str, Any]]:

@@ -26,20 +26,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import re
 import shutil
 import uuid
 from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.asking import check_callback
 from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
+from api.ingesting import DOC_ID, check_doc_id, doc_links, produce_ingest
 from api.models import DocumentAccepted, DocumentBody, DocumentOut, JobBody, JobFailure, JobOut
 from api.pages import (
     DEFAULT_LIMIT,
@@ -50,8 +51,6 @@ from api.pages import (
     decode_cursor,
     encode_cursor,
 )
-from api.querying import send_acked
-from api.routes.query import check_callback, query_service
 from api.uploads import (
     MULTIPART,
     DocumentForm,
@@ -70,26 +69,13 @@ from ragstream.db.acl import from_column
 from ragstream.db.models import FINAL_JOB_STATUSES, Document, IngestJob, as_utc
 from ragstream.settings import Settings
 from topics.acl import may_read, normalise_readers
-from topics.ingest import DOC_ID_PATTERN, IngestRequest
-from topics.registry import INGEST
-from topics.serde import encode
+from topics.ingest import IngestRequest
 
 router = APIRouter(tags=["documents"])
-_DOC_ID = re.compile(DOC_ID_PATTERN)
-#: A document id in a path: 1-512 characters, no control characters (C0, DEL, C1), as in the
-#: bodies (:data:`topics.ingest.DOC_ID_PATTERN`).
-DOC_ID = Path(min_length=1, max_length=512, pattern=DOC_ID_PATTERN)
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 404, 413, 415, 422, 429, 503)
 }
 MAX_FAILURES_SHOWN = 100
-
-
-async def _produce_ingest(request: Request, event: IngestRequest) -> None:
-    svc = query_service(request)
-    producer, _ = await svc.start()
-    topic = svc.registry.name(INGEST)
-    await send_acked(producer, topic, event.key(), encode(event), svc.settings)
 
 
 @router.post(
@@ -121,9 +107,9 @@ async def upsert_document(
             metadata=body.metadata,
             principals=normalise_readers(body.readers),
         )
-    await _produce_ingest(request, event)
+    await produce_ingest(request, event)
     return DocumentAccepted(
-        doc_id=event.doc_id, op="upsert", event_id=event.event_id, links=_doc_links(event.doc_id)
+        doc_id=event.doc_id, op="upsert", event_id=event.event_id, links=doc_links(event.doc_id)
     )
 
 
@@ -136,7 +122,7 @@ async def _uploaded_document(request: Request, who: Principal) -> IngestRequest:
     doc_id = form.doc_id or name
     if not doc_id:
         raise ApiError(422, "INVALID_REQUEST", "doc_id: required when the file has no name")
-    _check_doc_id(doc_id)
+    check_doc_id(doc_id)
     kind, checked = await check_document(settings, who.tenant, doc_id, data, upload)
     path = await asyncio.to_thread(
         store_document, settings.ingest, who.tenant, data, kind, checked.parsed
@@ -162,11 +148,11 @@ async def delete_document(
     request: Request, doc_id: str = DOC_ID, who: Principal = Depends(principal)
 ) -> DocumentAccepted:
     """Delete one document and its chunks (asynchronously, by the ingest pool)."""
-    _check_doc_id(doc_id)
+    check_doc_id(doc_id)
     event = IngestRequest(tenant=who.tenant, doc_id=doc_id, op="delete")
-    await _produce_ingest(request, event)
+    await produce_ingest(request, event)
     return DocumentAccepted(
-        doc_id=doc_id, op="delete", event_id=event.event_id, links=_doc_links(doc_id)
+        doc_id=doc_id, op="delete", event_id=event.event_id, links=doc_links(doc_id)
     )
 
 
@@ -232,7 +218,7 @@ async def get_document(
     surrogates in its text replaced by U+FFFD) and how many more records have any; each
     record is ``GET /v1/documents/<doc_id>#<record id>``.
     """
-    _check_doc_id(doc_id)
+    check_doc_id(doc_id)
     sessions = services(request).sessions
     found = await asyncio.to_thread(_document, sessions, who.tenant, doc_id, who.principals)
     if found is None:
@@ -433,19 +419,6 @@ async def retry_ingest_job(
         )
     await asyncio.to_thread(jobs.reset_failed, sessions, found.job_id)
     return await _submit(request, who, found.job_id)
-
-
-def _check_doc_id(doc_id: str) -> None:
-    """Raises ApiError 422 unless ``doc_id`` is 1-512 characters without a control character
-    (:data:`topics.ingest.DOC_ID_PATTERN`: C0, DEL and C1)."""
-    if not 0 < len(doc_id) <= 512 or not _DOC_ID.fullmatch(doc_id):
-        raise ApiError(
-            422, "INVALID_REQUEST", "doc_id: 1-512 characters, no control character (C0, DEL, C1)"
-        )
-
-
-def _doc_links(doc_id: str) -> dict[str, str]:
-    return {"self": f"/v1/documents/{doc_id}"}
 
 
 def _document(

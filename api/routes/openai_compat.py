@@ -98,31 +98,31 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from api.auth import Principal
-from api.deps import principal
-from api.errors import ApiError, OpenAIError, OpenAIErrorEnvelope, openai_error_object
-from api.models import HistoryTurn, JsonBody, QueryBody
-from api.querying import QueryService, replies_until
-from api.routes.query import (
+from api.asking import (
     FAILED_STATUS,
-    OPENAI_SSE_CONTENT,
-    attached,
+    LAST_EVENT_ID,
     build_request,
     event_stream,
-    live_items,
+    nothing_left,
+    query_body,
     query_service,
+    reopen,
     resume_position,
     wait_seconds,
 )
+from api.auth import Principal
+from api.deps import principal
+from api.errors import ApiError, OpenAIError, OpenAIErrorEnvelope, openai_error_object
+from api.models import HistoryTurn, JsonBody
+from api.querying import QueryService
+from api.routes.query import OPENAI_SSE_CONTENT
 from api.streams.ids import ACCEPTED, DONE, FINAL, REPLACE, USAGE, Position
-from api.streams.native import Positioned, numbered
-from api.streams.resume import RESUMES, open_resumed
+from api.streams.native import Positioned
 from ragstream.settings import Settings
 from topics.answers import Answer
-from topics.queries import MAX_ANSWER_TOKENS, MAX_TURNS, QueryRequest
-from topics.responses import QueryResponse
+from topics.queries import MAX_ANSWER_TOKENS, MAX_TURNS
 from topics.tokens import AnswerToken
 
 router = APIRouter(tags=["openai"])
@@ -681,7 +681,10 @@ def wants_usage(body: ChatBody | CompletionBody) -> bool:
     },
 )
 async def chat_completions(
-    body: ChatBody, request: Request, who: Principal = Depends(principal)
+    body: ChatBody,
+    request: Request,
+    who: Principal = Depends(principal),
+    last_event_id: str | None = LAST_EVENT_ID,
 ) -> Any:
     """Answer the last user message from the caller's knowledge base (OpenAI shape)."""
     route_of(body.model)
@@ -693,7 +696,7 @@ async def chat_completions(
         question, body.model, body.stream, answer_budget(body), "chat", sources, history,
         wants_usage(body),
     )  # fmt: skip
-    return await answer(svc, request, who, ask)
+    return await answer(svc, request, who, ask, last_event_id)
 
 
 @router.post(
@@ -708,7 +711,10 @@ async def chat_completions(
     },
 )
 async def completions(
-    body: CompletionBody, request: Request, who: Principal = Depends(principal)
+    body: CompletionBody,
+    request: Request,
+    who: Principal = Depends(principal),
+    last_event_id: str | None = LAST_EVENT_ID,
 ) -> Any:
     """Answer the ``prompt`` as a chat with one user message, or a role-prefixed transcript
     (``"user: ...\nassistant:"``, LlamaIndex's ``OpenAILike`` default) as the chat it writes
@@ -728,10 +734,12 @@ async def completions(
         prompt, body.model, body.stream, answer_budget(body), "text", sources, history,
         wants_usage(body),
     )  # fmt: skip
-    return await answer(svc, request, who, ask)
+    return await answer(svc, request, who, ask, last_event_id)
 
 
-async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) -> Any:
+async def answer(
+    svc: QueryService, request: Request, who: Principal, ask: Ask, last_event_id: str | None
+) -> Any:
     """Ask the pools and answer in the OpenAI shape of ``ask.kind`` (JSON or a stream).
 
     Raises:
@@ -739,40 +747,26 @@ async def answer(svc: QueryService, request: Request, who: Principal, ask: Ask) 
         ApiError: the failed query's status, or 504 when no answer came within the wait.
     """
     started = time.monotonic()
-    last_event_id = request.headers.get("last-event-id", "").strip()
     if ask.stream and last_event_id:
         return await resumed_chunks(svc, request, who, ask, last_event_id)
     param = "messages" if ask.kind == "chat" else "prompt"
     try:
-        query = QueryBody(
-            query=ask.question,
-            route=route_of(ask.model),
-            stream=ask.stream,
-            history=list(ask.history),
-        )
-    except ValidationError as exc:
-        message = f"{param}: {exc.errors()[0]['msg']}"
-        raise OpenAIError(400, "invalid_value", message, param=param) from exc
-    event = build_request(svc.settings, who, query)
-    if ask.max_tokens is not None:
-        event = event.model_copy(update={"max_tokens": ask.max_tokens})
+        fields = {"route": route_of(ask.model), "stream": ask.stream, "history": list(ask.history)}
+        query = query_body(svc.settings, query=ask.question, **fields)
+    except ApiError as exc:
+        raise OpenAIError(400, "invalid_value", f"{param}: {exc.message}", param=param) from exc
+    event = build_request(svc.settings, who, query, max_tokens=ask.max_tokens)
     wait_s = client_wait_s(svc.settings, request)
-    hit, queue = await svc.ask(event, wait_s=wait_s, tokens=ask.stream)
+    until = started + wait_s
+    asked = await svc.ask(event, wait_s=wait_s, tokens=ask.stream)
     if ask.stream:
-        stream = chunks(svc, event, ask, hit, queue, started + wait_s)
-        return event_stream(svc.settings, stream, event.request_id)
-    response = hit
-    if response is None:
-        assert queue is not None
-        try:
-            async for reply in replies_until(queue, started + wait_s):
-                if isinstance(reply, QueryResponse):
-                    response = reply
-        finally:
-            svc.unsubscribe(event.request_id, queue)
-    if response is None:
+        return event_stream(
+            svc, asked, positioned_chunks(event.request_id, ask, asked.items(until))
+        )
+    async with asked:
+        result = await asked.final(until)
+    if result is None:
         raise _timeout(event.request_id)
-    result = Answer.of(response, query=ask.question)
     if result.status != "answered":
         raise _failure(result)
     return JSONResponse(completion(result, ask.model, ask.kind, ask.sources))
@@ -879,35 +873,6 @@ async def positioned_chunks(
     yield (DONE if final is not None else None), b"data: [DONE]\n\n"
 
 
-async def answer_only(response: QueryResponse, query: str) -> AsyncIterator[Answer]:
-    """A cache hit as a stream: its answer alone (sent as one delta)."""
-    yield Answer.of(response, query=query)
-
-
-async def chunks(  # noqa: PLR0917 - one call site
-    svc: QueryService,
-    event: QueryRequest,
-    ask: Ask,
-    hit: QueryResponse | None,
-    queue: Any,
-    until: float,
-) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed completion (:func:`positioned_chunks`), each chunk with its
-    ``id:``; counted as an open stream of the request while it runs (:func:`attached`)."""
-    rid = event.request_id
-    try:
-        if hit is not None:
-            events = positioned_chunks(rid, ask, answer_only(hit, event.query))
-            async for chunk in numbered(rid, events, None):
-                yield chunk
-            return
-        events = positioned_chunks(rid, ask, live_items(queue, until, event.query))
-        async for chunk in attached(svc, rid, numbered(rid, events, None)):
-            yield chunk
-    finally:
-        svc.unsubscribe(rid, queue)
-
-
 async def resumed_chunks(
     svc: QueryService, request: Request, who: Principal, ask: Ask, last_event_id: str
 ) -> Response:
@@ -919,18 +884,7 @@ async def resumed_chunks(
     """
     rid, after = resume_position(None, last_event_id)
     if after >= DONE:
-        RESUMES.labels("complete").inc()
-        return Response(status_code=204, headers={"X-Request-Id": rid})
+        return nothing_left(rid)
     until = time.monotonic() + client_wait_s(svc.settings, request)
-    resumed = await open_resumed(svc, who.tenant, rid, until=until, asker=who.principals)
-    pending = resumed.answer.status == "pending"
-
-    async def body() -> AsyncIterator[bytes]:
-        chunks = numbered(rid, positioned_chunks(rid, ask, resumed.items), after)
-        try:
-            async for chunk in attached(svc, rid, chunks) if pending else chunks:
-                yield chunk
-        finally:
-            await resumed.items.aclose()  # unsubscribes its waiter
-
-    return event_stream(svc.settings, body(), rid)
+    asked = await reopen(svc, who, rid, until=until)
+    return event_stream(svc, asked, positioned_chunks(rid, ask, asked.items(until)), after)

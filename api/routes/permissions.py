@@ -17,8 +17,8 @@ from fastapi import APIRouter, Depends, Request
 from api.auth import Principal
 from api.deps import principal
 from api.errors import ApiError, ErrorEnvelope
+from api.ingesting import DOC_ID, check_doc_id, doc_links, produce_ingest
 from api.models import DocumentAccepted, ReadersBody
-from api.routes.documents import DOC_ID, _check_doc_id, _doc_links, _produce_ingest
 from api.uploads import json_body
 from topics.acl import normalise_readers
 from topics.ingest import IngestRequest
@@ -43,7 +43,7 @@ async def set_document_readers(
     202 once the event is on Kafka; the change is searchable within about a second
     (docs/permissions.md). A document that does not exist fails in the ingest pool (its
     ``rag.ingest.results`` event says so)."""
-    _check_doc_id(doc_id)
+    check_doc_id(doc_id)
     if who.principals is not None:
         raise ApiError(
             403,
@@ -54,7 +54,7 @@ async def set_document_readers(
     event = IngestRequest(
         tenant=who.tenant, doc_id=doc_id, op="acl", principals=normalise_readers(body.readers)
     )
-    await _produce_ingest(request, event)
+    await produce_ingest(request, event)
     return DocumentAccepted(
-        doc_id=doc_id, op="acl", event_id=event.event_id, links=_doc_links(doc_id)
+        doc_id=doc_id, op="acl", event_id=event.event_id, links=doc_links(doc_id)
     )

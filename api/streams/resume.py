@@ -31,7 +31,7 @@ import structlog
 from prometheus_client import Counter
 
 from api.errors import ApiError
-from api.querying import QueryService, replies_until, unavailable
+from api.querying import QueryService, live, unavailable
 from api.replies import Reply
 from api.streams.history import History, HistoryUnavailableError, read_history
 from topics.answers import Answer
@@ -183,13 +183,8 @@ async def replies(
             yield logged
             return
         assert queue is not None
-        async for reply in replies_until(queue, until):
-            if isinstance(reply, AnswerToken):
-                if order.fresh(reply):
-                    yield reply
-                continue
-            yield Answer.of(reply, query=logged.query)
-            return
+        async for item in live(queue, until, logged.query, order):
+            yield item
     finally:
         if queue is not None:
             svc.unsubscribe(rid, queue)

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from api.app import create_app
 from api.auth import Principal
 from api.deps import principal
+from api.querying import Asked
 from api.replies import Reply
 from ragstream.settings import DatabaseSettings, Settings
 from topics.queries import QueryRequest
@@ -46,17 +47,17 @@ class FakeQueries:
 
     async def ask(
         self, request: QueryRequest, *, wait_s: float | None, tokens: bool = False
-    ) -> tuple[QueryResponse | None, asyncio.Queue[Reply] | None]:
+    ) -> Asked:
         self.asked.append(request)
         self.waits.append(wait_s)
         if wait_s is None:
-            return None, None
+            return Asked.of(self, request)
         queue: asyncio.Queue[Reply] = asyncio.Queue()
         replies = [r for r in self.answer(request) if tokens or isinstance(r, QueryResponse)]
         task = asyncio.create_task(self._deliver(queue, replies))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return None, queue
+        return Asked.of(self, request, queue=queue)
 
     async def _deliver(self, queue: asyncio.Queue[Reply], replies: list[Reply]) -> None:
         for reply in replies:

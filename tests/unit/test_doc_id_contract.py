@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from api.errors import ApiError
+from api.ingesting import check_doc_id as _check_doc_id
 from api.openapi import without_null
-from api.routes.documents import _check_doc_id
 from api.uploads import DocumentForm
 from tests.unit.apikit import answered, make_app
 

@@ -161,7 +161,7 @@ def test_only_a_tenant_wide_key_changes_readers(
     async def produce(request: Any, event: Any) -> None:
         produced.append(event)
 
-    monkeypatch.setattr(route, "_produce_ingest", produce)
+    monkeypatch.setattr(route, "produce_ingest", produce)
     app, _ = make_app(tmp_path, answered)
     app.dependency_overrides[principal] = lambda: Principal(1, "acme", principals=("group:a",))
     with TestClient(app) as client:

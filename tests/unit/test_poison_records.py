@@ -249,7 +249,7 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     async def produce(request: Any, event: Any) -> None:
         sent.append(event)
 
-    monkeypatch.setattr(documents, "_produce_ingest", produce)
+    monkeypatch.setattr(documents, "produce_ingest", produce)
     with TestClient(app) as c:
         c.sent = sent
         yield c

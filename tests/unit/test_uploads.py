@@ -151,7 +151,7 @@ def uploads_client(
     async def produce(request: Any, event: Any) -> None:
         sent.append(event)
 
-    monkeypatch.setattr(documents, "_produce_ingest", produce)
+    monkeypatch.setattr(documents, "produce_ingest", produce)
     with TestClient(app) as c:
         c.sent = sent
         c.root = root
