@@ -1,5 +1,6 @@
 """``POST /v1/query`` (sync, async or SSE), ``GET /v1/queries`` (the tenant's query log, a
-cursor-paginated page, newest first) and ``GET /v1/queries/{request_id}``.
+cursor-paginated page, newest first, with each answer's feedback tally) and
+``GET /v1/queries/{request_id}`` (with the feedback given on it, :mod:`api.routes.feedback`).
 
 Server-Sent Events of a streamed query (``"stream": true``), in order:
 
@@ -66,6 +67,7 @@ from api.asking import (
 from api.auth import Principal
 from api.deps import principal
 from api.errors import ApiError, ErrorEnvelope
+from api.feedback_models import FeedbackTally, LoggedQuery
 from api.models import QueryBody, QueryResult
 from api.pages import (
     DEFAULT_LIMIT,
@@ -79,7 +81,7 @@ from api.querying import ClientLeftError, QueryService
 from api.streams.ids import EVENT_ID_PATTERN, FINAL, MAX_ID_CHARS, Position
 from api.streams.native import positioned
 from topics.responses import ErrorCode
-from workers import query_log
+from workers import feedback, query_log
 
 router = APIRouter(tags=["query"])
 
@@ -293,9 +295,16 @@ async def list_queries(
             asker=who.principals,
         )
     )
+    tallies = await asyncio.to_thread(
+        feedback.tallies, svc.sessions, [row["request_id"] for row in rows[:limit]]
+    )
     items = [
         QuerySummary(
             **{k: v for k, v in row.items() if k != "sort_key"},
+            feedback=FeedbackTally(
+                helpful=tallies.get(row["request_id"], [0, 0])[0],
+                not_helpful=tallies.get(row["request_id"], [0, 0])[1],
+            ),
             links=poll_link(svc.settings, row["request_id"]),
         )
         for row in rows[:limit]
@@ -308,13 +317,14 @@ async def list_queries(
 
 @router.get(
     "/v1/queries/{request_id}",
-    response_model=QueryResult,
+    response_model=LoggedQuery,
     responses={404: {"model": ErrorEnvelope}, 401: {"model": ErrorEnvelope}},
 )
 async def get_query(
     request_id: str, request: Request, who: Principal = Depends(principal)
-) -> QueryResult:
-    """Status and answer of a query from the query log (tenant-scoped)."""
+) -> LoggedQuery:
+    """Status and answer of a query from the query log (tenant-scoped), with the feedback
+    given on it."""
     svc = query_service(request)
     if len(request_id) > 128:
         raise ApiError(404, "NOT_FOUND", "no such query")
@@ -323,7 +333,10 @@ async def get_query(
     )
     if result is None:
         raise ApiError(404, "NOT_FOUND", f"no query {request_id!r} for this tenant")
-    return result.model_copy(update={"links": poll_link(svc.settings, request_id)})
+    given = await asyncio.to_thread(feedback.of_query, svc.sessions, request_id, who.key_id)
+    return LoggedQuery.model_validate(
+        {**result.model_dump(), "links": poll_link(svc.settings, request_id), "feedback": given}
+    )
 
 
 @router.get(
