@@ -666,3 +666,70 @@ def test_a_blank_question_is_refused_and_past_questions_show_what_was_typed(
         "past questions as typed",
     )
     no_console_errors(driver, "blank question and past questions")
+
+
+def test_feedback_on_an_answer_shows_in_the_past_questions(stack: Stack, browser: Any) -> None:
+    """Issue 50: "Helpful? Yes / No" under an answer stores the key's feedback (``POST
+    /v1/queries/{id}/feedback``); the past questions show each query's tally as a badge, and a
+    reopened answer shows what this key said."""
+    url = stack.apis[0].url
+    tenant = get_json(f"{url}/v1/me", stack.keys["op"])[1]["tenant"]
+    # A key of its own principals: its query log holds only this test's question.
+    key = stack.key(tenant, rate_per_minute=0, principals=["user:feedback-giver"])
+    driver = browser
+    driver.get(f"{url}/")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(key)
+    driver.find_element(By.ID, "signin").click()
+    wait(driver, lambda d: d.find_element(By.ID, "question").is_displayed(), "the Ask page")
+    driver.find_element(By.CSS_SELECTOR, "#route option[value='evidence']").click()
+    driver.find_element(By.ID, "question").send_keys(
+        "Which TCP port does the server listen on by default?"
+    )
+    driver.find_element(By.ID, "ask").click()
+    turn = wait(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#conversation .turn .feedback"),
+        "the answer with its feedback buttons",
+    )[0]
+    assert not driver.find_elements(By.CSS_SELECTOR, "#history .feedback-badge")  # none yet
+    turn.find_element(By.CSS_SELECTOR, "button.feedback-yes").click()
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, ".turn .feedback-state").text == "you said: helpful"
+        ),
+        "the feedback stored",
+    )
+    badge = wait(
+        driver,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#history li .feedback-badge"),
+        "the feedback badge in the past questions",
+    )[0]
+    assert badge.text == "helpful 1 · not 0", badge.text
+    items = get_json(f"{url}/v1/queries", key)[1]["items"]
+    assert items[0]["feedback"] == {"helpful": 1, "not_helpful": 0}, items[0]
+    shown = get_json(f"{url}/v1/queries/{items[0]['request_id']}", key)[1]["feedback"]
+    assert [(f["helpful"], f["mine"]) for f in shown] == [(True, True)], shown
+
+    # No instead: the key's feedback is replaced, and a reopened answer says so.
+    driver.find_element(By.CSS_SELECTOR, ".turn button.feedback-no").click()
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, "#history li .feedback-badge").text
+            == "helpful 0 · not 1"
+        ),
+        "the badge after the change of mind",
+    )
+    driver.find_element(By.ID, "new-conversation").click()
+    driver.find_element(By.CSS_SELECTOR, "#history li a").click()
+    wait(
+        driver,
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, ".turn .feedback-state").text == "you said: not helpful"
+        ),
+        "the reopened answer's feedback",
+    )
+    driver.save_screenshot(str(IMAGES / "console-feedback.png"))
+    no_console_errors(driver, "feedback")

@@ -256,8 +256,52 @@ function renderResult(turn, result) {
       result.cached ? el("span", { class: "badge", text: "cached" }) : "",
       result.truncated ? el("span", { class: "badge", text: "truncated" }) : "",
       el("span", { class: "muted", text: result.request_id })),
+    result.status === "pending" ? "" : feedbackBar(result),
     trace
   );
+}
+
+// Helpful or not (POST /v1/queries/{id}/feedback): this key's latest word on the answer, which
+// training reads (workers/feedback.py). A reopened answer shows what was given before.
+function feedbackBar(result) {
+  const mine = (result.feedback || []).find((f) => f.mine);
+  const state = el("span", { class: "feedback-state muted", text: mine ? feedbackText(mine) : "" });
+  const send = async (helpful) => {
+    state.textContent = "sending...";
+    // A streamed answer reaches the query log a moment after the stream (the delivery pool
+    // records it): while the log still says pending (409), ask again a few times.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const given = await api(`/v1/queries/${encodeURIComponent(result.request_id)}/feedback`, {
+          method: "POST", headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ helpful }),
+        });
+        state.textContent = feedbackText(given);
+        loadHistory(true);
+        return;
+      } catch (err) {
+        if (err.status === 409 && attempt < 5) { await new Promise((r) => setTimeout(r, 1000)); continue; }
+        state.textContent = `Feedback not stored: ${err.message}`;
+        return;
+      }
+    }
+  };
+  return el("div", { class: "feedback" },
+    el("span", { class: "muted", text: "Helpful?" }),
+    el("button", { type: "button", class: "feedback-yes", text: "Yes", onclick: () => send(true) }),
+    el("button", { type: "button", class: "feedback-no", text: "No", onclick: () => send(false) }),
+    state);
+}
+
+function feedbackText(f) {
+  return `you said: ${f.helpful ? "helpful" : "not helpful"}${f.passage ? ` ([${f.passage}])` : ""}`;
+}
+
+// The feedback tally of a logged query (GET /v1/queries) as a badge; none without feedback.
+function feedbackBadge(tally) {
+  if (!tally || !(tally.helpful || tally.not_helpful)) return "";
+  return el("span", { class: "badge feedback-badge", title: "feedback: helpful / not helpful",
+    text: `helpful ${tally.helpful} · not ${tally.not_helpful}` });
 }
 
 function newTurn(question) {
@@ -369,7 +413,9 @@ async function loadHistory(first) {
       list.append(el("li", {},
         el("a", { href: "#", "data-request": q.request_id, text: askedText(q),
           onclick: (e) => { e.preventDefault(); reopen(q.request_id, askedText(q)); } }),
-        el("div", { class: "muted small", text: `${q.status}${q.tier ? " · " + q.tier : ""} · ${when(q.created_at)}` })));
+        el("div", { class: "muted small" },
+          `${q.status}${q.tier ? " · " + q.tier : ""} · ${when(q.created_at)} `,
+          feedbackBadge(q.feedback))));
     }
     historyCursor = page.next_cursor;
     $("#history-more").hidden = !historyCursor;
