@@ -119,6 +119,54 @@ def retrieval_stage(  # noqa: PLR0917 - typer options
     console.print(f"wrote {out}")
 
 
+@bench_app.command("rerank")
+def rerank(  # noqa: PLR0917 - typer options
+    model: Path | None = typer.Option(
+        None, help="ONNX rerank model directory; default: rerank.model or rerank.onnx_model."
+    ),
+    ns: str = typer.Option("10,20,30,50", help="Top-N candidates scored, comma-separated."),
+    batch: int = typer.Option(4, min=1, help="Questions a rerank call (the pool's batch)."),
+    repeats: int = typer.Option(1, min=1, help="Passes over the questions per N."),
+    tenant: str = typer.Option("default", help="Tenant whose chunks are searched."),
+    questions: Path | None = typer.Option(None, help="JSONL with a 'question' per line."),
+    out: Path = typer.Option(Path(".local/bench/rerank.json"), help="Where to write the JSON."),
+) -> None:
+    """Core-ms a question of the ONNX cross-encoder over the top N fused candidates of real
+    questions, scored in pool-sized batches (bench/query/rerank_cost.py)."""
+    from bench.query.questions import load_questions
+    from bench.query.rerank_cost import render as render_rerank
+    from bench.query.rerank_cost import run as run_rerank
+    from bench.query.run import machine
+    from ragstream.settings import get_settings
+    from workers.rerank.factory import onnx_model_dir, rerank_models_dir
+
+    settings = get_settings()
+    model_dir = model or onnx_model_dir(settings.rerank, rerank_models_dir(settings))
+    texts, source = load_questions(questions)
+    load_start = round(os.getloadavg()[0], 2)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    result = run_rerank(
+        settings,
+        model_dir,
+        texts,
+        ns=[int(n) for n in ns.split(",") if n.strip()],
+        batch=batch,
+        tenant=tenant,
+        repeats=repeats,
+    )
+    payload: dict[str, Any] = {
+        **result,
+        "at": started,
+        "machine": machine(),
+        "questions_file": source,
+        "load_avg_1m": {"start": load_start, "end": round(os.getloadavg()[0], 2)},
+    }
+    console.print(render_rerank(payload))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    console.print(f"wrote {out}")
+
+
 def parse_replicas(text: str) -> dict[str, int]:
     """``"retrieval=2,rerank=1"`` as ``{"retrieval": 2, "rerank": 1}``.
 

@@ -326,3 +326,41 @@ def test_a_learned_rerankers_best_score_gates_refusal_per_tenant() -> None:
         stage = build_evidence_stage(EvidenceSettings(min_relevance=0.0), None, frozenset(), plain)
         [d] = stage.run([(request("acme"), passages(0.3), "small")])
         assert d.reason == "policy"
+
+
+def test_the_rerank_benchmark_scores_the_top_n_in_pool_sized_batches() -> None:
+    from bench.query.rerank_cost import measure, render
+
+    calls: list[int] = []
+
+    def score(pairs: Sequence[tuple[str, str]]) -> list[float]:
+        calls.append(len(pairs))
+        return [0.5] * len(pairs)
+
+    fused = [(f"q{i}", [f"p{j}" for j in range(25)]) for i in range(5)]
+    rows = measure(SimpleNamespace(score=score), fused, [10, 30], batch=2)
+    assert calls == [4, 20, 20, 10, 50, 50, 25]  # warm-up, then 3 batches per N
+    assert [(r["n"], r["pairs_per_question"], r["questions"]) for r in rows] == [
+        (10, 10.0, 5),
+        (30, 25.0, 5),
+    ]
+    assert all(r["core_ms"] >= 0 and r["wall_ms"] >= 0 for r in rows)
+    payload = {"model": "m", "threads": 1, "batch": 2, "questions_file": "f", "rows": rows}
+    assert render(payload).row_count == 2
+    with pytest.raises(ValueError, match="batch"):
+        measure(SimpleNamespace(score=score), fused, [10], batch=0)
+
+
+def test_the_abstention_sweep_counts_false_and_right_refusals() -> None:
+    from bench.evaluation.abstain import sweep
+
+    rows = [
+        {"refuse": False, "best": 0.9},
+        {"refuse": False, "best": 0.3},
+        {"refuse": True, "best": 0.1},
+        {"refuse": True, "best": 0.5},
+    ]
+    by_t = {r["threshold"]: r for r in sweep(rows, grid=(0.2, 0.4, 0.6))}
+    assert (by_t[0.2]["false_refusals"], by_t[0.2]["refused"]) == (0, 1)
+    assert (by_t[0.4]["false_refusals"], by_t[0.4]["refused"]) == (1, 1)
+    assert (by_t[0.6]["false_refusal_rate"], by_t[0.6]["refused_rate"]) == (0.5, 1.0)
