@@ -43,6 +43,7 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from api.feedback_models import FeedbackOut
 from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
 from api.pages import MAX_LIMIT, DocumentPage
 from api.replies import Reply, ReplyRouter, Waiter
@@ -143,6 +144,20 @@ class Calls:
     def get_query(request_id: str) -> Call[QueryResult]:
         """``GET /v1/queries/{id}``."""
         return Call("GET", f"/v1/queries/{quote(request_id, safe='')}", None, _query_result)
+
+    @staticmethod
+    def feedback(
+        request_id: str,
+        helpful: bool,
+        *,
+        passage: int | None = None,
+        sentence: int | None = None,
+        comment: str | None = None,
+    ) -> Call[FeedbackOut]:
+        """``POST /v1/queries/{id}/feedback`` (``None`` values left out)."""
+        body = {"helpful": helpful, **_params(passage=passage, sentence=sentence, comment=comment)}
+        path = f"/v1/queries/{quote(request_id, safe='')}/feedback"
+        return Call("POST", path, body, FeedbackOut.model_validate)
 
     @staticmethod
     def upsert_document(
@@ -288,6 +303,21 @@ class HttpClient:
     def get(self, request_id: str) -> QueryResult:
         """The current state of a query."""
         return self._do(Calls.get_query(request_id))
+
+    def feedback(
+        self,
+        request_id: str,
+        helpful: bool,
+        *,
+        passage: int | None = None,
+        sentence: int | None = None,
+        comment: str | None = None,
+    ) -> FeedbackOut:
+        """Say whether a query's answer helped, and optionally which cited passage (``[n]``) or
+        evidence span (index into ``evidence``) answered; replaces this key's earlier feedback."""
+        call = Calls.feedback(request_id, helpful, passage=passage, sentence=sentence,
+                              comment=comment)  # fmt: skip
+        return self._do(call)
 
     def wait(self, request_id: str, timeout_s: float = 120.0, poll_s: float = 0.5) -> QueryResult:
         """Poll until the query is no longer pending or ``timeout_s`` passes."""
@@ -490,6 +520,20 @@ class AsyncHttpClient:
     async def get(self, request_id: str) -> QueryResult:
         """The current state of a query (from the query log)."""
         return await self._do(Calls.get_query(request_id))
+
+    async def feedback(
+        self,
+        request_id: str,
+        helpful: bool,
+        *,
+        passage: int | None = None,
+        sentence: int | None = None,
+        comment: str | None = None,
+    ) -> FeedbackOut:
+        """As :meth:`HttpClient.feedback`."""
+        call = Calls.feedback(request_id, helpful, passage=passage, sentence=sentence,
+                              comment=comment)  # fmt: skip
+        return await self._do(call)
 
     async def wait(
         self, request_id: str, timeout_s: float = 120.0, poll_s: float = 0.5

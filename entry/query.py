@@ -1,6 +1,7 @@
 """``ragstream query "..."``: ask from the terminal, over Kafka or the HTTP API, and print the
 answer, numbered citations and per-stage timings (the demo prints its answers the same way);
-``ragstream query get ID``: the logged state of a query, from the SQL query log or the API.
+``ragstream query get ID``: the logged state of a query, from the SQL query log or the API;
+``ragstream query feedback ID --helpful|--not-helpful``: feedback on its answer, over the API.
 
 ``query`` is a command group whose default command is ``ask``: a first argument that names no
 subcommand is the question (``ragstream query "What does VACUUM do?"`` is
@@ -48,7 +49,8 @@ class AskByDefault(TyperGroup):
 
 query_app = typer.Typer(
     cls=AskByDefault,
-    help='Ask a question (`query "..."`, same as `query ask "..."`) or fetch one (`query get ID`).',
+    help='Ask a question (`query "..."`, same as `query ask "..."`), fetch one (`query get ID`) '
+    "or say whether its answer helped (`query feedback ID --helpful`).",
     no_args_is_help=True,
 )
 
@@ -173,6 +175,44 @@ def get_command(
         raise typer.Exit(1)
     if result.status == "pending":
         raise typer.Exit(3)
+
+
+@query_app.command("feedback")
+def feedback_command(  # noqa: PLR0917 - typer options
+    request_id: str = typer.Argument(..., help="The query's request id."),
+    helpful: bool = typer.Option(..., "--helpful/--not-helpful", help="Whether the answer helped."),
+    passage: int | None = typer.Option(
+        None, min=1, help="The citation number [n] of the passage that answered."
+    ),
+    sentence: int | None = typer.Option(
+        None, min=0, help="The index of the evidence span that answered (0: the first)."
+    ),
+    comment: str | None = typer.Option(None, help="Free text (at most 1000 characters)."),
+    api_url: str = typer.Option("http://127.0.0.1:8000", "--api", help="The API's base URL."),
+    api_key: str | None = typer.Option(None, envvar=API_KEY_ENV, help=API_KEY_HELP),
+) -> None:
+    """Say whether a query's answer helped (``POST /v1/queries/{id}/feedback``), optionally
+    naming the passage or evidence span that answered; replaces this key's earlier feedback.
+
+    Over the API only: feedback belongs to an API key, and only a key that may read the query
+    may give it. Exit 1 with the API's reason when it is refused (unknown query, an index the
+    answer lacks, still pending).
+    """
+    from entry.client import HttpClient
+
+    if not api_key:
+        fail(NO_KEY, USAGE)
+    try:
+        with HttpClient(api_url, api_key) as client:
+            given = client.feedback(
+                request_id, helpful, passage=passage, sentence=sentence, comment=comment
+            )
+    except RagstreamError as exc:
+        fail(str(exc))
+    said = "helpful" if given.helpful else "not helpful"
+    named = f" (passage [{given.passage}])" if given.passage else ""
+    span = f" (evidence span {given.sentence})" if given.sentence is not None else ""
+    console.print(f"stored: {said}{named}{span} for {request_id}")
 
 
 def _get_sql(tenant: str | None, request_id: str) -> QueryResult | None:

@@ -182,3 +182,34 @@ def test_the_route_is_in_the_openapi_document_with_its_responses(stack: Stack) -
     assert body.endswith("/FeedbackBody")
     links = spec["paths"]["/v1/query"]["post"]["responses"]["202"]["links"]
     assert "GiveFeedback" in links
+
+
+def test_the_cli_and_the_client_give_feedback_over_the_api(stack: Stack) -> None:
+    from typer.testing import CliRunner
+
+    from entry.cli import app
+    from entry.client import HttpClient
+
+    rid = _log(stack)
+    url, key = stack.apis[0].url, stack.keys["wide"]
+    run = CliRunner().invoke(
+        app,
+        ["query", "feedback", rid, "--not-helpful", "--passage", "2", "--api", url],
+        env={"RAGSTREAM_API_KEY": key},
+    )
+    assert run.exit_code == 0, run.output
+    assert f"stored: not helpful (passage [2]) for {rid}" in run.output
+    shown = _get(stack, "wide", f"/v1/queries/{rid}")["feedback"]
+    assert [(f["helpful"], f["passage"]) for f in shown] == [(False, 2)]
+
+    refused = CliRunner().invoke(
+        app,
+        ["query", "feedback", rid, "--helpful", "--passage", "5", "--api", url],
+        env={"RAGSTREAM_API_KEY": key},
+    )
+    assert refused.exit_code == 1, refused.output
+    assert "there is no [5]" in refused.output, refused.output
+
+    with HttpClient(url, key) as client:
+        given = client.feedback(rid, True, sentence=0, comment="the port")
+    assert (given.helpful, given.sentence, given.comment, given.mine) == (True, 0, "the port", True)
