@@ -95,14 +95,17 @@ def data_command(
 def _print_counts(stats: dict[str, Any]) -> None:
     from rich.table import Table
 
-    table = Table("source", "groups", "pairs", "positive in fused list")
+    table = Table("source", "groups", "pairs", "positive retrieved", "held out, ranked")
     for source in sorted(stats["groups"]):
         table.add_row(
             source,
             str(stats["groups"][source]),
             str(stats["pairs"][source]),
-            str(stats["fused_positive"].get(source, 0)),
+            str(stats["retrieved"].get(source, 0)),
+            str(stats["held_out_with_fused_list"].get(source, 0)),
         )
+    for source, n in sorted(stats["dropped"].items()):
+        table.add_row(source, "dropped", str(n), "0", "-")
     console.print(table)
 
 
@@ -170,6 +173,10 @@ def train_command(  # noqa: PLR0917 - typer options
     max_length: int = typer.Option(256, min=16, help="Word pieces per pair."),
     threads: int = typer.Option(2, min=1, max=2, help="Torch threads (2 cores here)."),
     learning_rate: float = typer.Option(3e-5, min=0),
+    freeze_layers: int = typer.Option(2, min=0, max=6, help="Lower encoder layers not trained."),
+    eval_per_source: int = typer.Option(
+        60, min=0, help="Held-out groups ranked per source (0: all), 30 passages each."
+    ),
 ) -> None:
     """Fine-tune MiniLM as a cross-encoder, export it to int8 ONNX, print held-out hit@1/MRR."""
     require_training_stack("train")
@@ -211,6 +218,7 @@ def train_command(  # noqa: PLR0917 - typer options
         threads=threads,
         budget_s=budget_s,
         max_pairs=max_pairs,
+        freeze_layers=freeze_layers,
     )
     pairs = training_pairs(groups, max_pairs=max_pairs, seed=options.seed)
     torch.manual_seed(options.seed)
@@ -234,7 +242,8 @@ def train_command(  # noqa: PLR0917 - typer options
         },
         training_s=round(result.seconds, 1),
         notes=(
-            f"BCE on logits, AdamW lr {learning_rate}, batch {batch_size}, {result.steps} steps, "
+            f"BCE on logits, AdamW lr {learning_rate}, batch {batch_size}, embeddings and "
+            f"{freeze_layers} lower layers frozen, max_length {max_length}, {result.steps} steps, "
             f"{result.pairs} pairs seen, final loss {result.final_loss:.4f}"
             + (", stopped at the time budget" if result.stopped_early else "")
         ),
@@ -242,7 +251,7 @@ def train_command(  # noqa: PLR0917 - typer options
     out_dir = MODEL_ROOT / name
     export_cross_encoder(model, out_dir, manifest)
     scorer = OnnxScorer(out_dir, threads=threads)
-    metrics = ranking_metrics(groups, scorer)
+    metrics = ranking_metrics(groups, scorer, per_source=eval_per_source)
     manifest.metrics = {
         "held_out": metrics,
         "scored_with": "model.onnx (int8)",

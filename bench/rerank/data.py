@@ -84,13 +84,46 @@ TRAINING_SETS: tuple[str, ...] = (
 )
 
 _NUMBERING = re.compile(
-    r"^\s*(?:[A-Z]?\d+(?:\.\d+)*\.?|[A-Z]\.|Appendix [A-Z]\.|Chapter \d+\.|Part [IVX]+\.)\s+"
+    r"^\s*(?:Appendix [A-Z]\.|Chapter \d+\.|Part [IVX]+\.|[A-Z]?\.?\d+(?:\.\d+)*\.?|[A-Z]\.)\s+"
+)
+#: Headings that name a kind of section, not a subject (the reference pages' parts): no query.
+GENERIC_HEADINGS = frozenset(
+    [
+        "see also",
+        "description",
+        "examples",
+        "example",
+        "notes",
+        "options",
+        "parameters",
+        "compatibility",
+        "synopsis",
+        "usage",
+        "environment",
+        "files",
+        "diagnostics",
+        "outputs",
+        "return value",
+        "arguments",
+        "overview",
+        "introduction",
+        "history",
+        "bugs",
+        "authors",
+        "author",
+        "exit status",
+        "caveats",
+        "details",
+        "summary",
+        "footnotes",
+    ]
 )
 _INSTRUCTION = re.compile(
     r"(?:^|(?<=[.!?]\s)|(?<=\n))(?:For example, )?[Tt]o ([a-z][\w ,'()./-]{6,90}?), "
     r"(?:use|run|call|type|add|set|write|issue|execute|invoke|pass|specify"
     r"|you (?:can|could|must|should|need))\b"
 )
+_PROSE = re.compile(r"^(?:[A-Z][a-z]|[Tt]o |For example)")
 _CODE_LINE = re.compile(
     r"^\s*(?:\$ |>>> |[A-Z]{3,}[ ;(]|[a-z_][\w.]*\(|[a-z_]+ -|#"
     r"|import |from |def |class |pg_|psql|python)"
@@ -161,11 +194,15 @@ def howto_queries(text: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for m in _INSTRUCTION.finditer(text):
         out.append(("howto", f"How do I {m.group(1).strip()}?"))
-    lines = text.split("\n")
+    lines = [line for line in text.split("\n") if line.strip()]
     for line, following in itertools.pairwise(lines):
         intro = line.strip()
-        if 20 <= len(intro) <= 200 and intro.endswith(":") and _CODE_LINE.match(following):
-            out.append(("example", intro.removeprefix("For example, ").rstrip(":")))
+        prose = _PROSE.match(intro) and not _CODE_LINE.match(intro) and len(intro.split()) >= 4
+        code_follows = intro.endswith(":") and _CODE_LINE.match(following)
+        if prose and code_follows and 12 <= len(intro) <= 200:
+            said = intro.removeprefix("For example, ").rstrip(":").strip()
+            to = re.match(r"[Tt]o ([^,;]+)$", said)
+            out.append(("howto", f"How do I {to.group(1)}?") if to else ("example", said))
     return out
 
 
@@ -174,8 +211,11 @@ def table_rows(text: str) -> list[str]:
     cells = []
     for line in text.split("\n"):
         parts = [p.strip() for p in line.split(" | ")]
-        if len(parts) >= 2 and 3 <= len(parts[0]) <= 80 and not parts[0].replace(".", "").isdigit():
-            cells.append(parts[0])
+        if "  |" in line or "|  " in line:  # a program's output (aligned columns), not a table
+            continue
+        first = parts[0]
+        if len(parts) >= 2 and 3 <= len(first) <= 80 and re.search(r"[A-Za-z]{3}", first):
+            cells.append(first)
     return cells
 
 
@@ -259,7 +299,7 @@ def _page_seeds(doc_chunks: Sequence[Chunk]) -> list[Seed]:
         titles[c.title].add(c.chunk_id)
     for title, ids in titles.items() if len(titles) >= 2 else ():
         heading = heading_of(title)
-        if len(heading.split()) >= 2 and len(ids) <= 3:
+        if len(heading.split()) >= 2 and heading.lower() not in GENERIC_HEADINGS and len(ids) <= 3:
             out.append(Seed(heading, "structure.heading", doc_chunks[0].page, frozenset(ids)))
     for c in doc_chunks:
         one = frozenset({c.chunk_id})
@@ -379,6 +419,22 @@ def _structure_group(
     return _trimmed(seed, listed, n_fused, others, negatives)
 
 
+def set_source(key: str) -> str:
+    """A question set's source name: ``questions.<stem>`` (``questions.dev``,
+    ``questions.blind-2026-12-05``; the shared set is ``questions.shared``)."""
+    stem = Path(key).name.removesuffix(".jsonl").removeprefix("questions").lstrip(".")
+    return f"questions.{stem or 'shared'}"
+
+
+def _asked(q: Any) -> str:
+    """The question as the evaluation asks it: a follow-up made standalone from its history."""
+    if not q.history:
+        return str(q.question)
+    from workers.conversation import standalone_question
+
+    return standalone_question(q.history, q.question)
+
+
 def _question_group(key: str, q: Any, cands: Sequence[Candidate], negatives: int) -> Group | None:
     pages = {f"{q.corpus}:{p}" for p in q.expected_pages}
     patterns = [re.compile(p, re.IGNORECASE) for p in q.answer_patterns]
@@ -389,7 +445,7 @@ def _question_group(key: str, q: Any, cands: Sequence[Candidate], negatives: int
         listed.append((text, int(on_page and any(p.search(text) for p in patterns))))
     if not any(label for _, label in listed):
         return None
-    seed = Seed(q.question, f"questions.{Path(key).name}", sorted(pages)[0], frozenset())
+    seed = Seed(_asked(q), set_source(key), sorted(pages)[0], frozenset())
     return _trimmed(seed, listed, len(cands), [], negatives)
 
 
@@ -413,7 +469,8 @@ def build_groups(
 
     Returns:
         ``(groups, stats)``: ``stats`` counts chunks, groups and pairs by source, questions per
-        set, and questions dropped because no fused candidate holds their answer.
+        set, queries whose positive is in their fused list (``retrieved``; a question without
+        one is ``dropped``: no label), and held-out groups with a fused list (the metrics').
 
     Raises:
         ConfigurationError: a training set is not judged.
@@ -431,19 +488,25 @@ def build_groups(
     corpora = {c.page.split(":", 1)[0] for c in chunks if ":" in c.page}
     questions, set_counts = question_seeds(corpora)
     say(f"{len(seeds)} structure queries, {len(questions)} labelled questions")
-    queries = [s.query for s in seeds] + [q.question for _, q in questions]
+    queries = [s.query for s in seeds] + [_asked(q) for _, q in questions]
     fused = fused_lists(settings, es, tenant, queries, say)
     rng = random.Random(1)
     groups = [
         _structure_group(s, cands=c, by_doc=by_doc, by_id=by_id, negatives=negatives, rng=rng)
         for s, c in zip(seeds, fused, strict=False)
     ]
+    retrieved: Counter[str] = Counter(
+        s.source
+        for s, c in zip(seeds, fused, strict=False)
+        if any(x.chunk_id in s.positives for x in c)
+    )
     dropped: Counter[str] = Counter()
     for (key, q), cands in zip(questions, fused[len(seeds) :], strict=True):
         group = _question_group(key, q, cands, negatives)
         if group is None:
-            dropped[f"questions.{Path(key).name}: no answer in the fused list"] += 1
+            dropped[set_source(key)] += 1
         else:
+            retrieved[group.source] += 1
             groups.append(group)
     stats = {
         "chunks": len(chunks),
@@ -452,7 +515,8 @@ def build_groups(
         "pairs": dict(Counter(g.source for g in groups for _ in g.labels)),
         "sets": set_counts,
         "dropped": dict(dropped),
-        "fused_positive": dict(Counter(g.source for g in groups if g.fused)),
+        "retrieved": dict(retrieved),
+        "held_out_with_fused_list": dict(Counter(g.source for g in groups if g.fused)),
     }
     return groups, stats
 

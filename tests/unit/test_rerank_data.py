@@ -45,7 +45,11 @@ def test_howto_and_example_sentences() -> None:
     )
     found = howto_queries(text)
     assert ("howto", "How do I remove a table?") in found
-    assert ("example", "to create a role that can log in") in found
+    assert ("howto", "How do I create a role that can log in?") in found
+    shown = howto_queries(
+        "The example below lists the schemas:\n\nSELECT nspname FROM pg_namespace;"
+    )
+    assert shown == [("example", "The example below lists the schemas")]
     assert howto_queries("Nothing to do here. Go on, then.") == []
 
 
