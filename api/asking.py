@@ -29,26 +29,19 @@ from api.deps import services
 from api.errors import ApiError
 from api.models import HistoryTurn, QueryBody
 from api.querying import Asked, QueryService
-from api.streams.ids import EVENT_ID_PATTERN, MAX_ID_CHARS, Position, parse_event_id
-from api.streams.native import Positioned, numbered
+from api.streams.ids import (
+    ACCEPTED,
+    EVENT_ID_PATTERN,
+    MAX_ID_CHARS,
+    Position,
+    event_id,
+    parse_event_id,
+)
+from api.streams.native import Positioned
 from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
 from topics.queries import QueryRequest, Turn
-from topics.responses import ErrorCode
 from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
-
-#: HTTP status of a query that failed in the pipeline, by its error code.
-FAILED_STATUS = {
-    ErrorCode.INVALID_REQUEST: 422,
-    ErrorCode.PROMPT_TOO_LONG: 422,
-    ErrorCode.DEADLINE_EXCEEDED: 504,
-    ErrorCode.BACKEND_UNAVAILABLE: 503,
-    ErrorCode.INTERNAL: 500,
-    ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
-    ErrorCode.EMBEDDING_MODEL_MISMATCH: 503,  # the deployment lacks the index's model
-    ErrorCode.UNAVAILABLE: 503,  # the query event could not be produced
-    ErrorCode.WITHHELD: 403,  # a recorded answer cites a document the asker may no longer read
-}
 
 #: The ``Last-Event-ID`` request header of every resumable stream (the id of the last event
 #: the client received, :mod:`api.streams.ids`).
@@ -208,7 +201,7 @@ def event_stream(
     after: Position | None = None,
 ) -> EventSourceResponse:
     """``text/event-stream`` of ``events`` past ``after`` (``None``: all), each with its
-    ``id:`` (:func:`~api.streams.native.numbered`), with keep-alive comments every
+    ``id:`` (:func:`numbered`), with keep-alive comments every
     ``api.sse_keepalive_s``.
 
     The body owns ``asked``: it is closed (unsubscribed) when the body ends. While the answer
@@ -241,6 +234,20 @@ def event_stream(
         sep="\n",
         headers={"Cache-Control": "no-cache", "X-Request-Id": rid},
     )
+
+
+async def numbered(
+    request_id: str, events: AsyncIterator[Positioned], after: Position | None
+) -> AsyncIterator[bytes]:
+    """The events past ``after`` (``None``: all), each with its ``id:`` line first; an event
+    without a position (``timeout``) repeats the id of the last position sent or resumed from.
+    Used by the native and the OpenAI-compatible streams."""
+    last = after
+    async for position, event in events:
+        if position is not None and after is not None and position <= after:
+            continue
+        last = position or last
+        yield f"id: {event_id(request_id, last or ACCEPTED)}\n".encode() + event
 
 
 def elapsed_ms(started: float) -> float:

@@ -42,6 +42,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from ragstream.errors import RagstreamError
+from topics.responses import ErrorCode
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +59,19 @@ STATUS_CODES = {
     429: "RATE_LIMITED",
     503: "UNAVAILABLE",
     504: "TIMEOUT",
+}
+
+#: HTTP status of a query that failed in the pipeline, by its error code.
+FAILED_STATUS = {
+    ErrorCode.INVALID_REQUEST: 422,
+    ErrorCode.PROMPT_TOO_LONG: 422,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+    ErrorCode.BACKEND_UNAVAILABLE: 503,
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.CANCELLED: 499,  # "client closed request" (nginx): the client left first
+    ErrorCode.EMBEDDING_MODEL_MISMATCH: 503,  # the deployment lacks the index's model
+    ErrorCode.UNAVAILABLE: 503,  # the query event could not be produced
+    ErrorCode.WITHHELD: 403,  # a recorded answer cites a document the asker may no longer read
 }
 
 

@@ -10,9 +10,9 @@ is served:
 - ``POST /v1/chat/completions`` with ``stream: true``, read to its end.
 
 Consecutive entries in one file are one *stay*. Per request, for the whole request and for
-its longest piece (the path is cut where the framework calls into ``api/``: the route, a
-dependency, each resumption of a stream's body, so a stream's longest piece is the path of
-one event), it prints the stays, the files,
+its longest and its commonest piece (the path is cut where the framework calls into ``api/``:
+the route, a dependency, each resumption of a stream's body, so a stream's commonest piece is
+the path of one event), it prints the stays, the files,
 the *returns* (a stay in a file the path had already left), the *climbs* (a call from a file
 of ``api/`` into one on a higher layer of ``api/``'s own import graph, where a file stands
 above every ``api/`` file it imports: a lower module calling back into a higher one, e.g. a
@@ -123,6 +123,16 @@ class CallPath:
                 out.append(rel)
         return out
 
+    def commonest(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The piece of 3 stays or more that recurs most (the longest of those): for a stream,
+        one event's path."""
+        shapes = [tuple(seg) for seg in self.segments]
+        i = max(
+            range(len(shapes)),
+            key=lambda i: (len(shapes[i]) >= 3, shapes.count(shapes[i]), len(shapes[i])),
+        )
+        return self.segments[i], self.climbs[i]
+
     def longest(self) -> tuple[list[str], list[tuple[str, str]]]:
         """The longest segment and its climbs: for a stream, the path of one event."""
         i = max(range(len(self.segments)), key=lambda i: len(self.segments[i]))
@@ -197,7 +207,12 @@ def main() -> None:
             assert "[DONE]" in r.text, r.text
     for name, path in (("POST /v1/query (sync)", sync), ("OpenAI stream", stream)):
         whole = (path.stays, [c for seg in path.climbs for c in seg])
-        for what, (stays, climbs) in (("whole request", whole), ("longest piece", path.longest())):
+        pieces = (
+            ("whole request", whole),
+            ("longest piece", path.longest()),
+            ("commonest piece", path.commonest()),
+        )
+        for what, (stays, climbs) in pieces:
             counts = ", ".join(f"{k} {v}" for k, v in figures(stays, climbs).items())
             print(f"{name}, {what}: {counts}")
             print("  " + " -> ".join(f"{s}[{LAYERS.get(s, 0)}]" for s in stays))

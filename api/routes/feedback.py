@@ -21,7 +21,7 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.feedback_models import FeedbackBody, FeedbackOut
-from api.routes.chunks import read_chunk
+from api.passages import read_chunk
 from workers import feedback, query_log
 
 router = APIRouter(tags=["query"])

@@ -34,7 +34,7 @@ waiter is unregistered at once, and, unless a stream resumes it within ``api.res
 a generation pool does not start its LLM call, or stops it within half a second, and records a
 ``CANCELLED`` error in the query log. Stages before generation (retrieval, rerank, evidence)
 are short and run to their end. A sync request whose client disconnects while it waits is
-cancelled the same way (the wait asks every half second, :func:`api.querying.answer_or_leave`)
+cancelled the same way (the wait asks every half second, :meth:`api.querying.Asked.final`)
 and counted (``ragstream_api_sync_queries_left_total``).
 """
 
@@ -52,7 +52,6 @@ from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
 from api.asking import (
-    FAILED_STATUS,
     LAST_EVENT_ID,
     build_request,
     check_callback,
@@ -66,7 +65,7 @@ from api.asking import (
 )
 from api.auth import Principal
 from api.deps import principal
-from api.errors import ApiError, ErrorEnvelope
+from api.errors import FAILED_STATUS, ApiError, ErrorEnvelope
 from api.feedback_models import FeedbackTally, LoggedQuery
 from api.models import QueryBody, QueryResult
 from api.pages import (
@@ -119,22 +118,7 @@ SSE_EVENT: dict[str, Any] = {
         "retry": {"type": "integer"},
     },
 }  # fmt: skip
-#: One event of an OpenAI stream: ``data`` only, a chunk object or ``[DONE]``.
-OPENAI_SSE_EVENT: dict[str, Any] = {
-    "type": "object",
-    "required": ["data"],
-    "properties": {
-        "data": {
-            "type": "string",
-            "description": "A `chat.completion.chunk` (`text_completion`) JSON object, an "
-            '`{"error": {...}}` object, or `[DONE]` (the last event).',
-        },
-        "id": {"type": "string"},
-        "retry": {"type": "integer"},
-    },
-}
 SSE_CONTENT = {"text/event-stream": {"schema": SSE_EVENT}}
-OPENAI_SSE_CONTENT = {"text/event-stream": {"schema": OPENAI_SSE_EVENT}}
 
 
 #: The example body of ``POST /v1/query`` (Swagger UI's "Try it out" sends it as is).

@@ -3,9 +3,9 @@ with its ``id:`` (:mod:`api.streams.ids`).
 
 One renderer serves a first stream and a resumed one: :func:`positioned` turns the request's
 items (its tokens, each ``seq`` once, then the final :class:`~topics.answers.Answer`) into
-``(position, event, data)``; :func:`numbered` writes the events past the client's position with
-their ids. The ``replace`` decision compares the answer with *every* token text from ``seq`` 0,
-so a resumed stream ends exactly as an unbroken one would.
+``(position, event, data)``; :func:`api.asking.numbered` writes the events past the client's
+position with their ids. The ``replace`` decision compares the answer with *every* token text
+from ``seq`` 0, so a resumed stream ends exactly as an unbroken one would.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from api.models import QueryResult
-from api.streams.ids import ACCEPTED, FINAL, QUEUED, REPLACE, Position, event_id
+from api.streams.ids import ACCEPTED, FINAL, QUEUED, REPLACE, Position
 from topics.answers import Answer
 from topics.tokens import AnswerToken
 
@@ -27,7 +27,7 @@ Item = AnswerToken | Answer
 
 
 def sse(event: str, data: Any) -> bytes:
-    """One Server-Sent Event (its ``id:`` line is added by :func:`numbered`)."""
+    """One Server-Sent Event (its ``id:`` line is added by :func:`api.asking.numbered`)."""
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
@@ -85,17 +85,3 @@ async def positioned(
             yield out
         return
     yield None, sse("timeout", {"request_id": request_id, "links": links})
-
-
-async def numbered(
-    request_id: str, events: AsyncIterator[Positioned], after: Position | None
-) -> AsyncIterator[bytes]:
-    """The events past ``after`` (``None``: all), each with its ``id:`` line first; an event
-    without a position (``timeout``) repeats the id of the last position sent or resumed from.
-    Used by the native and the OpenAI-compatible streams."""
-    last = after
-    async for position, event in events:
-        if position is not None and after is not None and position <= after:
-            continue
-        last = position or last
-        yield f"id: {event_id(request_id, last or ACCEPTED)}\n".encode() + event

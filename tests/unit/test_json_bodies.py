@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from api.models import QueryBody
-from api.routes.openai_compat import ChatBody, CompletionBody
+from api.openai.protocol import ChatBody, CompletionBody
 
 CHAT = {"messages": [{"role": "user", "content": "What is the default port?"}]}
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI
 
-from api.routes.openai_compat import MAX_TURN_ANSWER_CHARS
+from api.openai.protocol import MAX_TURN_ANSWER_CHARS
 from tests.unit.apikit import CHECKED, FakeQueries, answered, checked, make_app
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse

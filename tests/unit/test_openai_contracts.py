@@ -26,9 +26,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from openai import AsyncOpenAI, BadRequestError
 
-from api.routes.openai_compat import Ask, positioned_chunks
+from api.asking import numbered
+from api.openai.protocol import Ask
+from api.openai.rendering import positioned_chunks
 from api.streams.ids import FINAL
-from api.streams.native import numbered
 from tests.unit.apikit import FakeQueries, answered, make_app
 from topics.answers import Answer
 from topics.queries import QueryRequest
@@ -335,7 +336,7 @@ def test_langchains_completion_llm_transcript_is_read_as_a_chat_too(
 def test_a_plain_prompt_is_the_question_unchanged(
     app: tuple[FastAPI, FakeQueries], prompt: str
 ) -> None:
-    from api.routes.openai_compat import transcript
+    from api.openai.protocol import transcript
 
     assert transcript(prompt) is None
 
@@ -349,7 +350,7 @@ def test_a_plain_prompt_is_the_question_unchanged(
 def test_a_transcript_without_a_user_turn_is_plain_and_the_limit_is_on_the_question(
     tmp_path: Path,
 ) -> None:
-    from api.routes.openai_compat import transcript
+    from api.openai.protocol import transcript
 
     assert transcript("system: Be brief.\nassistant: ") is None
     app, fake = make_app(tmp_path, answered, max_query_chars=30)

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from kafka.partitioner.default import DefaultPartitioner
 
+from api.asking import numbered
 from api.replies import ReplyRouter, Waiter
 from api.streams.history import partition_of
 from api.streams.ids import (
@@ -27,7 +28,7 @@ from api.streams.ids import (
     event_id,
     parse_event_id,
 )
-from api.streams.native import Positioned, numbered
+from api.streams.native import Positioned
 from api.streams.resume import expired
 from entry.client import parse_sse
 from ragstream.settings import Settings
