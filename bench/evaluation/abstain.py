@@ -9,7 +9,8 @@ kind is ``absent`` or ``off_topic``, answered otherwise. For each threshold of a
 reports the share of answerable questions the gate alone would refuse (false refusals) and the
 share of absent/off-topic ones it refuses.
 
-Run: ``python -m bench.evaluation.abstain --model DIR SET.jsonl [SET.jsonl ...]``. Never on a
+Run: ``python -m bench.evaluation.abstain --model DIR SET.jsonl [SET.jsonl ...]`` (``--index``,
+``--tenant``: another corpus, e.g. ``bench/evaluation/tenant_corpora.py``'s). Never on a
 set that has not been judged (a blind set before its answers are read).
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 #: Kinds whose questions the documents do not answer.
 REFUSE_KINDS = frozenset({"absent", "off_topic"})
 #: Thresholds swept.
-GRID = tuple(round(0.05 * i, 2) for i in range(1, 20))
+GRID = tuple(round(0.02 * i, 2) for i in range(1, 50))
 
 
 def best_scores(
@@ -80,9 +81,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("sets", nargs="+", type=Path)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--tenant", default="default")
+    parser.add_argument("--index", default=None, help="Chunk index alias; default: settings.")
     parser.add_argument("--out", type=Path, default=Path(".local/bench/abstain.json"))
     args = parser.parse_args(argv)
     settings = get_settings()
+    if args.index:
+        es = settings.elasticsearch.model_copy(update={"index_alias": args.index})
+        settings = settings.model_copy(update={"elasticsearch": es})
     rows: list[dict[str, Any]] = []
     for path in args.sets:
         if "blind-2026-12-07" in path.name:
