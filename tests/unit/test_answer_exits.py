@@ -1,12 +1,17 @@
 """One answer, every exit: the sync JSON reply, the SSE final event, ``GET /v1/queries/{id}``,
-the ``query.completed`` webhook payload, the OpenAI completion and its stream's final chunk, and
-the CLI all render the same :class:`~topics.answers.Answer`, and agree field by field."""
+the ``query.completed`` webhook payload, the OpenAI completion and its stream's final chunk, the
+CLI, the MCP ``ask`` tool and the console (its own stream reader, ``console.js``, run by Node on
+the stream the server sent it) all render the same :class:`~topics.answers.Answer`, and agree
+field by field."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import io
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,9 @@ from fastapi.testclient import TestClient
 from rich.console import Console
 
 import entry.query as cli
+from api.auth import Principal
+from api.mcp.knowledge import KnowledgeBase
+from api.mcp.server import build_server
 from api.models import QueryResult
 from entry.client import parse_sse
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
@@ -34,6 +42,8 @@ from workers import query_log
 from workers.webhooks import events
 
 T0 = dt.datetime(2026, 12, 2, 1, 0, tzinfo=dt.UTC)
+CONSOLE_JS = Path(__file__).resolve().parents[2] / "api" / "console" / "static" / "console.js"
+NODE = shutil.which("node")
 QUESTION = "What does VACUUM do?"
 SPANS = (
     EvidenceSpan(
@@ -105,6 +115,9 @@ def _exits(tmp_path: Path, make: Any) -> dict[str, dict[str, Any]]:
         with client.stream("POST", "/v1/query", json={"query": QUESTION, "stream": True}) as s:
             final = [e for e in parse_sse(s.iter_lines()) if e.kind in {"answer", "error"}]
         out["sse"] = final[-1].data
+        if NODE is not None:  # the console's request, and what its reader makes of the answer
+            out["console"] = _console(client)
+        out["mcp"] = _mcp_ask(app.state.services)
         question = fake.asked[0]
         response = make(question)  # what the delivery pool records, and the webhook sends
         query_log.log_pending(sessions, question)  # as the query service does on admission
@@ -128,9 +141,52 @@ def _exits(tmp_path: Path, make: Any) -> dict[str, dict[str, Any]]:
         "error": next((c["error"] for c in chunks if "error" in c), None),
     }  # fmt: skip
     # The asked question ids differ per exit: compare them without the id.
-    for name in ("sync", "sse", "poll", "webhook"):
+    for name in ("sync", "sse", "poll", "webhook", "mcp", *(("console",) if NODE else ())):
         out[name] = {k: v for k, v in out[name].items() if k != "request_id"}
     return out
+
+
+class _Caller(KnowledgeBase):
+    """The MCP tools' knowledge base over the app's services, its key being tenant ``acme``
+    (the HTTP routes' caller in :func:`~tests.unit.apikit.make_app`)."""
+
+    async def principal(self, key: str | None) -> Principal:
+        return Principal(1, "acme")
+
+
+def _mcp_ask(services: Any) -> dict[str, Any]:
+    """The MCP ``ask`` tool's answer to :data:`QUESTION` (the SDK's in-process client)."""
+    from mcp.client.client import Client
+
+    server = build_server(_Caller(services), lambda _ctx: "rsk_any")
+
+    async def go() -> dict[str, Any]:
+        async with Client(server) as client:
+            called = await client.call_tool("ask", {"question": QUESTION})
+            return json.loads(called.content[0].text)  # type: ignore[union-attr,no-any-return]
+
+    return asyncio.run(go())
+
+
+#: Runs console.js's reader on a stream (see the script's header).
+CONSOLE_READER = Path(__file__).with_name("console_reader.js")
+
+
+def _console(client: TestClient) -> dict[str, Any]:
+    """What the console makes of the answer: its reader run on the stream the server sends
+    for the request the console builds; the final event's data with ``refused`` as the
+    console decides it (``console_refused``)."""
+    assert NODE is not None
+    body = {"stream": True, "query": QUESTION}
+    sse = client.post("/v1/query", json=body).text
+    run = subprocess.run(
+        [NODE, str(CONSOLE_READER), str(CONSOLE_JS), QUESTION],
+        input=sse, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    seen = json.loads(run.stdout)
+    assert seen["sent"] == {"url": "/v1/query", "method": "POST", "body": body}
+    assert seen["events"][0] == "accepted" and seen["events"][-1] in {"answer", "error"}
+    return {**seen["final"], "console_refused": seen["refused"]}
 
 
 def test_an_answer_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
@@ -139,9 +195,11 @@ def test_an_answer_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
     expected = {k: v for k, v in view.model_dump(mode="json").items() if k in VIEW}
     expected.pop("request_id")
     assert expected["evidence"][1]["context"] == "Term / Meaning" and expected["truncated"]
-    for name in ("sync", "sse", "poll", "webhook"):
+    for name in ("sync", "sse", "poll", "webhook", "mcp", *(("console",) if NODE else ())):
         got = {k: out[name][k] for k in expected}
         assert got == expected, name
+    if NODE:
+        assert out["console"]["console_refused"] is False
     # The HTTP forms agree on every other field too (trace with waits and details, question).
     trace = [
         {"stage": t.stage, "duration_ms": t.duration_ms, "wait_ms": t.wait_ms,
@@ -183,8 +241,10 @@ def test_a_refusal_says_so_on_every_exit(tmp_path: Path) -> None:
         )
 
     out = _exits(tmp_path, refused)
-    for name in ("sync", "sse", "poll", "webhook"):
+    for name in ("sync", "sse", "poll", "webhook", "mcp", *(("console",) if NODE else ())):
         assert out[name]["refused"] is True and out[name]["status"] == "answered", name
+    if NODE:
+        assert out["console"]["console_refused"] is True
     assert out["openai"]["refused"] is True and out["openai_stream"]["final"]["refused"] is True
     answered = _exits(tmp_path / "answered", _answered)
     assert answered["sync"]["refused"] is False and answered["openai"]["refused"] is False
@@ -199,7 +259,7 @@ def test_a_failure_agrees_field_by_field_on_every_exit(tmp_path: Path) -> None:
     expected.pop("request_id")
     assert expected["status"] == "failed" and expected["answer"] is None
     assert expected["evidence"], "a failure keeps the evidence retrieval found"
-    for name in ("sync", "sse", "poll", "webhook"):
+    for name in ("sync", "sse", "poll", "webhook", "mcp", *(("console",) if NODE else ())):
         assert {k: out[name][k] for k in expected} == expected, name
     assert out["openai"]["error"]["code"] == "BACKEND_UNAVAILABLE"
     assert out["openai_stream"]["error"]["code"] == "BACKEND_UNAVAILABLE"
