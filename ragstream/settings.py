@@ -646,7 +646,7 @@ class RerankSettings(BaseModel):
     model: str | None = None
     #: The ONNX model's name under ``<infra.local_dir>/models/rerank/`` when ``model`` is unset;
     #: ``make demo`` serves it when that directory exists.
-    onnx_model: str = "minilm-rerank"
+    onnx_model: str = "minilm-default"
     #: onnxruntime intra-op threads of the ONNX reranker, per pool process (0: one per core).
     threads: int = Field(default=1, ge=0)
     #: Fused candidates of a request scored by the reranker (N); the rest follow them in fused

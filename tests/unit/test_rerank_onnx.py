@@ -171,7 +171,7 @@ def test_the_factory_builds_the_onnx_backend_from_its_directory(tmp_path: Path) 
     ce = make_reranker(settings, None, models_dir=tmp_path)
     assert isinstance(ce, OnnxCrossEncoder)
     assert (ce.model_dir, ce.num_threads, ce.batch_size, ce.max_length) == (
-        tmp_path / "minilm-rerank",
+        tmp_path / "minilm-default",
         2,
         8,
         64,
