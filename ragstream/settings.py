@@ -654,6 +654,9 @@ class RerankSettings(BaseModel):
     top_n: int = Field(default=30, ge=1)
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)
     min_score_by_tenant: dict[str, float] = Field(default_factory=dict)
+    #: With a threshold set, the model's gate replaces the kNN relevance gate
+    #: (``evidence.min_relevance``) instead of adding to it.
+    min_score_replaces_relevance: bool = False
     #: 10, not 5: the evidence stage reads every kept passage, and on the PostgreSQL half of the
     #: three question sets (45 questions; docs/evaluation.md) 10 answered 3 more than 5 (the
     #: answer sentence is often in a later chunk of the same page).

@@ -326,6 +326,13 @@ def test_a_learned_rerankers_best_score_gates_refusal_per_tenant() -> None:
         stage = build_evidence_stage(EvidenceSettings(min_relevance=0.0), None, frozenset(), plain)
         [d] = stage.run([(request("acme"), passages(0.3), "small")])
         assert d.reason == "policy"
+    # In addition to the kNN relevance gate, or in its place.
+    both = build_evidence_stage(EvidenceSettings(min_relevance=0.8), None, frozenset(), rerank)
+    assert both.policy_for(request("acme")).min_relevance == 0.8
+    alone = rerank.model_copy(update={"min_score_replaces_relevance": True})
+    stage = build_evidence_stage(EvidenceSettings(min_relevance=0.8), None, frozenset(), alone)
+    policy = stage.policy_for(request("acme"))
+    assert (policy.min_relevance, policy.min_rerank_score) == (0.0, 0.5)
 
 
 def test_the_rerank_benchmark_scores_the_top_n_in_pool_sized_batches() -> None:

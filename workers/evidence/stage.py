@@ -262,6 +262,8 @@ class EvidenceStage:
             passage score (:meth:`ragstream.settings.RerankSettings.min_score_of`), which
             :meth:`policy_for` puts into the answer policy; ``None``: the passages' rerank
             scores are not a learned model's, no such gate.
+        replaces_relevance: where a threshold is set, the kNN relevance gate
+            (``min_relevance``) is off: the model's gate replaces it.
     """
 
     def __init__(
@@ -270,11 +272,13 @@ class EvidenceStage:
         answer_policy: AnswerPolicy,
         tier_policy: TierPolicy,
         rerank_threshold: Callable[[str], float | None] | None = None,
+        replaces_relevance: bool = False,
     ) -> None:
         self.selector = selector
         self.answer_policy = answer_policy
         self.tier_policy = tier_policy
         self.rerank_threshold = rerank_threshold
+        self.replaces_relevance = replaces_relevance
 
     def policy_for(self, request: QueryRequest) -> AnswerPolicy:
         """The answer policy of ``request``: with a learned reranker, its tenant's threshold on
@@ -282,9 +286,10 @@ class EvidenceStage:
         if self.rerank_threshold is None:
             return self.answer_policy
         threshold = self.rerank_threshold(request.tenant)
-        if threshold == self.answer_policy.min_rerank_score:
+        if threshold is None:
             return self.answer_policy
-        return replace(self.answer_policy, min_rerank_score=threshold)
+        relevance = 0.0 if self.replaces_relevance else self.answer_policy.min_relevance
+        return replace(self.answer_policy, min_rerank_score=threshold, min_relevance=relevance)
 
     def run(
         self, batch: Sequence[tuple[QueryRequest, Sequence[Candidate], AnswerTier]]
@@ -450,7 +455,8 @@ def build_evidence_stage(
     tiers = TierPolicy(settings.tier_mode, settings.evidence_min_confidence)
     learned = rerank is not None and rerank.backend in LEARNED_RERANK_BACKENDS
     threshold = rerank.min_score_of if rerank is not None and learned else None
-    return EvidenceStage(selector, answer_policy(settings), tiers, threshold)
+    replaces = rerank is not None and rerank.min_score_replaces_relevance
+    return EvidenceStage(selector, answer_policy(settings), tiers, threshold, replaces)
 
 
 def evidence_response(event: RerankedPassages) -> QueryResponse:
