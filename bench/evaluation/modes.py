@@ -29,17 +29,18 @@ from topics.queries import QueryRequest
 from topics.retrieved import Candidate
 from workers.conversation import question_of
 from workers.rerank.backends import LlmReranker, Reranker
-from workers.rerank.factory import make_reranker, rerank_models_dir
+from workers.rerank.factory import make_reranker, onnx_model_dir, rerank_models_dir
 from workers.rerank.select import score_top_n, select_top_k
 from workers.retrieval.hybrid import HybridRetriever
 
 BASE_MODES = ("bm25", "knn", "hybrid")
-RERANK_BACKENDS = ("none", "llm", "cross-encoder")
+RERANK_BACKENDS = ("none", "llm", "cross-encoder", "onnx")
 ALL_MODES = (*BASE_MODES, *(f"hybrid+{b}" for b in RERANK_BACKENDS))
 #: What ``ragstream eval`` measures unless told: every mode but the LLM reranker, which scores
 #: 30 passages a question with the served LLM (minutes a set on two cores; ``--modes`` asks
-#: for it).
-DEFAULT_MODES = tuple(m for m in ALL_MODES if m != "hybrid+llm")
+#: for it), and the ONNX cross-encoder (about a core-second a question; asked for, or run as
+#: the default mode when ``rerank.backend=onnx``).
+DEFAULT_MODES = tuple(m for m in ALL_MODES if m not in {"hybrid+llm", "hybrid+onnx"})
 
 
 def rerank_text(candidate: Candidate) -> str:
@@ -81,6 +82,10 @@ def plan_modes(asked: Sequence[str], settings: Settings) -> ModePlan:
 def _why_not(mode: str, settings: Settings) -> str | None:
     if mode == "hybrid+cross-encoder" and not settings.rerank.model:
         return "no cross-encoder model (rerank.model) is configured on this machine"
+    if mode == "hybrid+onnx":
+        model_dir = onnx_model_dir(settings.rerank, rerank_models_dir(settings))
+        if not (model_dir / "model.onnx").is_file():
+            return f"no ONNX rerank model at {model_dir} (`ragstream rerank train`)"
     if mode == "hybrid+llm":
         url = settings.llm.base_url + "/health"
         try:

@@ -290,16 +290,18 @@ def test_rerank_text_is_what_the_rerank_pool_scores() -> None:
 
 def test_plan_modes_skips_what_cannot_run_and_rejects_unknown_modes() -> None:
     settings = Settings(
-        rerank=RerankSettings(backend="none", model=None),
+        rerank=RerankSettings(backend="none", model=None, onnx_model="no-such-model"),
         llm=LlmSettings(host="127.0.0.1", port=9),  # discard port: nothing listens
     )
     plan = plan_modes(ALL_MODES, settings)
     assert plan.runnable == ("bm25", "knn", "hybrid", "hybrid+none")
-    assert set(plan.skipped) == {"hybrid+llm", "hybrid+cross-encoder"}
+    assert set(plan.skipped) == {"hybrid+llm", "hybrid+cross-encoder", "hybrid+onnx"}
     assert "rerank.model" in plan.skipped["hybrid+cross-encoder"]
-    # Unless asked, the LLM reranker is not measured (minutes a set on two cores).
+    assert "no-such-model" in plan.skipped["hybrid+onnx"]
+    # Unless asked, the LLM and ONNX rerankers are not measured (minutes a set on two cores).
     assert plan_modes(DEFAULT_MODES, settings).runnable == plan.runnable
-    assert "hybrid+llm" not in DEFAULT_MODES and set(DEFAULT_MODES) < set(ALL_MODES)
+    assert {"hybrid+llm", "hybrid+onnx"}.isdisjoint(DEFAULT_MODES)
+    assert set(DEFAULT_MODES) < set(ALL_MODES)
     with pytest.raises(ValueError, match="unknown mode"):
         plan_modes(["bm25", "sparse"], settings)
 
