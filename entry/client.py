@@ -30,12 +30,12 @@ Kafka (a service inside the trust boundary, producing query events for any tenan
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime as dt
 import json
-import queue
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, Literal, Self, TypeVar
@@ -56,7 +56,6 @@ from topics.producer import make_producer
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, TopicRegistry
 from topics.serde import encode
-from topics.tokens import AnswerToken, TokenOrder
 
 Route = Literal["auto", "evidence", "small", "large"]
 
@@ -766,30 +765,54 @@ class KafkaClient:
             stream=on_token is not None,
             callback_url=callback_url,
         )
-        inbox: queue.Queue[Reply] = queue.Queue()
-        self._replies.register(Waiter(request.request_id, inbox.put, tokens=on_token is not None))
-        try:
-            self._producer.send(
+        answer = _run(self._ask(request, started + timeout_s, on_token))
+        if answer is None:
+            answer = Answer.pending(request.request_id, tenant=tenant, query=query)
+        return QueryResult.render(answer, latency_ms=(time.monotonic() - started) * 1000)
+
+    async def _ask(
+        self, request: QueryRequest, until: float, on_token: Callable[[str], None] | None
+    ) -> Answer | None:
+        """Produce ``request`` and wait on its :class:`~api.querying.Asked` handle, as the API
+        does: the tokens (each ``seq`` once) to ``on_token``, then the answer; ``None`` when
+        the monotonic time ``until`` comes first."""
+        from api.querying import Asked  # the API's side: imported when a query is asked
+
+        loop = asyncio.get_running_loop()
+        inbox: asyncio.Queue[Reply] = asyncio.Queue()
+
+        def deliver(reply: Reply) -> None:
+            loop.call_soon_threadsafe(inbox.put_nowait, reply)
+
+        rid = request.request_id
+        self._replies.register(Waiter(rid, deliver, tokens=on_token is not None))
+        async with Asked.of(self, request, queue=inbox) as asked:
+            future = self._producer.send(
                 self._registry.name(QUERIES), key=request.key(), value=encode(request)
-            ).get(timeout=30)
-            until = started + timeout_s
-            order = TokenOrder()
-            while (left := until - time.monotonic()) > 0:
-                try:
-                    reply = inbox.get(timeout=left)
-                except queue.Empty:
-                    break
-                if isinstance(reply, AnswerToken):
-                    # replays re-send tokens: each once
-                    if order.fresh(reply) and on_token is not None and reply.text:
-                        on_token(reply.text)
-                    continue
-                ms = (time.monotonic() - started) * 1000
-                return QueryResult.render(Answer.of(reply, query=query), latency_ms=ms)
-        finally:
-            self._replies.unregister(request.request_id)
-        pending = Answer.pending(request.request_id, tenant=tenant, query=query)
-        return QueryResult.render(pending, latency_ms=(time.monotonic() - started) * 1000)
+            )
+            await asyncio.to_thread(future.get, timeout=30)
+            async for item in asked.items(until):
+                if isinstance(item, Answer):
+                    return item
+                if on_token is not None and item.text:
+                    on_token(item.text)
+        return None
+
+    def unsubscribe(self, request_id: str, queue: object = None) -> None:
+        """Drop the reply waiter of ``request_id`` (what :class:`~api.querying.Asked` calls on
+        exit)."""
+        self._replies.unregister(request_id)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``'s result, run to its end from synchronous code: on an event loop of its own,
+    in a thread of its own when this thread already runs one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 __all__ = [
