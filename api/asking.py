@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import Header, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api.auth import Principal
 from api.deps import services
@@ -53,6 +53,23 @@ LAST_EVENT_ID: Any = Header(
     "instead of asking again; with `POST /v1/query`, only with `stream: true` (the body is "
     "not used then).",
 )
+
+
+class KeepAlive(ServerSentEvent):
+    """The keep-alive of every answer stream: one comment line, ``: ping``, and no blank line.
+
+    sse-starlette's own ping ends with a blank line, which dispatches an event in a client that
+    keeps the last ``id:`` (as the SSE specification says it must, "do not reset last event id")
+    and does not drop an event with empty data: the ``openai`` SDK's ``SSEDecoder`` then yields
+    an event with empty data and ``Stream`` fails to decode it as JSON (seen once in
+    ``test_openai_client_works_unchanged``). A comment line alone dispatches nothing in any
+    parser (WHATWG HTML, "Interpreting an event stream": lines starting with ``:`` are
+    ignored); the next event's blank line ends both.
+    """
+
+    def encode(self) -> bytes:
+        """``b": ping\\n"``."""
+        return b": ping\n"
 
 
 def query_service(request: Request) -> QueryService:
@@ -231,6 +248,7 @@ def event_stream(
     return EventSourceResponse(
         body(),
         ping=svc.settings.api.sse_keepalive_s,
+        ping_message_factory=KeepAlive,
         sep="\n",
         headers={"Cache-Control": "no-cache", "X-Request-Id": rid},
     )

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from openai._streaming import SSEDecoder
 
 from entry.client import parse_sse
 from tests.unit.apikit import CHECKED, answered, checked, make_app
@@ -34,6 +35,11 @@ def test_accepted_queued_evidence_tokens_answer_with_keepalives_between(tmp_path
     assert events[-1].data["answer"] == "VACUUM reclaims storage [1]."
     pings = [line for line in lines if line.startswith(":")]
     assert len(pings) >= 3, lines  # nothing else was sent for 0.25 s between events
+    # The openai SDK's decoder keeps the last id, so a ping ending in a blank line would be
+    # decoded as one more event with empty data (and fail as JSON): one decoded event per event.
+    decoder = SSEDecoder()
+    decoded = [e for e in (decoder.decode(line) for line in lines) if e is not None]
+    assert [e.event for e in decoded] == kinds and all(e.data for e in decoded), decoded
     assert fake.unsubscribed == [fake.asked[0].request_id]
     assert fake.cancelled == []  # an answered stream cancels nothing
 
