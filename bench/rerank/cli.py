@@ -151,7 +151,8 @@ def _feedback_groups(tenant: str) -> list[Group]:
     try:
         pairs = feedback_pairs(make_session_factory(make_engine(settings.database_url)), tenant)
     except SQLAlchemyError as exc:
-        console.print(f"feedback: not read ({type(exc).__name__}; `ragstream db upgrade`?)")
+        why = str(exc).splitlines()[0][:160]
+        console.print(f"feedback: not read ({why}); trained without it (`ragstream db upgrade`?)")
         return []
     console.print(f"feedback: {len(pairs)} labelled pairs of tenant {tenant}")
     return [Group(q, "feedback", f"feedback:{q}", [p], [int(y >= 0.5)], 0, -1) for q, p, y in pairs]
@@ -252,7 +253,12 @@ def train_command(  # noqa: PLR0917 - typer options
     export_cross_encoder(model, out_dir, manifest)
     scorer = OnnxScorer(out_dir, threads=threads)
     metrics = ranking_metrics(groups, scorer, per_source=eval_per_source)
+    overall: dict[str, Any] = metrics.get("all") or {}
+    beats = bool(overall) and all(
+        overall["model"][k] > overall["fused"][k] for k in ("hit@1", "mrr")
+    )
     manifest.metrics = {
+        "beats_fused": beats,
         "held_out": metrics,
         "scored_with": "model.onnx (int8)",
         "total_s": round(time.perf_counter() - t0, 1),
