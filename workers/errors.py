@@ -10,8 +10,9 @@ from topics.base import Event
 from topics.producer import RecordTooLargeError
 from topics.queries import QueryRequest
 from topics.registry import RESPONSES
-from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse
+from topics.responses import ErrorCode, ErrorInfo, QueryResponse
 from topics.serde import encode
+from workers.citations import citations_of
 from workers.metrics import ERROR_RESPONSES
 from workers.runtime.handler import Emit, derive_event_id
 
@@ -79,10 +80,7 @@ def error_response(event: Event, code: ErrorCode, message: str, stage: str) -> Q
         status="failed",
         error=ErrorInfo(code=code, message=message[:2000], stage=stage),
         # What retrieval found is still shown: the passages it cited and their evidence.
-        citations=tuple(
-            Citation(n=n, doc_id=p.doc_id, chunk_id=p.chunk_id, title=p.title, source=p.source)
-            for n, p in enumerate(passages, start=1)
-        ),
+        citations=citations_of(range(1, len(passages) + 1), passages),
         evidence=tuple(getattr(event, "evidence", ()) or ()),
         trace=event.trace,
         callback_url=request.callback_url,
