@@ -5,7 +5,11 @@ A question file has one JSON object a line, the format of the team's ``shared/ev
 ``answer_patterns`` (Python regexes, matched case-insensitively), ``expected_pages`` (pages
 relative to the manual's html root that hold the answer; empty for ``absent`` questions) and
 ``kind`` (``factual``, ``howto``, ``deep``, ``absent``, ``off_topic`` or ``followup``), and an
-optional ``history``: the earlier *user questions* of the conversation, oldest first.
+optional ``history``: the earlier *user questions* of the conversation, oldest first, each a
+string or a turn object ``{"question": ..., "answer": ...}`` (the API's conversation shape). A
+turn's ``answer`` is not used: the earlier turns are answered by the system under evaluation,
+as its user would have seen them, whatever the set's writer expected. ``answer_patterns`` may
+be empty only for a question whose correct answer is a refusal (``absent``, ``off_topic``).
 
 - ``absent``: about the manuals' subject, but the manuals do not hold the answer (a tool or
   function they do not have); answered correctly by a refusal.
@@ -34,9 +38,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ragstream.errors import PermanentError
 
@@ -72,13 +83,31 @@ class EvalQuestion(BaseModel):
     id: str = Field(min_length=1)
     corpus: str = Field(min_length=1)
     question: str = Field(min_length=1, max_length=4000)
-    answer_patterns: tuple[str, ...] = Field(min_length=1)
+    answer_patterns: tuple[str, ...] = ()
     expected_pages: tuple[str, ...] = ()
     kind: Kind
     history: tuple[str, ...] = ()
 
+    @field_validator("history", mode="before")
+    @classmethod
+    def _turn_questions(cls, value: Any) -> Any:
+        """A turn object ``{"question": q, "answer": a}`` stands for its question ``q``."""
+        if not isinstance(value, list | tuple):
+            return value
+        out = []
+        for turn in value:
+            if not isinstance(turn, dict):
+                out.append(turn)
+            elif set(turn) - {"question", "answer"} or "question" not in turn:
+                raise ValueError("a history turn is a question or {question, answer}")
+            else:
+                out.append(turn["question"])
+        return out
+
     @model_validator(mode="after")
     def _kind_fits(self) -> EvalQuestion:
+        if not self.answer_patterns and self.kind not in ("absent", "off_topic"):
+            raise ValueError("answer_patterns is empty: only a refusal question may have none")
         if self.kind == "off_topic" and self.expected_pages:
             raise ValueError("an off_topic question has no expected_pages")
         if self.kind == "followup" and not self.history:

@@ -610,15 +610,19 @@ def judge(q: EvalQuestion, a: Answer) -> Judged:
     """How ``a`` answers ``q``: correct (a pattern, within the word limit; for a question the
     manuals cannot answer, a refusal that matches its patterns: the shared set's rule "an
     absent question is answered correctly by a refusal", so a quote that happens to say "not
-    ... in the documentation" is no right answer), refused, answered first
-    (:func:`~bench.evaluation.metrics.is_answer_first`), its words and latency; an error
-    response is neither correct nor a refusal and has no words."""
+    ... in the documentation" is no right answer; any refusal when it has no patterns),
+    refused, answered first (:func:`~bench.evaluation.metrics.is_answer_first`), its words and
+    latency; an error response is neither correct nor a refusal and has no words."""
     ok = a.error is None
     no = ok and refused(a)
     refusal_expected = q.kind in REFUSAL_KINDS or not q.answerable
+    if refusal_expected and not q.answer_patterns:  # any refusal is right
+        correct = no
+    else:
+        correct = ok and (no or not refusal_expected) and is_correct(a.text, q.answer_patterns)
     return Judged(
         answerable=q.answerable,
-        correct=ok and (no or not refusal_expected) and is_correct(a.text, q.answer_patterns),
+        correct=correct,
         refused=no,
         kind=q.kind,
         first=ok

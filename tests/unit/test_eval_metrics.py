@@ -226,6 +226,22 @@ def _line(**over: object) -> str:
     return json.dumps(row)
 
 
+def test_a_refusal_question_needs_no_pattern_and_a_turn_stands_for_its_question(
+    tmp_path: Path,
+) -> None:
+    f = tmp_path / "q.jsonl"
+    turn = {"question": "How do I read a CSV file?", "answer": "csv.reader"}
+    f.write_text(
+        _line(kind="absent", expected_pages=[], answer_patterns=[])
+        + "\n"
+        + _line(id="q2", kind="followup", history=[turn, "And write one?"])
+        + "\n"
+    )
+    absent, followup = load_questions(f)
+    assert absent.answer_patterns == () and not absent.answerable
+    assert followup.history == ("How do I read a CSV file?", "And write one?")
+
+
 def test_load_questions_reads_lines_and_skips_blanks(tmp_path: Path) -> None:
     f = tmp_path / "q.jsonl"
     f.write_text(_line() + "\n\n" + _line(id="q2", kind="absent", expected_pages=[]) + "\n")
@@ -242,6 +258,8 @@ def test_load_questions_reads_lines_and_skips_blanks(tmp_path: Path) -> None:
         (_line(id="q3", answer_patterns=["(unclosed"]), ":2:"),
         (_line(id="q4", kind="trivia"), ":2:"),
         (_line(id="q5", extra=1), ":2:"),
+        (_line(id="q6", answer_patterns=[]), ":2:"),  # only a refusal question may have none
+        (_line(id="q7", kind="followup", history=[{"answer": "a"}]), ":2:"),
     ],
 )
 def test_load_questions_names_the_bad_line(tmp_path: Path, bad: str, fragment: str) -> None:

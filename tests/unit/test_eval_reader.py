@@ -178,6 +178,10 @@ def test_judge_of_an_answer() -> None:
     assert not looks.refused and not looks.correct
     llm = Answer("The documentation does not cover it.", None, "small", "llm")
     assert judge(off.model_copy(update={"answer_patterns": (r"does not",)}), llm).correct
+    # without patterns, any refusal is the right answer and nothing else is
+    bare = off.model_copy(update={"answer_patterns": ()})
+    assert judge(bare, llm).correct and judge(bare, llm).refused
+    assert not judge(bare, Answer("Paris is a city [1].", None, "evidence", "evidence")).correct
 
 
 def test_cited_locations_in_the_order_of_first_citation() -> None:
