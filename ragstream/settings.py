@@ -650,8 +650,12 @@ class RerankSettings(BaseModel):
     #: onnxruntime intra-op threads of the ONNX reranker, per pool process (0: one per core).
     threads: int = Field(default=1, ge=0)
     #: Fused candidates of a request scored by the reranker (N); the rest follow them in fused
-    #: order.
-    top_n: int = Field(default=30, ge=1)
+    #: order. 10: with the first trained MiniLM (2026-12-07) N = 10/20/30 gave dev MRR@10
+    #: 0.613/0.503/0.468 and 37/36/32 of 68 answers, at 384/752/1,098 core-ms a question
+    #: (docs/benchmarks/rerank.md); the fewer the model reorders, the less it costs.
+    top_n: int = Field(default=10, ge=1)
+    #: No default: on the tenant and dev sets the first trained model's best score does not
+    #: separate answerable from absent or off-topic questions (docs/benchmarks/rerank.md).
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)
     min_score_by_tenant: dict[str, float] = Field(default_factory=dict)
     #: With a threshold set, the model's gate replaces the kNN relevance gate
