@@ -116,8 +116,9 @@ def demo_reranker(settings: Settings) -> tuple[dict[str, str], str]:
 
     A configured backend (``rerank.backend`` other than ``none``) is kept. Otherwise the
     trained ONNX cross-encoder ``<infra.local_dir>/models/rerank/<rerank.onnx_model>/`` is
-    served when it exists and its manifest says it is trained (``ragstream rerank train``);
-    without one the fused order is kept.
+    served when it exists, its manifest says it is trained (``ragstream rerank train``) and
+    does not say it loses to the fused order on held-out data (:func:`loses_to_fused`);
+    otherwise the fused order is kept, and the line says why.
     """
     from workers.rerank.factory import rerank_models_dir
 
@@ -125,20 +126,39 @@ def demo_reranker(settings: Settings) -> tuple[dict[str, str], str]:
     if rerank.backend != "none":
         return {}, f"rerank: the configured {rerank.backend} backend ({rerank.model or 'default'})"
     model_dir = rerank_models_dir(settings) / rerank.onnx_model
-    manifest = model_dir / "manifest.json"
-    trained = False
-    if (model_dir / "model.onnx").is_file():
-        try:
-            trained = json.loads(manifest.read_text("utf-8")).get("trained", True) is not False
-        except (OSError, ValueError, AttributeError):
-            trained = not manifest.exists()
-    if trained:
-        env = {"RAGSTREAM_RERANK__BACKEND": "onnx", "RAGSTREAM_RERANK__MODEL": str(model_dir)}
-        return env, f"rerank: the trained cross-encoder {model_dir} (rerank.backend=onnx)"
-    return {}, (
-        f"rerank: no trained model at {model_dir}; keeping the fused order "
-        "(train one with `ragstream rerank train`)"
-    )
+    if not (model_dir / "model.onnx").is_file():
+        return {}, (
+            f"rerank: no trained model at {model_dir}; keeping the fused order "
+            "(train one with `ragstream rerank train`)"
+        )
+    try:
+        manifest = json.loads((model_dir / "manifest.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    if not isinstance(manifest, dict) or manifest.get("trained") is not True:
+        return {}, f"rerank: {model_dir} is not a trained model; keeping the fused order"
+    if loses_to_fused(manifest):
+        return {}, (
+            f"rerank: the trained model {model_dir} does not beat the fused order on held-out "
+            "data (its manifest's metrics); keeping the fused order"
+        )
+    env = {"RAGSTREAM_RERANK__BACKEND": "onnx", "RAGSTREAM_RERANK__MODEL": str(model_dir)}
+    return env, f"rerank: the trained cross-encoder {model_dir} (rerank.backend=onnx)"
+
+
+def loses_to_fused(manifest: dict[str, Any]) -> bool:
+    """Whether a rerank model's manifest says it does not beat the fused order: its
+    ``metrics.beats_fused`` is false, or, without that, its held-out hit@1 over all groups
+    (``metrics.held_out.all``) is not above the fused order's. No metrics: ``False``."""
+    metrics = manifest.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        return False
+    if isinstance(metrics.get("beats_fused"), bool):
+        return not metrics["beats_fused"]
+    held = (metrics.get("held_out") or {}).get("all") or {}
+    model = (held.get("model") or {}).get("hit@1")
+    fused = (held.get("fused") or {}).get("hit@1")
+    return isinstance(model, int | float) and isinstance(fused, int | float) and model <= fused
 
 
 def start_processes(settings: Settings, extra_env: dict[str, str] | None = None) -> int:

@@ -645,7 +645,7 @@ class RerankSettings(BaseModel):
     backend: Literal["cross-encoder", "llm", "none", "onnx"] = "none"
     model: str | None = None
     #: The ONNX model's name under ``<infra.local_dir>/models/rerank/`` when ``model`` is unset;
-    #: ``make demo`` serves it when that directory exists.
+    #: ``make demo`` serves it when it is trained and beats the fused order on held-out data.
     onnx_model: str = "minilm-default"
     #: onnxruntime intra-op threads of the ONNX reranker, per pool process (0: one per core).
     threads: int = Field(default=1, ge=0)

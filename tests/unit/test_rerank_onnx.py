@@ -285,6 +285,15 @@ def test_the_demo_serves_the_configured_model_only_when_it_is_trained(tmp_path: 
     env, line = demo_reranker(settings)
     assert env == {"RAGSTREAM_RERANK__BACKEND": "onnx", "RAGSTREAM_RERANK__MODEL": str(model_dir)}
     assert "trained cross-encoder" in line
+    # A trained model that loses to the fused order on held-out data is not served.
+    held = {"all": {"fused": {"hit@1": 0.58}, "model": {"hit@1": 0.11}}}
+    for metrics in ({"held_out": held}, {"beats_fused": False, "held_out": held}):
+        (model_dir / "manifest.json").write_text(json.dumps({"trained": True, "metrics": metrics}))
+        env, line = demo_reranker(settings)
+        assert env == {} and "does not beat the fused order" in line
+    wins = {"beats_fused": True, "held_out": held}
+    (model_dir / "manifest.json").write_text(json.dumps({"trained": True, "metrics": wins}))
+    assert demo_reranker(settings)[0]["RAGSTREAM_RERANK__BACKEND"] == "onnx"
     configured = settings.model_copy(update={"rerank": RerankSettings(backend="llm", model="qwen")})
     assert demo_reranker(configured) == ({}, "rerank: the configured llm backend (qwen)")
 
