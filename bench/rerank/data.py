@@ -81,6 +81,7 @@ TRAINING_SETS: tuple[str, ...] = (
     "bench/evaluation/questions.blind-2026-12-04b.jsonl",
     "bench/evaluation/questions.blind-2026-12-04c.jsonl",
     "bench/evaluation/questions.blind-2026-12-05.jsonl",
+    "bench/evaluation/questions.blind-2026-12-07.jsonl",
 )
 
 _NUMBERING = re.compile(

@@ -55,11 +55,12 @@ def test_every_question_file_is_registered() -> None:
 
 
 def test_unjudged_blind_set_is_refused() -> None:
-    key = "bench/evaluation/questions.blind-2026-12-07.jsonl"
-    registry = load_registry()
-    assert registry[key].role == "blind"
+    # A blind set is registered with judged null when it is written (as the 2026-12-07 set was
+    # until its blind run): never trainable until its date is filled in.
+    key = "bench/evaluation/questions.blind-2099-01-01.jsonl"
+    registry = {**load_registry(), key: SetEntry(key, "blind", None)}
     assert not trainable(key, registry)
-    with pytest.raises(ConfigurationError, match=r"blind-2026-12-07"):
+    with pytest.raises(ConfigurationError, match=r"blind-2099-01-01"):
         check_trainable([*TRAINING_SETS, key], registry)
 
 
