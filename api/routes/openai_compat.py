@@ -96,7 +96,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from api.asking import (
-    LAST_EVENT_ID,
+    OPENAI_LAST_EVENT_ID,
     build_request,
     event_stream,
     nothing_left,
@@ -249,7 +249,7 @@ async def chat_completions(
     body: ChatBody,
     request: Request,
     who: Principal = Depends(principal),
-    last_event_id: str | None = LAST_EVENT_ID,
+    last_event_id: str | None = OPENAI_LAST_EVENT_ID,
 ) -> Any:
     """Answer the last user message from the caller's knowledge base (OpenAI shape)."""
     route_of(body.model)
@@ -280,7 +280,7 @@ async def completions(
     body: CompletionBody,
     request: Request,
     who: Principal = Depends(principal),
-    last_event_id: str | None = LAST_EVENT_ID,
+    last_event_id: str | None = OPENAI_LAST_EVENT_ID,
 ) -> Any:
     """Answer the ``prompt`` as a chat with one user message, or a role-prefixed transcript
     (``"user: ...\nassistant:"``, LlamaIndex's ``OpenAILike`` default) as the chat it writes
