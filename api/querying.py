@@ -36,6 +36,7 @@ from api.replies import Reply, ReplyRouter, Waiter
 from api.streams.attach import Attachments
 from ingest.versions import IndexVersions
 from ragstream import tracing
+from ragstream.db.acl import CurrentReaders
 from ragstream.settings import Settings
 from topics.answers import Answer
 from topics.base import Event
@@ -86,6 +87,7 @@ class QueryService:
             max_entries=settings.cache.semantic_max_entries,
             config=answer_config(settings),
             enabled=settings.cache.enabled,
+            readers=CurrentReaders(sessions),  # a hit is re-checked against current readers
         )
         self.versions = IndexVersions(client)
         self.cancellations = Cancellations(client)

@@ -29,6 +29,14 @@ computed by :class:`CacheKeys`); the API and the retrieval pool only read. See
 Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
 or changed document. Redis errors degrade to misses.
+
+As a defence in depth (issue 39), a cache given the registry's current readers (``readers``,
+:class:`ragstream.db.acl.CurrentReaders`) re-checks every hit of an asker with principals
+before serving it: a hit that cites or quotes a document the asker may no longer read (its
+readers changed, and the version bump did not take the old entry out of reach) is a miss,
+counted ``result="withheld"`` and logged. One SQL query of the cited ids, only on a hit; none
+for a tenant-wide asker or a hit that cites nothing. A registry that cannot be read withholds
+too (the pipeline answers, with the search's own readers filter).
 """
 
 from __future__ import annotations
@@ -39,15 +47,16 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import redis
 import structlog
 from prometheus_client import Counter
+from sqlalchemy.exc import SQLAlchemyError
 
 from ragstream.settings import Settings
 from topics.answers import CACHE_STAGE, is_refusal
@@ -60,7 +69,10 @@ from workers.runtime.handler import derive_event_id
 log = structlog.get_logger(__name__)
 
 CACHE_LOOKUPS = Counter(
-    "ragstream_answer_cache_total", "Answer cache lookups by kind and result.", ["kind", "result"]
+    "ragstream_answer_cache_total",
+    "Answer cache lookups by kind and result (hit, miss, or withheld: a hit citing a document "
+    "the asker may no longer read, served as a miss).",
+    ["kind", "result"],
 )
 PREFIX = "ragstream:answer:"
 #: The cached query vectors of one semantic key and model: float32, one after another.
@@ -208,6 +220,16 @@ class CacheHit:
         )
 
 
+class ChecksReaders(Protocol):
+    """Who may read documents now (:class:`ragstream.db.acl.CurrentReaders`)."""
+
+    def unreadable(
+        self, tenant: str, doc_ids: Collection[str], principals: Sequence[str] | None
+    ) -> set[str]:
+        """The ids among ``doc_ids`` of ``tenant`` an asker with ``principals`` may not read."""
+        ...
+
+
 class AnswerCache:
     """Exact and semantic answer caches.
 
@@ -219,6 +241,9 @@ class AnswerCache:
         max_entries: semantic entries kept per ``(tenant, index_version)``.
         config: the answer configuration (:func:`answer_config`), part of every key.
         enabled: ``False``: read and write nothing (``cache.enabled``).
+        readers: the registry's current readers, which every hit of an asker with principals
+            is re-checked against before it is served (``None``: no re-check; the index
+            version alone keeps stale answers out of reach).
     """
 
     def __init__(
@@ -230,9 +255,11 @@ class AnswerCache:
         max_entries: int = 2000,
         config: str = "",
         enabled: bool = True,
+        readers: ChecksReaders | None = None,
     ) -> None:
         self.config = config
         self.enabled = enabled
+        self.readers = readers
         self.keys = CacheKeys(config)
         self._r = client
         self.ttl_s = ttl_s
@@ -248,10 +275,8 @@ class AnswerCache:
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
             raw = None
-        CACHE_LOOKUPS.labels("exact", "hit" if raw else "miss").inc()
-        if not raw:
-            return None
-        return CacheHit(QueryResponse.model_validate_json(raw), "exact")
+        hit = CacheHit(QueryResponse.model_validate_json(raw), "exact") if raw else None
+        return self._served(request, hit, "exact")
 
     def get_semantic(
         self,
@@ -288,11 +313,45 @@ class AnswerCache:
                     best = (float(sims[i]), body) if body else None
         except redis.RedisError as exc:
             log.warning("answer_cache.redis_error", error=str(exc))
-        CACHE_LOOKUPS.labels("semantic", "hit" if best else "miss").inc()
-        if best is None:
+        hit = None
+        if best is not None:
+            response = QueryResponse.model_validate_json(best[1])
+            hit = CacheHit(response, "semantic", round(best[0], 4))
+        return self._served(request, hit, "semantic")
+
+    def _served(self, request: QueryRequest, hit: CacheHit | None, kind: str) -> CacheHit | None:
+        """``hit`` unless it is withheld from ``request``'s asker (:meth:`_withheld`), counted
+        by ``kind`` and result (``hit``, ``miss`` or ``withheld``)."""
+        if hit is not None and self._withheld(request, hit):
+            CACHE_LOOKUPS.labels(kind, "withheld").inc()
             return None
-        response = QueryResponse.model_validate_json(best[1])
-        return CacheHit(response, "semantic", round(best[0], 4))
+        CACHE_LOOKUPS.labels(kind, "hit" if hit else "miss").inc()
+        return hit
+
+    def _withheld(self, request: QueryRequest, hit: CacheHit) -> bool:
+        """Whether ``hit`` cites or quotes a document the asker of ``request`` may not read
+        now (``readers``; no query for a tenant-wide asker or a hit that cites nothing), or
+        whether that cannot be told (the registry unreadable)."""
+        if self.readers is None or request.principals is None:
+            return False
+        answer = hit.response
+        cited = {c.doc_id for c in answer.citations} | {e.doc_id for e in answer.evidence}
+        if not cited:
+            return False
+        try:
+            unreadable = self.readers.unreadable(request.tenant, cited, request.principals)
+        except SQLAlchemyError as exc:
+            log.warning(
+                "answer_cache.readers_unavailable", kind=hit.kind, tenant=request.tenant,
+                request_id=request.request_id, error=str(exc),
+            )  # fmt: skip
+            return True
+        if unreadable:
+            log.info(
+                "answer_cache.withheld", kind=hit.kind, tenant=request.tenant,
+                request_id=request.request_id, doc_ids=sorted(unreadable),
+            )  # fmt: skip
+        return bool(unreadable)
 
     def remember_query_vector(
         self, request: QueryRequest, vector: np.ndarray[Any, Any], model_id: str = ""

@@ -24,10 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragstream.db.acl import asked_by, asker_column, from_column
-from ragstream.db.models import Document, QueryLog, as_utc, utcnow
+from ragstream.db.acl import asked_by, asker_column, unreadable
+from ragstream.db.models import QueryLog, as_utc, utcnow
 from ragstream.db.pages import newest_first
-from topics.acl import may_read
 from topics.answers import Answer
 from topics.queries import QueryRequest
 from topics.responses import ErrorCode, ErrorInfo, QueryResponse
@@ -167,16 +166,9 @@ def read(
 
 def _cites_unreadable(session: Session, answer: Answer, asker: Sequence[str]) -> bool:
     """Whether ``answer`` cites or quotes a document that ``asker`` may not read now (its
-    readers changed since the answer was recorded; :func:`topics.acl.may_read`)."""
+    readers changed since the answer was recorded; :func:`ragstream.db.acl.unreadable`)."""
     cited = {c.doc_id for c in answer.citations} | {e.doc_id for e in answer.evidence}
-    if not cited:
-        return False
-    rows = session.execute(
-        select(Document.doc_id, Document.readers).where(
-            Document.tenant == answer.tenant, Document.doc_id.in_(sorted(cited))
-        )
-    ).all()
-    return any(not may_read(asker, from_column(readers)) for _, readers in rows)
+    return bool(unreadable(session, answer.tenant, cited, asker))
 
 
 def _withheld(answer: Answer) -> Answer:

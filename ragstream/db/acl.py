@@ -10,10 +10,13 @@ validated values).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, false, or_, true
+from sqlalchemy import ColumnElement, false, not_, or_, select, true
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragstream.db.models import Document
 
 
 def to_column(principals: Sequence[str] | None) -> str | None:
@@ -57,3 +60,50 @@ def asked_by(column: Any, principals: Sequence[str] | None) -> ColumnElement[boo
         return true()
     mine = asker_column(principals)
     return or_(column == mine, column.is_(None) if mine == "" else false())
+
+
+def unreadable(
+    session: Session, tenant: str, doc_ids: Collection[str], principals: Sequence[str] | None
+) -> set[str]:
+    """The ids among ``doc_ids`` of ``tenant`` that an asker with ``principals`` may not read
+    now: their registry rows' readers (``documents.readers``) hold none of ``principals``
+    (:func:`readable_by`, the rule of :func:`topics.acl.may_read`). One query in ``session``;
+    none when there is nothing to check (no ids, or ``principals`` ``None``: a tenant-wide
+    asker reads everything). An id without a row is not in the result.
+
+    The check a stored answer passes before it is served again: the query log's
+    (:func:`workers.query_log.read`) and the answer caches' (:class:`CurrentReaders`).
+    """
+    if not doc_ids or principals is None:
+        return set()
+    stmt = select(Document.doc_id).where(
+        Document.tenant == tenant,
+        Document.doc_id.in_(sorted(doc_ids)),
+        not_(readable_by(Document.readers, principals)),
+    )
+    return set(session.scalars(stmt))
+
+
+class CurrentReaders:
+    """:func:`unreadable` in a session of its own, for a reader that holds no session (the
+    answer caches, :class:`workers.caches.AnswerCache`).
+
+    Args:
+        sessions: SQL session factory of the document registry.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def unreadable(
+        self, tenant: str, doc_ids: Collection[str], principals: Sequence[str] | None
+    ) -> set[str]:
+        """:func:`unreadable`; no session is opened when there is nothing to check.
+
+        Raises:
+            sqlalchemy.exc.SQLAlchemyError: the store cannot be read.
+        """
+        if not doc_ids or principals is None:
+            return set()
+        with self._sessions() as session:
+            return unreadable(session, tenant, doc_ids, principals)

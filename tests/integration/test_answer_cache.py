@@ -1,4 +1,5 @@
-"""Answer caches on the real Redis: exact and semantic hits, tenant scope, version invalidation."""
+"""Answer caches on the real Redis: exact and semantic hits, tenant scope, version invalidation,
+and the re-check of a hit against the registry's current readers."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import redis
+from prometheus_client import REGISTRY
 
+from api.querying import QueryService
+from ingest.registry import DocumentRegistry
+from ragstream.db.acl import to_column
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
-from ragstream.settings import Settings
+from ragstream.settings import DatabaseSettings, Settings
 from topics.queries import QueryRequest
-from topics.responses import Citation, QueryResponse
+from topics.responses import Citation, EvidenceSpan, QueryResponse
 from workers.caches import AnswerCache, normalise_query
+from workers.pools.components import build_answer_cache
 from workers.pools.delivery import record_responses
 
 
@@ -228,4 +234,81 @@ def test_a_truncated_answer_is_not_cached(
     assert cache.get_exact(q, 2) is None
     assert cache.store(cut.model_copy(update={"truncated": False})) is True
     assert cache.get_exact(q, 2) is not None
+    client.close()
+
+
+def _withheld_count(kind: str) -> float:
+    labels = {"kind": kind, "result": "withheld"}
+    return REGISTRY.get_sample_value("ragstream_answer_cache_total", labels) or 0.0
+
+
+def test_a_hit_citing_a_document_the_asker_may_no_longer_read_is_a_miss(
+    settings: Settings, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Defence in depth (issue 39): a readers change bumps the tenant's index version before
+    the registry takes it, which puts every cached answer out of reach. Here the registry takes
+    the change and the version stays (written into the registry directly), and still neither
+    cache serves the former reader the answer that cites or quotes the document: not the API's
+    exact lookup, not the retrieval pool's exact or semantic one (each a miss, counted
+    ``withheld``); a hit citing only what the asker still reads is served."""
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    upgrade_head(url)
+    sessions = make_session_factory(make_engine(url))
+    registry = DocumentRegistry(sessions)
+    tenant = unique_name("tr")
+    registry.record(tenant, "rocket", status="indexed", readers=to_column(["group:eng"]))
+    registry.record(tenant, "canteen", status="indexed", readers=None)
+    settings = settings.model_copy(update={"database": DatabaseSettings(url=url)})
+    client = redis.Redis.from_url(settings.redis.url)
+    api = QueryService(settings, sessions, client)  # the API's exact lookup
+    pool = build_answer_cache(settings)  # the retrieval pool's cache, as its pool builds it
+    version = api.versions.get(tenant)
+
+    def ask(text: str) -> QueryRequest:
+        return QueryRequest(
+            tenant=tenant, query=text, deadline=dt.datetime.now(dt.UTC),
+            principals=("group:eng", "user:ada"),
+        )  # fmt: skip
+
+    rocket, quoted, canteen = (
+        ask("What is the rocket launch code?"),
+        ask("Where is the launch code kept?"),
+        ask("When is lunch served?"),
+    )
+    answers = {
+        rocket.request_id: ("9931 [1]", (Citation(n=1, doc_id="rocket", chunk_id="r1"),), ()),
+        quoted.request_id: ("In the vault.", (), (EvidenceSpan(
+            n=1, chunk_id="r1", doc_id="rocket", start=0, end=5, text="vault"),)),
+        canteen.request_id: ("At noon [1]", (Citation(n=1, doc_id="canteen", chunk_id="c1"),), ()),
+    }  # fmt: skip
+    for q, axis in ((rocket, 0), (quoted, 1), (canteen, 2)):
+        text, citations, evidence = answers[q.request_id]
+        pool.remember_query_vector(q, np.eye(3, dtype=np.float32)[axis], "m@1")
+        response = QueryResponse(
+            tenant=tenant, request_id=q.request_id, status="answered", answer=text,
+            citations=citations, evidence=evidence,
+        )  # fmt: skip
+        pool.put(q, response, version)
+    paraphrase = _unit([0.99, 0.05, 0.0])  # close to the rocket question's vector
+    served, _ = api.cached(ask(rocket.query))
+    assert served is not None and served.answer == "9931 [1]"  # the reader's own answer
+    assert pool.get_semantic(ask("The launch code?"), paraphrase, version, "m@1") is not None
+    assert pool.get_exact(ask(quoted.query), version) is not None
+
+    registry.record(tenant, "rocket", readers=to_column(["group:sales"]))  # no version bump
+    assert api.versions.get(tenant) == version
+    exact, semantic = _withheld_count("exact"), _withheld_count("semantic")
+
+    served, marked = api.cached(ask(rocket.query))
+    assert served is None and marked.exact_cache_checked  # a miss: the pipeline answers
+    assert pool.get_exact(ask(rocket.query), version) is None
+    assert pool.get_exact(ask(quoted.query), version) is None  # quoted, not cited: the same
+    assert pool.get_semantic(ask("The launch code?"), paraphrase, version, "m@1") is None
+    assert _withheld_count("exact") == exact + 3
+    assert _withheld_count("semantic") == semantic + 1
+
+    served, _ = api.cached(ask(canteen.query))  # what the asker still reads is served
+    assert served is not None and served.answer == "At noon [1]"
+    lunch = pool.get_semantic(ask("Lunch time?"), _unit([0.0, 0.05, 0.99]), version, "m@1")
+    assert lunch is not None and lunch.response.answer == "At noon [1]"
     client.close()

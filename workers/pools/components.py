@@ -11,11 +11,14 @@ import numpy as np
 import numpy.typing as npt
 import redis
 from elasticsearch import Elasticsearch
+from sqlalchemy.orm import Session, sessionmaker
 
 from ingest.embedding import CachedEmbedder
 from ingest.factory import build_embedder
 from ingest.model_follow import ModelFollower
 from ingest.versions import IndexVersions
+from ragstream.db.acl import CurrentReaders
+from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
 from topics.retrieved import Candidate
@@ -39,9 +42,16 @@ def _router_examples(embedder: CachedEmbedder) -> tuple[np.ndarray[Any, Any], ..
     return embedder.embed(list(EASY_EXAMPLES)), embedder.embed(list(HARD_EXAMPLES))
 
 
-def build_answer_cache(settings: Settings) -> AnswerCache:
-    """The Redis answer cache with the settings' TTL and semantic threshold."""
+def build_answer_cache(
+    settings: Settings, sessions: sessionmaker[Session] | None = None
+) -> AnswerCache:
+    """The Redis answer cache with the settings' TTL and semantic threshold, re-checking every
+    hit against the registry's current readers (:class:`~ragstream.db.acl.CurrentReaders` of
+    ``sessions``; ``None``: a session factory of ``settings.database_url``, which connects on
+    the first hit that needs a check)."""
     client = redis.Redis.from_url(settings.redis.url, socket_timeout=2)
+    if sessions is None:
+        sessions = make_session_factory(make_engine(settings.database_url))
     return AnswerCache(
         client,
         ttl_s=settings.cache.ttl_s,
@@ -49,6 +59,7 @@ def build_answer_cache(settings: Settings) -> AnswerCache:
         max_entries=settings.cache.semantic_max_entries,
         config=answer_config(settings),
         enabled=settings.cache.enabled,
+        readers=CurrentReaders(sessions),
     )
 
 

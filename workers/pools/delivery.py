@@ -109,7 +109,7 @@ def run_delivery_pool(settings: Settings) -> Callable[[], None]:
         pool=settings.pools.delivery,
         scheduler=scheduler,
         group=pool_group(settings, "delivery"),
-        cache=build_answer_cache(settings),
+        cache=build_answer_cache(settings, sessions),
     )
     runner = build_runner(handler, settings, settings.pools.delivery)
     return until_signalled(runner, cleanup=client.close)
