@@ -223,6 +223,20 @@ class DocumentAccepted(BaseModel):
     links: dict[str, str] = Field(default_factory=dict)
 
 
+class RejectedEvent(BaseModel):
+    """A ``rag.ingest`` event of a document that the write path did not apply
+    (``docs/write-path.md``, section "Order")."""
+
+    event_id: str = Field(description="The event's `event_id`.")
+    status: str = Field(
+        description="Its outcome on `rag.ingest.results`: `duplicate` (a copy of an event "
+        "applied already) or `refused` (its `created_at` beyond `ingest.max_clock_skew_s` "
+        "in the future)."
+    )
+    reason: str = Field(description="Why, as that result's `error` says it.")
+    at: UtcDateTime = Field(description="When the write path screened it out (its clock, UTC).")
+
+
 class DocumentOut(BaseModel):
     """A document of the registry."""
 
@@ -247,6 +261,13 @@ class DocumentOut(BaseModel):
     #: writes (``DELETE``, ``PUT /v1/readers``) are never dropped: they apply in order.
     last_event_id: str | None = None
     last_event_at: UtcDateTime | None = None
+    last_rejected: RejectedEvent | None = Field(
+        default=None,
+        description="The last `rag.ingest` event of this document the write path did not "
+        "apply (a `duplicate` or `refused` result on `rag.ingest.results`), or `null`: none "
+        "recorded. Kept when a later change applies (compare its `at` with `last_event_at`); "
+        "an event refused before the document existed is only on `rag.ingest.results`.",
+    )
 
 
 class JobBody(Body):

@@ -24,6 +24,10 @@ Clocks ahead (:func:`too_far_ahead`): an event whose ``created_at`` is more than
 ``max_clock_skew_s`` ahead of the write path's clock is refused (outcome ``refused``, the
 document unchanged, counted and logged): its producer's clock is wrong, and its times would
 mislead every reader of the trace.
+
+Neither is silent: the last ``duplicate`` or ``refused`` event of a document with a registry
+row is recorded on it (:meth:`~ingest.registry.DocumentRegistry.record_rejections`), and
+``GET /v1/documents/{id}`` shows it as ``last_rejected``.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ from ingest.parsers.text import (
     surrogate_problem,
     surrogates_warning,
 )
-from ingest.registry import Change, DocumentRegistry
+from ingest.registry import Change, DocumentRegistry, Rejection
 from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, Definition, ParsedDocument, ParseError, ParseOptions
 from ingest.versions import IndexVersions
@@ -190,7 +190,8 @@ class IngestPipeline:
 
         A copy of an event applied already, or of one earlier in ``ops``, is not applied: its
         one outcome is ``duplicate``; an op whose ``sent_at`` is too far in the future is not
-        applied either: ``refused`` (:mod:`ingest.order`).
+        applied either: ``refused`` (:mod:`ingest.order`). The last such op of a document is
+        recorded on its registry row (``last_rejected``), when it has one.
 
         A JSON/JSONL file op yields one document per record (``<doc_id>#<record id>``).
         Never raises for bad input: a document that cannot be parsed, chunked or indexed
@@ -224,6 +225,7 @@ class IngestPipeline:
         screened = self._screen(cleaned)
         for i, outcome in screened.items():
             results[kept[i]] = [outcome]
+        self._record_rejected(cleaned, screened)
         for whole in _waves(cleaned):
             wave = [i for i in whole if i not in screened]
             timings: dict[str, float] = {}
@@ -262,6 +264,19 @@ class IngestPipeline:
                 pending[doc] = pending.get(doc, row.sequence if row is not None else 0) + 1
                 seen[key] = (pending[doc], "in this batch")
         return out
+
+    def _record_rejected(self, ops: list[IngestOp], screened: dict[int, IngestOutcome]) -> None:
+        """Record on each document's row the last of its events not applied (``screened``, by
+        index into ``ops``), so ``GET /v1/documents/{id}`` shows it as ``last_rejected``; no
+        registry call when every op applies. Every ``rag.ingest`` event has an ``event_id``
+        (only such events can be screened out)."""
+        rejected = [
+            Rejection(op.tenant, op.doc_id, op.event_id, o.status, o.error or o.status)
+            for i, o in sorted(screened.items())
+            if (op := ops[i]).event_id is not None
+        ]
+        if rejected:
+            self.registry.record_rejections(rejected)
 
     def _apply_isolated(
         self, ops: list[IngestOp], timings: dict[str, float]

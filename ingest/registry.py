@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import select, tuple_, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragstream.db.acl import readable_by
@@ -27,6 +27,19 @@ class Change:
     doc_id: str
     status: str
     event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """One ``rag.ingest`` event of ``(tenant, doc_id)`` the write path did not apply: its
+    ``event_id``, its outcome ``status`` (``duplicate`` or ``refused``) and the ``reason`` (the
+    outcome's ``error``); see :mod:`ingest.order`."""
+
+    tenant: str
+    doc_id: str
+    event_id: str
+    status: str
+    reason: str
 
 
 class DocumentRegistry:
@@ -170,6 +183,34 @@ class DocumentRegistry:
                             applied_at=now,
                         )
                     )
+
+    def record_rejections(self, rejections: Sequence[Rejection]) -> None:
+        """Record on each document's row the last of ``rejections`` (in the order given) as its
+        ``last_rejected_*`` columns, stamped with the write path's clock (UTC).
+
+        One ``UPDATE`` per document in one transaction; nothing when ``rejections`` is empty.
+        A document without a row (a refused first event of a new ``doc_id``) gets none: it
+        does not exist, and ``rag.ingest.results`` alone tells of the event. The row's other
+        columns, ``updated_at`` included, stay as they are: the document did not change.
+        """
+        last = {(r.tenant, r.doc_id): r for r in rejections}
+        if not last:
+            return
+        now = utcnow()
+        with self._sessions.begin() as session:
+            for r in last.values():
+                session.execute(
+                    update(Document)
+                    .where(Document.tenant == r.tenant, Document.doc_id == r.doc_id)
+                    .values(
+                        last_rejected_event_id=r.event_id,
+                        last_rejected_status=r.status,
+                        last_rejected_reason=r.reason[:4000],
+                        last_rejected_at=now,
+                        updated_at=Document.updated_at,  # not a change of the document
+                    )
+                    .execution_options(synchronize_session=False)
+                )
 
     def record_failures(self, failures: list[tuple[str, str, str]]) -> None:
         """Record ``(tenant, doc_id, error)`` of documents whose upsert failed.

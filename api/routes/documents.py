@@ -41,7 +41,15 @@ from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, ErrorEnvelope
 from api.ingesting import DOC_ID, check_doc_id, doc_links, produce_ingest
-from api.models import DocumentAccepted, DocumentBody, DocumentOut, JobBody, JobFailure, JobOut
+from api.models import (
+    DocumentAccepted,
+    DocumentBody,
+    DocumentOut,
+    JobBody,
+    JobFailure,
+    JobOut,
+    RejectedEvent,
+)
 from api.pages import (
     DEFAULT_LIMIT,
     MAX_LIMIT,
@@ -207,9 +215,12 @@ async def get_document(
     A deleted document is a 404 (``NOT_FOUND``), as after any successful ``DELETE``: the
     registry keeps its row as a tombstone (its version guards against late events, and a
     client learns from it that its delete applied), given in the error's ``details`` as
-    ``{status: "deleted", version, sequence, last_event_id, updated_at}`` and listed by
-    ``GET /v1/documents?status=deleted``. Until the ingest pool applies a delete, the document
-    answers as before.
+    ``{status: "deleted", version, sequence, last_event_id, updated_at, last_rejected}`` and
+    listed by ``GET /v1/documents?status=deleted``. Until the ingest pool applies a delete,
+    the document answers as before.
+
+    ``last_rejected`` is the last ``rag.ingest`` event of the document the write path did not
+    apply (``duplicate`` or ``refused``), kept when a later change applies.
 
     A JSON/JSONL records file answers with its records summed up: ``indexed`` while any
     record is served (``failed`` when none is), the chunks of the served ones, and in
@@ -226,7 +237,15 @@ async def get_document(
     if found.status == "deleted":
         tombstone = found.model_dump(
             mode="json",
-            include={"doc_id", "status", "version", "sequence", "last_event_id", "updated_at"},
+            include={
+                "doc_id",
+                "status",
+                "version",
+                "sequence",
+                "last_event_id",
+                "updated_at",
+                "last_rejected",
+            },
         )
         raise ApiError(
             404,
@@ -449,7 +468,21 @@ def _document_out(row: Document) -> DocumentOut:
         readers=None if row.readers is None else list(from_column(row.readers) or ()),
         sequence=row.sequence or 0, last_event_id=row.last_event_id,
         last_event_at=as_utc(row.last_event_at) if row.last_event_at else None,
+        last_rejected=_last_rejected(row),
     )  # fmt: skip
+
+
+def _last_rejected(row: Document) -> RejectedEvent | None:
+    """The row's last ``rag.ingest`` event not applied, or ``None`` (written by
+    :meth:`ingest.registry.DocumentRegistry.record_rejections`)."""
+    if row.last_rejected_event_id is None or row.last_rejected_at is None:
+        return None
+    return RejectedEvent(
+        event_id=row.last_rejected_event_id,
+        status=row.last_rejected_status or "rejected",
+        reason=row.last_rejected_reason or "",
+        at=as_utc(row.last_rejected_at),
+    )
 
 
 def _records_file(

@@ -87,6 +87,15 @@ class Document(Base):
     #: The ``event_id`` of the newest ``rag.ingest`` event applied to it; NULL for a bulk job's
     #: operation (which has none) or a row before revision 0009.
     last_event_id: Mapped[str | None] = mapped_column(String(128))
+    #: The last ``rag.ingest`` event of it the write path did not apply (:mod:`ingest.order`):
+    #: its ``event_id``, its outcome (``duplicate`` or ``refused``), the reason and when (the
+    #: write path's clock, UTC). Kept when a later change applies; all NULL: none recorded
+    #: (and rows before revision 0013). Written by
+    #: :meth:`ingest.registry.DocumentRegistry.record_rejections`.
+    last_rejected_event_id: Mapped[str | None] = mapped_column(String(128))
+    last_rejected_status: Mapped[str | None] = mapped_column(String(32))
+    last_rejected_reason: Mapped[str | None] = mapped_column(Text)
+    last_rejected_at: Mapped[dt.datetime | None] = mapped_column()
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 

@@ -1,7 +1,8 @@
 """Order by the write path, through the API and a real ingest pool process (real Kafka,
 Elasticsearch, SQL): one producer's clock an hour ahead freezes nothing. Its event is refused
-with a reason on ``rag.ingest.results``; the API's own readers change and delete then apply,
-and the document's record says which change it is at."""
+with a reason on ``rag.ingest.results`` and in the document's ``last_rejected``; the API's own
+readers change and delete then apply, and the document's record says which change it is at.
+A copy of an applied event shows in ``last_rejected`` as a ``duplicate``."""
 
 from __future__ import annotations
 
@@ -80,6 +81,11 @@ def test_a_clock_an_hour_ahead_is_refused_and_the_apis_revoke_and_delete_apply(
         refused.error or ""
     )
     assert refused.version == 1  # what is still served
+    status, record = get_json(f"{stack.apis[0].url}/v1/documents/{doc}", stack.keys[TENANT])
+    assert status == 200 and record["sequence"] == 1  # the document did not change ...
+    rejected = record["last_rejected"]  # ... and its record says what was not applied
+    assert rejected["status"] == "refused" and rejected["event_id"] == refused.request_event_id
+    assert "ahead of the write path's clock" in rejected["reason"] and rejected["at"]
 
     r = _call(stack, "PUT", f"/v1/readers/{doc}", json={"readers": ["user:ada"]})
     assert r.status_code == 202, r.text
@@ -93,6 +99,7 @@ def test_a_clock_an_hour_ahead_is_refused_and_the_apis_revoke_and_delete_apply(
         what="the readers change applied",
     )  # fmt: skip
     assert record["sequence"] == 2 and record["last_event_id"] == revoke_id
+    assert record["last_rejected"] == rejected  # the last rejection is kept as history
 
     r = _call(stack, "DELETE", f"/v1/documents/{doc}")
     assert r.status_code == 202, r.text
@@ -107,6 +114,7 @@ def test_a_clock_an_hour_ahead_is_refused_and_the_apis_revoke_and_delete_apply(
     record = gone["error"]["details"][0]
     assert record["status"] == "deleted"
     assert record["sequence"] == 3 and record["last_event_id"] == r.json()["event_id"]
+    assert record["last_rejected"] == rejected
     assert [x.status for x in _results(stack, doc, 4)] == ["indexed", "refused", "acl", "deleted"]
     es = Elasticsearch(stack.settings.elasticsearch.hosts)
     es.indices.refresh(index=stack.settings.elasticsearch.index_alias)
@@ -116,3 +124,34 @@ def test_a_clock_an_hour_ahead_is_refused_and_the_apis_revoke_and_delete_apply(
     )
     es.close()
     assert hits["count"] == 0
+
+
+def test_a_copy_of_an_applied_api_write_shows_as_the_documents_last_rejected(
+    stack: Stack,
+) -> None:
+    """A re-send of the event a ``POST /v1/documents`` made (same ``event_id``, as a producer's
+    retry or a dead-letter replay sends it) is a ``duplicate``: the document is unchanged and
+    ``GET /v1/documents/{id}`` names the copy in ``last_rejected``."""
+    doc = "pump"
+    text = "# Pump\n\nThe sump pump runs every six hours."
+    first = index_document(stack.apis[0].url, stack.keys[TENANT], doc, text)
+    assert first["sequence"] == 1 and first["last_rejected"] is None
+    copy = {
+        "event_id": first["last_event_id"],
+        "tenant": TENANT,
+        "doc_id": doc,
+        "op": "upsert",
+        "text": "# Pump\n\nA copy with other text is still the same event.",
+        "content_type": "markdown",
+    }
+    producer = KafkaProducer(bootstrap_servers=stack.settings.kafka.bootstrap_servers, acks="all")
+    topic = TopicRegistry(stack.settings.kafka.topic_prefix).name(INGEST)
+    producer.send(topic, key=doc.encode(), value=json.dumps(copy).encode()).get(timeout=30)
+    producer.close()
+    assert [x.status for x in _results(stack, doc, 2)] == ["indexed", "duplicate"]
+    status, record = get_json(f"{stack.apis[0].url}/v1/documents/{doc}", stack.keys[TENANT])
+    assert status == 200
+    assert (record["sequence"], record["version"]) == (1, 1)
+    rejected = record["last_rejected"]
+    assert rejected["status"] == "duplicate" and rejected["event_id"] == first["last_event_id"]
+    assert "applied already as change 1" in rejected["reason"]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from kafka import KafkaProducer
 
+from api.routes.documents import _document_out
 from ingest.rebuild import rebuild
 from ragstream.settings import PoolSettings, Settings
 from tests.integration.ingestkit import Kit
@@ -242,6 +243,12 @@ def test_a_copy_of_an_applied_event_is_a_duplicate(
     rows = kit.pipeline.registry.get_many([("acme", "a"), ("acme", "b")])
     assert (rows[("acme", "a")].status, rows[("acme", "a")].sequence) == ("deleted", 3)
     assert rows[("acme", "b")].version == 2
+    # each document's record names the copy it did not apply (GET /v1/documents' last_rejected)
+    for doc, copy in (("a", v2), ("b", w1)):
+        rejected = _document_out(rows[("acme", doc)]).last_rejected
+        assert rejected is not None, doc
+        assert (rejected.event_id, rejected.status) == (copy.event_id, "duplicate")
+        assert "applied already" in rejected.reason
     texts = " ".join(str(c) for c in kit.chunks("acme", "b"))
     assert "delta" in texts and "gamma" not in texts
 

@@ -9,11 +9,12 @@ import datetime as dt
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
+from api.routes.documents import _document_out
 from ingest.ops import IngestOp
 from ingest.order import duplicate, too_far_ahead
 from ingest.pipeline import IngestPipeline
-from ingest.registry import DocumentRegistry
-from ragstream.db.models import Base, Document
+from ingest.registry import DocumentRegistry, Rejection
+from ragstream.db.models import Base, Document, as_utc
 from tests.unit.test_ingest_outcomes import Embed, FakeIndex, Log, OneChunk
 from topics.ingest import IngestRequest
 from topics.serde import decode
@@ -130,3 +131,61 @@ def test_a_record_without_event_id_is_identified_by_its_content() -> None:
         IngestRequest, b'{"tenant": "t", "doc_id": "a", "op": "delete", "event_id": "x"}'
     )
     assert given.event_id == "x"
+
+
+def test_the_registry_keeps_the_last_rejected_event_of_each_existing_document() -> None:
+    """One UPDATE per document: the last rejection of it wins; a document without a row gets
+    none; ``updated_at`` and the applied state stay as they were."""
+    _, registry = _pipeline()
+    registry.record("t", "a", status="indexed", version=1, sequence=1, last_event_id="e1")
+    before = registry.get_many([("t", "a")])[("t", "a")]
+    registry.record_rejections([])  # nothing to do, no transaction
+    registry.record_rejections(
+        [
+            Rejection("t", "a", "e1", "duplicate", "duplicate: applied already"),
+            Rejection("t", "a", "e9", "refused", "refused: 3600 s ahead"),
+            Rejection("t", "new", "e5", "refused", "refused: 3600 s ahead"),
+        ]
+    )
+    row = registry.get_many([("t", "a")])[("t", "a")]
+    assert (row.last_rejected_event_id, row.last_rejected_status) == ("e9", "refused")
+    assert row.last_rejected_reason == "refused: 3600 s ahead"
+    assert row.last_rejected_at is not None
+    assert as_utc(row.last_rejected_at) >= as_utc(before.updated_at)
+    assert (row.status, row.version, row.sequence, row.last_event_id) == ("indexed", 1, 1, "e1")
+    assert row.updated_at == before.updated_at
+    assert registry.get_many([("t", "new")]) == {}
+
+
+def test_a_rejected_event_is_the_documents_last_rejected_and_outlives_a_later_change() -> None:
+    pipeline, registry = _pipeline()
+    now = dt.datetime.now(dt.UTC)
+    v1 = _upsert("served text", "e1")
+    assert _statuses(pipeline, v1) == ["indexed"]
+    row = registry.get_many([("t", "a")])[("t", "a")]
+    assert _document_out(row).last_rejected is None  # nothing on the applied path
+    ahead = _upsert("from the future", "e2", sent_at=now + dt.timedelta(hours=1))
+    assert _statuses(pipeline, ahead) == ["refused"]
+    out = _document_out(registry.get_many([("t", "a")])[("t", "a")])
+    assert out.last_rejected is not None
+    assert (out.last_rejected.event_id, out.last_rejected.status) == ("e2", "refused")
+    assert "ahead of the write path's clock" in out.last_rejected.reason
+    assert out.sequence == 1 and out.last_event_id == "e1"
+    assert _statuses(pipeline, v1) == ["duplicate"]
+    out = _document_out(registry.get_many([("t", "a")])[("t", "a")])
+    assert out.last_rejected is not None
+    assert (out.last_rejected.event_id, out.last_rejected.status) == ("e1", "duplicate")
+    assert "applied already as change 1" in out.last_rejected.reason
+    gone = IngestOp("t", "a", "delete", event_id="e3")
+    assert _statuses(pipeline, gone) == ["deleted"]
+    out = _document_out(registry.get_many([("t", "a")])[("t", "a")])
+    assert out.last_event_id == "e3" and out.last_rejected is not None
+    assert out.last_rejected.event_id == "e1"  # kept: the history of the last rejection
+    assert out.last_event_at is not None and out.last_rejected.at <= out.last_event_at
+
+
+def test_a_refused_first_event_makes_no_row() -> None:
+    pipeline, registry = _pipeline()
+    ahead = _upsert("from the future", "e1", sent_at=dt.datetime.now(dt.UTC) + dt.timedelta(1))
+    assert _statuses(pipeline, ahead) == ["refused"]
+    assert registry.get_many([("t", "a")]) == {}

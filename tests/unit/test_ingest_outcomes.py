@@ -65,6 +65,9 @@ class FakeRegistry:
     def record_failures(self, failures: list[tuple[str, str, str]]) -> None:
         self.failures.extend(failures)
 
+    def record_rejections(self, rejections: Sequence[Any]) -> None:
+        pass
+
 
 class OneChunk:
     def chunk(self, parsed: ParsedDocument) -> list[Chunk]:
