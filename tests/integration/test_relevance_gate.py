@@ -125,3 +125,49 @@ def test_a_refusal_is_cached_exactly_and_never_served_to_a_paraphrase(
     assert cache.get_semantic(paraphrase, vector, 3) is None  # a paraphrase gets a fresh try
     assert cache.get_exact(asked, 4) is None  # the documents changed
     client.close()
+
+
+def _parts_table(rows: int) -> str:
+    """A Markdown parts list of ``rows`` rows, as a tenant's inventory export writes one."""
+    head = "# Spare parts register\n\n| Part | Serial | Location | Supplier |\n|---|---|---|---|\n"
+    body = [
+        f"| valve actuator {n} | VA-{1000 + n} | store {n % 7} | Hydrex |\n" for n in range(rows)
+    ]
+    body.insert(rows // 2, "| fire pump controller | FP-2207 | plant room B2 | Pumpco |\n")
+    return head + "".join(body)
+
+
+def test_a_question_over_a_table_is_answered_with_the_rows_cells_and_column_names(
+    kit: Kit, tmp_path: Path
+) -> None:
+    """Issue 39: a question over a Markdown table was answered with the delimiter row and
+    unrelated rows; the row that answers is quoted with its column names."""
+    root = tmp_path / "parts"
+    root.mkdir()
+    path = root / "parts.md"
+    path.write_text(_parts_table(300))
+    op = IngestOp(TENANT, str(path), data=path.read_bytes(), filename=str(path), source=str(path))
+    assert kit.pipeline.apply([op])[0][0].status == "indexed"
+    kit.index.refresh()
+    question = {
+        "id": "fp", "corpus": "parts", "kind": "factual",
+        "question": "What is the serial number of the fire pump controller?",
+        "answer_patterns": ["FP-2207"], "expected_pages": ["parts.md"],
+    }  # fmt: skip
+    qfile = tmp_path / "questions.jsonl"
+    qfile.write_text(json.dumps(question) + "\n")
+    out = tmp_path / "out"
+
+    result = CliRunner().invoke(
+        app,
+        ["eval", str(qfile), "--out", str(out), "--index", kit.index.alias, "--tenant", TENANT,
+         "--root", f"parts={root}", "--modes", "hybrid+none", "--tiers", "evidence",
+         "--no-off-topic"],
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    (answered,) = json.loads((out / "eval.json").read_text())["questions"]
+    assert answered["correct"], answered
+    text = json.dumps(answered)
+    assert "Serial: FP-2207" in text and "|---" not in text, answered
+    assert "VA-" not in answered["answer"], answered  # no unrelated row follows

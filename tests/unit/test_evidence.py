@@ -680,6 +680,30 @@ def test_a_span_under_another_or_an_unknown_term_does_not_support_a_termed_lead(
     assert quote([lead, orphan, same], AnswerPolicy())[1] == (lead, orphan, same)
 
 
+def test_another_row_of_its_table_does_not_follow_a_row_lead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39: "What is the serial number of the fire pump controller?" over a parts table
+    was answered by the controller's row and then an unrelated row that matched only by the
+    header every row carries."""
+    import workers.evidence.answer as answer
+    from workers.evidence.select import Span
+
+    header = "| Part | Serial | Location |"
+
+    def row(text: str, score: float, context: str = header) -> Span:
+        return Span(1, "c1", "parts", 0, len(text), text, score, context, "row", 1.0)
+
+    lead = row("| fire pump controller | FP-2207 | plant room B2 |", 1.0)
+    other = row("| valve actuator 143 | VA-1143 | store 3 |", 0.9)
+    text, chosen = quote([lead, other], AnswerPolicy())
+    assert chosen == (lead,) and text == (
+        "Part: fire pump controller; Serial: FP-2207; Location: plant room B2 [1]"
+    ), text
+    monkeypatch.setattr(answer, "ONE_ROW", False)
+    assert quote([lead, other], AnswerPolicy())[1] == (lead, other)
+
+
 def test_code_starts_its_own_lines_and_a_quote_ending_in_a_colon_is_marked_cut(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

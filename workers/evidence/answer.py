@@ -241,14 +241,26 @@ def supports(lead: Quotable, span: Quotable) -> bool:
     same document (a sentence of another document is no support of the first one's claim), and
     when the lead is quoted under a definition term (``max_connections (integer) / The default
     is typically 100 ...``), under the same term: "The default value is three connections.",
-    of another setting of that page whose term its chunk cut off, contradicted it."""
+    of another setting of that page whose term its chunk cut off, contradicted it; and when
+    the lead is a table row, no other row of its table (:data:`ONE_ROW`)."""
     if SAME_TERM and lead.context and span.context != lead.context:
+        return False
+    if ONE_ROW and _kind(lead) == _kind(span) == "row" and span.context == lead.context:
         return False
     return span.n == lead.n or _doc(span) == _doc(lead)
 
 
 #: Whether a span supports a lead quoted under a definition term only under the same term.
 SAME_TERM = True
+#: Whether another row of the lead row's table never follows it: each row is its own record,
+#: and a row that matched only by the header every row carries ("Serial") is no support of
+#: the row that answers (issue 39: a question over a parts table was answered by its row,
+#: then an unrelated one).
+ONE_ROW = True
+
+
+def _kind(span: Quotable) -> str:
+    return str(getattr(span, "kind", "sentence"))
 
 
 def _doc(span: Quotable) -> str:
