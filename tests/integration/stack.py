@@ -1,5 +1,6 @@
 """A whole private ragstream for end-to-end tests: real pool processes (`ragstream worker`)
-on their own topic prefix, index alias and SQL store, and API servers in this process.
+on their own topic prefix, index alias and SQL store, and API servers in this process (or, with
+:meth:`Stack.api_process`, in processes of their own: `ragstream api`).
 
 Everything the product talks to is real: Kafka, Elasticsearch, Redis, the embedding model and
 the llama.cpp server that ``make up`` starts.
@@ -78,6 +79,62 @@ class ApiServer:
 
 
 @dataclass
+class ApiProcess:
+    """One API server as an OS process of its own: ``ragstream api`` (the Procfile's ``api``)
+    with ``env`` (the stack's settings), its output in ``log_path``."""
+
+    env: dict[str, str]
+    log_path: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    _log: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "start() first"
+        return self.proc.pid
+
+    def start(self, timeout_s: float = 60) -> ApiProcess:
+        """Start it and wait until ``GET /healthz`` answers 200.
+
+        Raises:
+            RuntimeError: it exited, or did not answer within ``timeout_s``.
+        """
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [RAGSTREAM, "api", "--host", "127.0.0.1", "--port", str(self.port)],
+            env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                text = self.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"API process exited {self.proc.returncode}:\n{text}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"API process did not answer within {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+
+
+@dataclass
 class Stack:
     """Pools as processes plus API servers, all under ``name``."""
 
@@ -86,6 +143,7 @@ class Stack:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     apis: list[ApiServer] = field(default_factory=list)
+    api_procs: list[ApiProcess] = field(default_factory=list)
     log_dir: Path | None = None
     keys: dict[str, str] = field(default_factory=dict)
     logs: list[Any] = field(default_factory=list)
@@ -98,6 +156,15 @@ class Stack:
         server = ApiServer(settings or self.settings).start()
         self.apis.append(server)
         return server
+
+    def api_process(self) -> ApiProcess:
+        """An API server in an OS process of its own, with the stack's settings (stopped by
+        :meth:`close`)."""
+        assert self.log_dir is not None
+        n = len(self.api_procs)
+        server = ApiProcess(self.env, self.log_dir / f"api-{n}.log")
+        self.api_procs.append(server)
+        return server.start()
 
     def start_pools(self, pools: tuple[str, ...] = QUERY_POOLS) -> None:
         assert self.log_dir is not None
@@ -128,6 +195,8 @@ class Stack:
     def close(self) -> None:
         for server in self.apis:
             server.stop()
+        for api in self.api_procs:
+            api.stop()
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
