@@ -182,7 +182,7 @@ bench-llm: vllm
 # .local/images/report.json (seconds and bytes of each image).
 BASE ?= public
 image: install
-	@if ! command -v podman > /dev/null && ! command -v docker > /dev/null; then \
+	@if ! command -v podman > /dev/null && ! docker info > /dev/null 2>&1; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc; \
 	fi
 	@if [ "$(BASE)" = local ] && ! command -v debootstrap > /dev/null; then \

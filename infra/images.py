@@ -279,10 +279,11 @@ class Engine:
 
     @classmethod
     def find(cls, settings: Settings) -> Engine:
-        """Podman if installed, else Docker.
+        """Podman if installed, else Docker when its daemon answers (``docker info``): a Docker
+        command line with no daemon behind it (as on these machines) cannot build.
 
         Raises:
-            SystemExit: neither is installed.
+            SystemExit: no podman, and no docker whose daemon answers.
         """
         if shutil.which("podman"):
             store = settings.infra.local_dir / "containers"
@@ -295,9 +296,11 @@ class Engine:
             if RUNC.is_file():  # crun, podman's default, fails on these machines (issue 38)
                 argv += ["--runtime", str(RUNC)]
             return cls(tuple(argv), {**os.environ, "CONTAINERS_CONF": str(conf)}, podman=True)
-        if shutil.which("docker"):
+        if shutil.which("docker") and _answers(("docker", "info")):
             return cls(("docker",), dict(os.environ), podman=False)
-        raise SystemExit("make image needs podman or docker (apt-get install podman runc)")
+        raise SystemExit(
+            "make image needs podman, or docker with a running daemon (apt-get install podman runc)"
+        )
 
     def run(self, *args: str, stdin: int | None = None, capture: bool = False) -> str:
         """Run the engine with ``args``; return stdout when ``capture``."""
@@ -310,6 +313,15 @@ class Engine:
             text=True,
         )
         return done.stdout if capture else ""
+
+
+def _answers(argv: tuple[str, ...]) -> bool:
+    """Whether ``argv`` exits 0 within 30 s (its output is discarded)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def local_base(settings: Settings, engine: Engine, *, mirror: str | None = None) -> str:

@@ -5,6 +5,9 @@ configuration is infra/'s own, rendered for a container."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+import pytest
 
 from infra.images import DOCKERFILE, IMAGE_LOCAL_DIR, TARGETS, image_name, render_configs
 from ragstream.settings import Settings
@@ -67,3 +70,22 @@ def test_service_configs_are_infras_own_for_a_container() -> None:
     redis = configs["redis/redis.conf"]
     assert "bind 0.0.0.0" in redis and "\nprotected-mode no" in redis and "appendonly yes" in redis
     assert "port = 5432" in configs["postgres/postgres.conf"]
+
+
+def test_a_docker_command_line_without_a_daemon_is_no_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: these machines have a ``docker`` command line and no daemon; ``make image``
+    picked it and failed at the first build step instead of installing podman."""
+    import infra.images as images
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(SystemExit, match="docker with a running daemon"):
+        images.Engine.find(Settings())
+    docker.write_text("#!/bin/sh\nexit 0\n")  # a daemon answers
+    assert images.Engine.find(Settings()).argv == ("docker",)
