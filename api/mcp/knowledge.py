@@ -4,9 +4,8 @@ One :class:`KnowledgeBase` per process, over the same :class:`~api.deps.Services
 routes (SQL, Redis, the query service with its Kafka producer and reply router), so an MCP
 client gets what the HTTP API gives, scoped to the tenant of its API key:
 
-- :meth:`search`: hybrid retrieval (BM25 + kNN, reciprocal rank fusion), the retrieval pool's
-  code (:class:`workers.retrieval.hybrid.HybridRetriever`) run in this process with the query
-  embedder, loaded on the first search;
+- :meth:`search`: hybrid retrieval (BM25 + kNN, reciprocal rank fusion) through
+  :class:`api.searching.Searcher`, the retrieval pool's code run in this process;
 - :meth:`ask`: a query through the pools (``rag.queries`` ... ``rag.responses``), as
   ``POST /v1/query`` asks it, answered as the :class:`~topics.answers.Answer` view;
 - :meth:`document` and :meth:`documents`: the registry (SQL) and the document's text, its
@@ -16,7 +15,6 @@ client gets what the HTTP API gives, scoped to the tenant of its API key:
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from functools import partial
 from typing import Any, Literal
@@ -29,10 +27,10 @@ from api.deps import Services
 from api.errors import ApiError
 from api.pages import decode_cursor, encode_cursor
 from api.querying import QueryService
+from api.searching import Searcher
 from ingest.registry import DocumentRegistry
 from ragstream.db.acl import from_column
 from ragstream.db.models import Document
-from ragstream.errors import TransientError
 from topics.acl import may_read
 from topics.answers import Answer
 
@@ -55,8 +53,7 @@ class KnowledgeBase:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.settings = services.settings
-        self._search_lock = threading.Lock()
-        self._retrieval: tuple[Any, Any] | None = None
+        self.searcher = Searcher(services)
 
     @property
     def queries(self) -> QueryService:
@@ -77,62 +74,30 @@ class KnowledgeBase:
         return found
 
     def _es(self) -> Any:
-        from elasticsearch import Elasticsearch
-
-        es = self.services.extras.get("es")
-        if es is None:
-            es = self.services.extras["es"] = Elasticsearch(
-                self.settings.elasticsearch.url, request_timeout=10
-            )
-        return es
+        return self.searcher.es()
 
     # -- search ----------------------------------------------------------------------------
-    def _retriever(self) -> tuple[Any, Any]:
-        """``(embedder, retriever)``, built on first use (the query model loads once)."""
-        with self._search_lock:
-            if self._retrieval is None:
-                from ingest.factory import build_embedder
-                from workers.retrieval.hybrid import HybridRetriever
-
-                embedder = build_embedder(self.settings, num_threads=1, role="query")
-                retriever = HybridRetriever(
-                    self._es(), self.settings.elasticsearch.index_alias, self.settings.retrieval
-                )
-                self._retrieval = (embedder, retriever)
-            return self._retrieval
-
-    def _search(self, who: Principal, query: str, top_k: int) -> list[dict[str, Any]]:
-        embedder, retriever = self._retriever()
-        body = query_body(self.settings, query=query)
-        request = build_request(self.settings, who, body).model_copy(
-            update={"top_n": top_k, "top_k": top_k}
-        )
-        (found,) = retriever.search_batch([request], embedder.embed([query]))
-        return [
-            {
-                "n": n,
-                "doc_id": c.doc_id,
-                "chunk_id": c.chunk_id,
-                "title": c.title,
-                "source": c.source,
-                "score": round(c.score, 6),
-                "text": c.text,
-            }
-            for n, c in enumerate(found[:top_k], start=1)
-        ]
-
     async def search(self, who: Principal, query: str, top_k: int) -> list[dict[str, Any]]:
         """The ``top_k`` best passages of ``who``'s index for ``query``, best first, each
-        ``{n, doc_id, chunk_id, title, source, score (RRF), text}``.
+        ``{n, doc_id, chunk_id, title, source, score (RRF), text}`` (:class:`api.searching.
+        Searcher`, the seam every search surface shares).
 
         Raises:
             ApiError: 422 for a blank or too long query; 503 when Elasticsearch is unreachable.
         """
-        query_body(self.settings, query=query)  # the limits of every question
-        try:
-            return await asyncio.to_thread(self._search, who, query, top_k)
-        except TransientError as exc:
-            raise ApiError(503, "UNAVAILABLE", f"search failed: {exc}") from exc
+        found = await self.searcher.search(who, query, top_k=top_k)
+        return [
+            {
+                "n": hit.n,
+                "doc_id": hit.candidate.doc_id,
+                "chunk_id": hit.candidate.chunk_id,
+                "title": hit.candidate.title,
+                "source": hit.candidate.source,
+                "score": round(hit.score, 6),
+                "text": hit.candidate.text,
+            }
+            for hit in found
+        ]
 
     # -- ask -------------------------------------------------------------------------------
     async def ask(self, who: Principal, question: str, route: Route = "auto") -> Answer:
