@@ -46,6 +46,7 @@ def _mount_subcommands() -> None:
     from bench.evaluation.cli import ablate_command, eval_command
     from bench.replay.cli import replay_command
     from bench.rerank.cli import rerank_app
+    from bench.selector.cli import selector_app
     from entry.demo import demo_app
     from entry.documents import documents_app
     from entry.mcp import mcp_command
@@ -70,6 +71,7 @@ def _mount_subcommands() -> None:
     app.add_typer(documents_app, name="documents")
     app.add_typer(demo_app, name="demo")
     app.add_typer(rerank_app, name="rerank")
+    app.add_typer(selector_app, name="selector")
 
 
 _mount_subcommands()

@@ -10,6 +10,7 @@ The defaults match what ``infra/`` starts on loopback (see ``ragstream infra up`
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -727,6 +728,11 @@ class EvidenceSettings(BaseModel):
     #: (how-to 5 -> 6 of 12), new user +1 right, shared and sample unchanged; 0.1: dev
     #: unchanged; 0.3: new user -1 answer first; 0.4: shared -2 right.
     w_release_notes: float = 0.2
+    #: A JSON file of unit-score weights, ``{"weights": {"w_lexical": 0.3, ...}}`` (``ragstream
+    #: selector train`` writes one, docs/selector.md): the weights it names replace these
+    #: ``w_*`` when the settings are built; a missing file, an unknown name or a value that is
+    #: not a number fails then. ``None``: the ``w_*`` above (the hand-set weights).
+    weights_file: Path | None = None
     #: 5: with 10 passages kept the spans come from more passages (a title line each); the
     #: median evidence prompt of the three question sets is 346 Gemma tokens with 5 spans, 392
     #: with 6 and 469 with 8 (target: at most 400).
@@ -770,6 +776,29 @@ class EvidenceSettings(BaseModel):
     refuse_uncommon_words: bool = True
     tier_mode: Literal["evidence", "llm", "auto"] = "evidence"
     evidence_min_confidence: float = 1.0
+
+    @model_validator(mode="after")
+    def _load_weights_file(self) -> EvidenceSettings:
+        if self.weights_file is None:
+            return self
+        try:
+            given = json.loads(self.weights_file.read_text())["weights"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"evidence.weights_file {self.weights_file}: {exc!r}") from exc
+        known = {n for n in type(self).model_fields if n.startswith("w_")}
+        bad = {
+            k: v
+            for k, v in given.items()
+            if k not in known or isinstance(v, bool) or not isinstance(v, int | float)
+        }
+        if bad or not given:
+            raise ValueError(
+                f"evidence.weights_file {self.weights_file}: not weights {bad or given}; "
+                f"names: {', '.join(sorted(known))}"
+            )
+        for name, value in given.items():
+            setattr(self, name, float(value))
+        return self
 
 
 #: The prompt style of each model of the catalog (``infra/models.py`` holds how each is

@@ -7,8 +7,10 @@ For a batch of questions, each with its passages in rank order:
    sentences, code blocks, table rows with their header, list items, definition terms; "See
    also" boxes left out); a passage that continues another retrieved one takes its definition
    term (:func:`carry_heads`);
-2. every unit gets a score, the sum of (weights: :class:`Weights`, defaults
-   ``evidence.w_*``): the IDF-weighted coverage of the question's terms (stems and
+2. every unit gets a score, the dot product of its features (:data:`FEATURES`,
+   :meth:`EvidenceSelector.features`) and the weights (:class:`Weights`, defaults
+   ``evidence.w_*``, or a learned set: ``ragstream selector train``, docs/selector.md): the
+   IDF-weighted coverage of the question's terms (stems and
    identifiers, :mod:`workers.evidence.lexical`; IDF over the question's own units; a
    follow-up's context terms at :data:`CONTEXT_WEIGHT`, answer-type cue words at
    :data:`CUE_WEIGHT`) in the unit, in the unit plus its passage's title, in its whole block
@@ -45,7 +47,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -202,6 +204,46 @@ class Weights:
         """The weights ``settings`` give (its ``w_<name>`` for every field ``<name>``)."""
         return cls(**{f.name: getattr(settings, f"w_{f.name}") for f in fields(cls)})
 
+    def vector(self) -> tuple[float, ...]:
+        """The weights in :data:`FEATURES` order (the score is their dot product with a unit's
+        features, :func:`weighted_sum`)."""
+        return tuple(getattr(self, name) for name in FEATURES)
+
+
+#: The features of a unit's score, in the order :func:`weighted_sum` adds them; each is a field
+#: of :class:`Weights` and the score is ``sum(w[name] * feature[name])``. The signs are the
+#: features': ``pointer`` and ``release_notes`` are -1.0 where they apply, so their weights stay
+#: positive. ``answer_type`` is the unit's fit plus :data:`TERM_BONUS` for a term declaring the
+#: asked kind; ``value_type`` is the fit again for a question for a value alone (else 0);
+#: ``cosine`` is 0 for a unit not embedded (``dense_top``). The order is the one the score was
+#: written in before it was a dot product, cosine last (it is added after the ranking by the
+#: lexical score, :meth:`EvidenceSelector._add_cosine`).
+FEATURES: tuple[str, ...] = (
+    "lexical",
+    "titled",
+    "pointer",
+    "rank",
+    "answer_type",
+    "value_type",
+    "block",
+    "label",
+    "default_statement",
+    "release_notes",
+    "cosine",
+)
+#: Where the cosine similarity is in a feature vector.
+COSINE = FEATURES.index("cosine")
+
+
+def weighted_sum(weights: Sequence[float], features: Sequence[float]) -> float:
+    """``weights · features``, added left to right (``weights``: :meth:`Weights.vector`;
+    ``features``: a unit's, :data:`FEATURES` order). A plain loop, so the sum is the same float
+    on every Python (``sum`` compensates on 3.12+)."""
+    total = 0.0
+    for w, x in zip(weights, features, strict=True):
+        total += w * x
+    return total
+
 
 @dataclass(frozen=True, slots=True)
 class Span:
@@ -295,6 +337,28 @@ class _Scored:
     passage: int
     score: float
     fit: float = 0.0
+    features: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitFeatures:
+    """One scored unit of a question, as a learned ranker sees it (:meth:`EvidenceSelector.
+    features`).
+
+    Attributes:
+        passage: 0-based position of its passage in the question's passage list.
+        features: its features, :data:`FEATURES` order (the score is their dot product with
+            :meth:`Weights.vector`).
+        score: its score under the selector's weights.
+        span: the span it would be quoted as when it leads (its context unit or example
+            taken along), or ``None`` when it cannot be quoted alone (a header row, a quote
+            across the end of the chunk before).
+    """
+
+    passage: int
+    features: tuple[float, ...]
+    score: float
+    span: Span | None
 
 
 class EvidenceSelector:
@@ -347,14 +411,7 @@ class EvidenceSelector:
         Raises:
             Whatever the embedder raises (a transient model-server error, say).
         """
-        batch = [(question, read_whole(passages)) for question, passages in batch]
-        units = [carry_heads(passages, [_units(p) for p in passages]) for _, passages in batch]
-        scored = [
-            self._lexical(question, passages, per_passage)
-            for (question, passages), per_passage in zip(batch, units, strict=True)
-        ]
-        if self.dense_top > 0:
-            self._add_cosine(batch, scored)
+        batch, units, scored = self._score(batch)
         out = []
         seen = [shingles(text) for text in shown] if shown else [frozenset()] * len(batch)
         for (question, passages), per_passage, (ranked, missing, unknown, stated), before in zip(
@@ -380,10 +437,50 @@ class EvidenceSelector:
             )
         return out
 
+    def features(
+        self, batch: Sequence[tuple[str, Sequence[PassageLike]]]
+    ) -> list[list[UnitFeatures]]:
+        """Every unit of each ``(question, passages best first)`` of ``batch`` with its features
+        and score, in the order the units were read (the input of a learned ranker,
+        ``bench/selector/``). :meth:`select` ranks the same units by the same scores.
+
+        Raises:
+            Whatever the embedder raises (``dense_top`` > 0).
+        """
+        batch, units, scored = self._score(batch)
+        out = []
+        for (_, passages), per_passage, (found, *_) in zip(batch, units, scored, strict=True):
+            rows = []
+            for s in found:
+                quoted = self._span_of(s, passages, per_passage)
+                span = quoted[0] if quoted is not None else None
+                rows.append(UnitFeatures(s.passage, tuple(s.features), s.score, span))
+            out.append(rows)
+        return out
+
+    def _score(
+        self, batch: Sequence[tuple[str, Sequence[PassageLike]]]
+    ) -> tuple[
+        list[tuple[str, list[PassageLike]]],
+        list[list[list[Unit]]],
+        list[tuple[list[_Scored], tuple[str, ...], tuple[str, ...], float]],
+    ]:
+        """Steps 1-3 of the module docstring: the passages read whole, their units, and every
+        question's scored units with what :meth:`_lexical` found."""
+        read = [(question, read_whole(passages)) for question, passages in batch]
+        units = [carry_heads(passages, [_units(p) for p in passages]) for _, passages in read]
+        scored = [
+            self._lexical(question, passages, per_passage)
+            for (question, passages), per_passage in zip(read, units, strict=True)
+        ]
+        if self.dense_top > 0:
+            self._add_cosine(read, scored)
+        return read, units, scored
+
     def _lexical(
         self, question: str, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
     ) -> tuple[list[_Scored], tuple[str, ...], tuple[str, ...], float]:
-        w = self.weights
+        vector = self.weights.vector()
         # A follow-up made standalone (workers.conversation) carries its earlier questions as
         # context: what kind of answer is wanted comes from the question alone, and the
         # context's terms count at CONTEXT_WEIGHT of their IDF.
@@ -392,7 +489,7 @@ class EvidenceSelector:
         kind = answer_type(own)
         # A question for a value alone (not a name or a way) weighs the fit more: a sentence
         # without any value cannot state the answer.
-        value_only = w.value_type if kind.value and not kind.name else 0.0
+        value_only = 1.0 if kind.value and not kind.name else 0.0
         asked = question_tokens(question)
         unit_terms = [[terms(_scored_text(u)) for u in plist] for plist in per_passage]
         weights = idf([t for plist in unit_terms for t in plist])
@@ -423,7 +520,7 @@ class EvidenceSelector:
         )
         default_q = DEFAULT_FOCUS in kind.focus
         q_words = {x.lower() for x in re.findall(r"\w+", own)}
-        dated = w.release_notes if not asks_about_versions(own) else 0.0
+        dated = 0.0 if asks_about_versions(own) else -1.0
         scored: list[_Scored] = []
         rank_bonus = rank_bonuses(passages)
         for pi, (passage, plist) in enumerate(zip(passages, per_passage, strict=True)):
@@ -452,19 +549,21 @@ class EvidenceSelector:
                     )
                 else:
                     fit = type_match(kind, unit.text, ut, code, asked, label=cell, subject=subject)
-                score = (
-                    w.lexical * coverage(q_terms, ut, weights)
-                    + w.titled * coverage(q_terms, [*ut, *title_terms], weights)
-                    - w.pointer * (is_pointer(unit.text) or about_standard(unit.text, own))
-                    + w.rank * rank_bonus[pi]
-                    + (w.answer_type + value_only) * fit
-                    + w.block * block_cover[unit.block]
-                    + w.answer_type * TERM_BONUS * _declared(kind.named, unit)
-                    + w.label * (coverage(q_terms, terms(label), weights) if label else 0.0)
-                    + w.default_statement * (states_default(unit, q_words) if default_q else 0.0)
-                    - old
-                )
-                scored.append(_Scored(unit, pi, score, fit))
+                features = [  # FEATURES order
+                    coverage(q_terms, ut, weights),
+                    coverage(q_terms, [*ut, *title_terms], weights),
+                    -1.0 if is_pointer(unit.text) or about_standard(unit.text, own) else 0.0,
+                    rank_bonus[pi],
+                    fit + TERM_BONUS * _declared(kind.named, unit),
+                    value_only * fit,
+                    block_cover[unit.block],
+                    coverage(q_terms, terms(label), weights) if label else 0.0,
+                    states_default(unit, q_words) if default_q else 0.0,
+                    old,
+                    0.0,  # cosine: _add_cosine
+                ]
+                score = weighted_sum(vector, features)
+                scored.append(_Scored(unit, pi, score, fit, features))
         return scored, missing, unknown, stated
 
     def _add_cosine(
@@ -485,7 +584,9 @@ class EvidenceSelector:
         vectors = self.embedder.embed(texts)
         for q_row, top in picks:
             for j, s in enumerate(top, start=1):
-                s.score += self.weights.cosine * float(np.dot(vectors[q_row], vectors[q_row + j]))
+                cosine = float(np.dot(vectors[q_row], vectors[q_row + j]))
+                s.features[COSINE] = cosine
+                s.score += self.weights.cosine * cosine  # the last term of weighted_sum
 
     def _spans(
         self,
@@ -503,7 +604,7 @@ class EvidenceSelector:
                 break
             if (s.passage, s.unit.start) in used or s.unit.kind == "header":
                 continue  # a header row frames its rows; alone it answers nothing
-            units, example = _with_context(s.unit, per_passage[s.passage])
+            units, _ = _with_context(s.unit, per_passage[s.passage])
             if any((s.passage, u.start) in used for u in units):
                 continue  # its example is quoted already: the same code twice reads as a fault
             n_words = sum(len(u.text.split()) for u in units)
@@ -515,28 +616,43 @@ class EvidenceSelector:
                 continue
             if said and repeats(text, frozenset(said)):
                 continue  # the same sentence from another passage (an entry and its chunk)
-            first, last = units[0], units[-1]
-            origin = _origin(p, first.start, last.end)
-            if origin is None:
+            quoted = self._span_of(s, passages, per_passage)
+            if quoted is None:
                 continue  # across the end of the chunk before: no one chunk holds it whole
-            chosen.append(
-                Span(
-                    n=s.passage + 1,
-                    chunk_id=origin[0],
-                    doc_id=p.doc_id,
-                    start=origin[1],
-                    end=origin[2],
-                    text=p.text[first.start : last.end],
-                    score=round(s.score, 4),
-                    context=first.context or (first.head if QUOTE_HEAD else ""),
-                    kind=EXAMPLE if example else first.kind,
-                    fit=round(s.fit, 4),
-                )
-            )
-            used.update((s.passage, u.start) for u in units)
+            chosen.append(quoted[0])
+            used.update((s.passage, u.start) for u in quoted[1])
             said.update(shingles(text))
             words += n_words
         return tuple(chosen)
+
+    @staticmethod
+    def _span_of(
+        s: _Scored, passages: Sequence[PassageLike], per_passage: list[list[Unit]]
+    ) -> tuple[Span, list[Unit]] | None:
+        """The span ``s`` is quoted as, with the units it quotes (its context unit or example
+        taken along, :func:`_with_context`); ``None`` for a header row or a quote across the end
+        of the chunk before (no one chunk holds it whole)."""
+        if s.unit.kind == "header":
+            return None
+        units, example = _with_context(s.unit, per_passage[s.passage])
+        p = passages[s.passage]
+        first, last = units[0], units[-1]
+        origin = _origin(p, first.start, last.end)
+        if origin is None:
+            return None
+        span = Span(
+            n=s.passage + 1,
+            chunk_id=origin[0],
+            doc_id=p.doc_id,
+            start=origin[1],
+            end=origin[2],
+            text=p.text[first.start : last.end],
+            score=round(s.score, 4),
+            context=first.context or (first.head if QUOTE_HEAD else ""),
+            kind=EXAMPLE if example else first.kind,
+            fit=round(s.fit, 4),
+        )
+        return span, units
 
 
 #: Words a shingle of :func:`shingles` holds (w-shingles, Broder 1997, "On the resemblance and

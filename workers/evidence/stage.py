@@ -326,13 +326,7 @@ class EvidenceStage:
         Raises:
             Whatever the selector's embedder raises.
         """
-        found = self.selector.select(
-            [
-                (question_of(r), passages[: len(passages) - len(_entries(passages))])
-                for r, passages in batch
-            ],
-            shown=[last_answer(r) for r, _ in batch],
-        )
+        found = self.selector.select(*selector_input(batch))
         if self.rerank_threshold is None:
             return found
         return [
@@ -432,6 +426,19 @@ def answer_policy(settings: EvidenceSettings) -> AnswerPolicy:
         refuse_unknown_names=settings.refuse_unknown_names,
         unknown_name_relevance=settings.unknown_name_relevance,
     )
+
+
+def selector_input(
+    batch: Sequence[tuple[QueryRequest, Sequence[Candidate]]],
+) -> tuple[list[tuple[str, Sequence[Candidate]]], list[str]]:
+    """What the selector reads of each ``(request, passages)``: ``(question, passages before
+    the definition entries)`` pairs (:meth:`EvidenceStage.select`) and the text each asker was
+    just shown (:func:`workers.conversation.last_answer`)."""
+    pairs: list[tuple[str, Sequence[Candidate]]] = [
+        (question_of(r), passages[: len(passages) - len(_entries(passages))])
+        for r, passages in batch
+    ]
+    return pairs, [last_answer(r) for r, _ in batch]
 
 
 def build_evidence_stage(
