@@ -11,6 +11,7 @@ from ragstream.db.models import (
     WebhookAttempt,
     WebhookDelivery,
 )
+from ragstream.db.vector_stores import StoredFile, VectorStore, VectorStoreFile
 
 __all__ = [
     "Base",
@@ -19,6 +20,9 @@ __all__ = [
     "IngestJobItem",
     "QueryFeedback",
     "QueryLog",
+    "StoredFile",
+    "VectorStore",
+    "VectorStoreFile",
     "WebhookAttempt",
     "WebhookDelivery",
     "make_engine",

@@ -27,6 +27,9 @@ TABLES = {
     "webhook_endpoints",
     "webhook_tenant_secrets",
     "ingest_events",
+    "files",
+    "vector_stores",
+    "vector_store_files",
     "alembic_version",
 }
 
