@@ -8,6 +8,8 @@ Routes:
 - ``POST|GET|DELETE /v1/documents/...``, ``POST|GET /v1/ingest/jobs/...``
   (:mod:`api.routes.documents`);
 - ``/v1/webhooks...`` (:mod:`api.routes.webhooks`);
+- ``/v1/files...``, ``/v1/vector_stores...``, OpenAI's vector-store search
+  (:mod:`api.routes.files`, :mod:`api.routes.vector_stores`);
 - ``GET /healthz`` (the process is up), ``GET /readyz`` (Kafka, Elasticsearch, Redis and SQL
   reachable; 503 with the failing probes otherwise), ``GET /metrics`` (Prometheus);
 - ``GET /``, ``/console/...``: the browser console (:mod:`api.console`);
@@ -239,10 +241,12 @@ def _mount_routes(app: FastAPI) -> None:
         chunks,
         documents,
         feedback,
+        files,
         openai_compat,
         ops,
         permissions,
         query,
+        vector_stores,
         webhooks,
     )
 
@@ -254,6 +258,8 @@ def _mount_routes(app: FastAPI) -> None:
     app.include_router(webhooks.router)
     app.include_router(chunks.router)
     app.include_router(ops.router)
+    app.include_router(files.router)
+    app.include_router(vector_stores.router)
 
 
 def _mount_docs(app: FastAPI) -> None:

@@ -77,6 +77,9 @@ FAILED_STATUS = {
 
 #: Paths whose errors use OpenAI's error shape (the OpenAI-compatible surface).
 OPENAI_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models"})
+#: Path prefixes of OpenAI's Files and vector-store APIs (docs/vector-stores.md): the prefix
+#: itself and every path under it.
+OPENAI_PREFIXES = ("/v1/files", "/v1/vector_stores")
 #: The endpoints an unknown ``/v1/*`` path's 404 lists.
 OPENAI_ENDPOINTS = (
     "GET /v1/models",
@@ -205,7 +208,11 @@ class OpenAIErrorEnvelope(BaseModel):
 
 def is_openai_path(path: str) -> bool:
     """True for the OpenAI-compatible routes and for ``/v1/*`` paths no route serves."""
-    return path in OPENAI_PATHS or path.startswith("/v1/models/")
+    return (
+        path in OPENAI_PATHS
+        or path.startswith("/v1/models/")
+        or any(path == p or path.startswith(p + "/") for p in OPENAI_PREFIXES)
+    )
 
 
 def openai_error_object(
