@@ -36,6 +36,7 @@ _UPLOAD_SCHEMA = {
             MULTIPART: {
                 "schema": {
                     "type": "object",
+                    "additionalProperties": False,
                     "required": ["file", "purpose"],
                     "properties": {
                         "file": {"type": "string", "format": "binary", "description": "The file."},

@@ -237,6 +237,22 @@ class VectorStoreRegistry:
                 ).all()
             )
 
+    def searchable(self, tenant: str, store_id: str) -> bool:
+        """Whether any file of the store has been ingested (its event applied): until one
+        has, the store has nothing to search (and the tenant may have no index yet)."""
+        with self._sessions() as session:
+            found = session.execute(
+                select(VectorStoreFile.id)
+                .join(
+                    AppliedIngestEvent,
+                    (AppliedIngestEvent.tenant == VectorStoreFile.tenant)
+                    & (AppliedIngestEvent.event_id == VectorStoreFile.event_id),
+                )
+                .where(VectorStoreFile.tenant == tenant, VectorStoreFile.store_id == store_id)
+                .limit(1)
+            ).first()
+            return found is not None
+
     def detach(self, tenant: str, store_id: str, file_id: str) -> str | None:
         """Remove the attachment; the document to delete (``None``: not attached)."""
         with self._sessions.begin() as session:

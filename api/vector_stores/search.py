@@ -128,6 +128,8 @@ async def search_store(
     ranker = ranker_of(body)
     queries = [body.query] if isinstance(body.query, str) else list(body.query)
     depth = min(offset + size + 1, MAX_RESULTS)
+    if not await asyncio.to_thread(registry.searchable, who.tenant, store_id):
+        return SearchPage(search_query=body.query, data=[])  # no file ingested yet
     best: dict[str, Scored] = {}
     for query in queries:
         hits = await searcher.search(who, query, top_k=depth, filters=filters, ranker=ranker)
