@@ -14,9 +14,10 @@ from typing import Any
 
 import openai
 import pytest
+from elasticsearch import Elasticsearch
 from openai import OpenAI
 
-from tests.integration.stack import Stack, make_stack
+from tests.integration.stack import Stack, get_json, make_stack, wait_for
 
 pytestmark = pytest.mark.integration
 TENANT = "vsa"
@@ -60,6 +61,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield s
     finally:
         s.close()
+
+
+def _chunks(s: Stack, doc_id: str) -> int:
+    """How many chunks of ``doc_id`` the index holds."""
+    alias = s.settings.elasticsearch.index_alias
+    es = Elasticsearch(s.settings.elasticsearch.url)
+    try:
+        es.indices.refresh(index=alias)
+        return int(es.count(index=alias, query={"term": {"doc_id": doc_id}})["count"])
+    finally:
+        es.close()
 
 
 def _client(s: Stack, tenant: str = TENANT) -> OpenAI:
@@ -239,6 +251,7 @@ def test_a_detached_file_is_gone_from_later_searches(stack: Stack, store: dict[s
     generator = store["files"]["generator.md"]
     query = "What is the serial number of the backup generator?"
     before = client.vector_stores.search(vector_store_id=store["id"], query=query)
+    assert _chunks(stack, f"{store['id']}/{generator}") > 0
     assert before.data[0].file_id == generator
     gone = client.vector_stores.files.delete(vector_store_id=store["id"], file_id=generator)
     assert gone.deleted and gone.id == generator
@@ -246,6 +259,10 @@ def test_a_detached_file_is_gone_from_later_searches(stack: Stack, store: dict[s
     assert generator not in {r.file_id for r in after.data}
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.files.retrieve(vector_store_id=store["id"], file_id=generator)
+    # ... and its document is deleted by the ingest pool: gone from BM25 and kNN
+    doc = f"{stack.apis[0].url}/v1/documents/{store['id']}/{generator}"
+    wait_for(lambda: get_json(doc, stack.keys[TENANT])[0] == 404, 60, what="document deleted")
+    assert _chunks(stack, f"{store['id']}/{generator}") == 0
     assert client.files.retrieve(generator).id == generator  # the file itself stays
     assert client.files.delete(generator).deleted
     with pytest.raises(openai.NotFoundError):
