@@ -57,9 +57,16 @@ ARCHITECTURES = {
 }
 
 #: sha256 of ``model.safetensors`` as converted here (bfloat16; transformers 5.19.0, gguf
-#: 0.19.0, torch 2.13.0 from the lock); a model missing here has its hash recorded, not checked.
+#: 0.19.0, torch 2.13.0 from the lock); the same bytes on two conversions and on two machines
+#: (docs/benchmarks/llm-servers.md). A model missing here has its hash recorded, not checked.
 CONVERTED_SHA256 = {
     "gemma3-270m": "d9df495ac8121f17441f73a45548b59cd75068fbd5e57ed0883c9e4a443fe908",
+    "qwen2.5-coder-0.5b-instruct": (
+        "df8f6054b92991e0e1c748f8e5c6dcd289f0798d8a5200745ec8c0ffc752a8df"
+    ),
+    "qwen2.5-coder-1.5b-instruct": (
+        "d343342ac37f7e3a0e3977da4b33d4b64b6a9d428c0cf3137979440602814ba9"
+    ),
 }
 
 #: Seconds pip may take for the whole lock (≈1 min with a warm pip cache, more when downloading).

@@ -110,8 +110,13 @@ class VllmService(Service):
 
     @property
     def marker(self) -> str:
-        """``vllm.entrypoints.openai.api_server --model <this checkout's folder>`` in argv."""
-        return f"{ENTRYPOINT} --model {model_dir(self.settings, self.vllm.model)}"
+        """``vllm.entrypoints.openai.api_server --model <this checkout's models/vllm/>`` in argv.
+
+        Any converted model of this checkout, not only ``settings.vllm.model``: a server started
+        with ``infra llm up --server vllm --model NAME`` is still found (and stopped) by a later
+        ``infra llm down --server vllm`` run with the default settings, whose PID file it shares.
+        """
+        return f"{ENTRYPOINT} --model {model_dir(self.settings, self.vllm.model).parent}/"
 
     def log_files(self) -> list[Path]:
         """The server's stdout/stderr."""

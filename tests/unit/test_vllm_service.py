@@ -82,7 +82,11 @@ def test_install_checks_refuse_a_missing_venv_or_model(tmp_path: Path) -> None:
     assert model_converted(settings, "gemma3-270m")
     service = VllmService(settings, home=tmp_path / "h")
     service.install()
-    assert service.marker == f"{ENTRYPOINT} --model {folder}"
+    assert service.marker == f"{ENTRYPOINT} --model {folder.parent}/"
+    # A server of another converted model is this service's too (`down` after `up --model`).
+    other = VllmService(_settings(tmp_path, model="qwen2.5-coder-0.5b-instruct"))
+    argv = [ENTRYPOINT, *server_args(other.vllm, str(model_dir(settings, other.vllm.model)))]
+    assert service.marker in " ".join(argv) and other.marker == service.marker
     assert service.ports == (8091,) and service.log_files() == [
         tmp_path / "h" / "logs" / "vllm.log"
     ]
