@@ -67,7 +67,7 @@ def _compound(f: CompoundFilter) -> list[Filter]:
 def _any_of(f: CompoundFilter) -> Filter:
     """An ``or`` of ``eq``/``in`` comparisons of one key: one term filter of all values."""
     keys: set[str] = set()
-    values: list[str | float | bool] = []
+    values: list[str | int | float | bool] = []
     for child in f.filters:
         if isinstance(child, CompoundFilter) or child.type not in ("eq", "in"):
             raise FilterError(
@@ -107,7 +107,7 @@ def _comparison(f: ComparisonFilter) -> Filter:
         raise FilterError(f"filters: {f.type!r} on {f.key!r}: {_reason(exc)}") from exc
 
 
-def _term(key: str, values: list[str | float | bool]) -> Filter:
+def _term(key: str, values: list[str | int | float | bool]) -> Filter:
     try:
         return TermFilter(field=f"metadata.{key}", values=tuple(values))
     except ValidationError as exc:

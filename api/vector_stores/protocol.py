@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from api.models import Body
 
@@ -18,8 +18,27 @@ from api.models import Body
 #: key, :data:`topics.metadata.KEY`).
 ATTRIBUTE_KEY = r"^[A-Za-z0-9_]{1,64}$"
 #: An attribute value: text (at most 512 characters), a number or a boolean, as OpenAI's.
-AttributeValue = Annotated[str, Field(max_length=512)] | bool | float
-Attributes = dict[Annotated[str, Field(pattern=ATTRIBUTE_KEY)], AttributeValue]
+AttributeValue = Annotated[str, Field(max_length=512)] | bool | int | float
+#: Attributes: at most 16 keys of :data:`ATTRIBUTE_KEY`, stated so (no other key is valid).
+Attributes = Annotated[
+    dict[Annotated[str, Field(pattern=ATTRIBUTE_KEY)], AttributeValue],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": 16,
+            "patternProperties": {
+                ATTRIBUTE_KEY: {
+                    "anyOf": [
+                        {"type": "string", "maxLength": 512},
+                        {"type": "boolean"},
+                        {"type": "number"},
+                    ]
+                }
+            },
+            "additionalProperties": False,
+        }
+    ),
+]
 #: A store's metadata: at most 16 pairs of text, as OpenAI's.
 StoreMetadata = dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]]
 #: The purposes a file may be uploaded for: files to search.
@@ -66,9 +85,11 @@ class ComparisonFilter(Body):
     value: (
         Annotated[str, Field(max_length=512)]
         | bool
+        | int
         | float
         | Annotated[
-            list[Annotated[str, Field(max_length=512)] | float], Field(min_length=1, max_length=100)
+            list[Annotated[str, Field(max_length=512)] | int | float],
+            Field(min_length=1, max_length=100),
         ]
     )
 
@@ -173,7 +194,7 @@ class VectorStoreFileObject(BaseModel):
     status: Literal["in_progress", "completed", "cancelled", "failed"]
     usage_bytes: int
     last_error: LastError | None = None
-    attributes: dict[str, str | bool | float] = Field(default_factory=dict)
+    attributes: dict[str, str | bool | int | float] = Field(default_factory=dict)
     chunking_strategy: dict[str, Any] = Field(default_factory=lambda: {"type": "auto"})
 
 
@@ -229,7 +250,7 @@ class SearchResult(BaseModel):
     file_id: str
     filename: str
     score: float
-    attributes: dict[str, str | bool | float] = Field(default_factory=dict)
+    attributes: dict[str, str | bool | int | float] = Field(default_factory=dict)
     content: list[TextContent]
 
 

@@ -98,7 +98,7 @@ async def attach(
     who: Principal,
     store_id: str,
     file: StoredFile,
-    attributes: dict[str, str | bool | float],
+    attributes: dict[str, str | bool | int | float],
 ) -> VectorStoreFileObject:
     """Ingest ``file`` as the store's document ``<store id>/<file id>`` (its attributes the
     document's metadata, its name the source) and record the attachment; ``in_progress``
