@@ -7,6 +7,8 @@ vLLM venv). It starts its own vLLM server on a free port (its PID file and log u
 temporary folder, so a server `infra llm up --server vllm` started is never touched), points
 only generation-small at it by settings (base URL, served model name, context window), and
 stops it at the end. vLLM needs ~1-3 min to start on 2 busy cores: the pools start meanwhile.
+Besides vLLM's own `/metrics`, the generation-small pool serves its Prometheus metrics on a free
+port, and its LLM request and token counters for the small tier must move.
 """
 
 from __future__ import annotations
@@ -46,14 +48,19 @@ def _why_not() -> str | None:
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=_why_not() or "")
 
 
-def _metric(text: str, name: str) -> float:
-    """Sum of a Prometheus metric's samples over its labels (0 when absent)."""
-    pattern = rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.e+-]+)$"
-    return sum(float(v) for v in re.findall(pattern, text, flags=re.MULTILINE))
+def _metric(text: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus metric's samples whose labels include ``labels`` (0 when absent)."""
+    pattern = rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? ([0-9.e+-]+)$"
+    wanted = {f'{k}="{v}"' for k, v in labels.items()}
+    return sum(
+        float(value)
+        for found, value in re.findall(pattern, text, flags=re.MULTILINE)
+        if wanted <= set(found.split(","))
+    )
 
 
 @pytest.fixture(scope="module")
-def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
+def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, str]]:
     tmp = tmp_path_factory.mktemp("vllm")
     base = Settings()
     vllm = base.vllm.model_copy(update={"port": free_port(), "model": MODEL})
@@ -68,6 +75,7 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
 
     starter = threading.Thread(target=start, daemon=True)
     starter.start()  # vLLM compiles for minutes; the pools start meanwhile
+    pool_metrics_port = free_port()  # generation-small serves its own /metrics here
     stack = make_stack(
         tmp,
         "vllm",
@@ -77,12 +85,15 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
         RAGSTREAM_GENERATION__SMALL__N_CTX_PER_SLOT=str(vllm.max_model_len),
         # The stream asks the sync question again: it must be generated again, not cached.
         RAGSTREAM_CACHE__ENABLED="false",
+        RAGSTREAM_POOLS__GENERATION_SMALL__METRICS_PORT=str(pool_metrics_port),
     )
     try:
         stack.start_pools(("ingest", "retrieval", "rerank", "generation-small", "delivery"))
         stack.wait_ready()
         stack.api()
-        stack.keys["acme"] = stack.key(stack.name + "-acme")
+        # No rate limit: Redis counts requests per key id (1 in every fresh store), so another
+        # stack's or the demo's key 1 on this machine would count against this test's.
+        stack.keys["acme"] = stack.key(stack.name + "-acme", rate_per_minute=0)
         url, key = stack.apis[0].url, stack.keys["acme"]
         for doc_id, text in DOCS.items():
             r = httpx.post(
@@ -105,16 +116,19 @@ def vllm_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack
         if isinstance(started[0], BaseException):
             raise started[0]
         assert started[0].healthy, started[0]
-        yield stack, vllm.base_url
+        yield stack, vllm.base_url, f"http://127.0.0.1:{pool_metrics_port}/metrics"
     finally:
         stack.close()
         starter.join(timeout=vllm.start_timeout_s)
         service.stop()
 
 
-def test_route_small_is_answered_by_vllm_and_streams_tokens(vllm_stack: tuple[Stack, str]) -> None:
-    stack, vllm_url = vllm_stack
+def test_route_small_is_answered_by_vllm_and_streams_tokens(
+    vllm_stack: tuple[Stack, str, str],
+) -> None:
+    stack, vllm_url, pool_metrics_url = vllm_stack
     before = httpx.get(f"{vllm_url}/metrics", timeout=10).text
+    pool_before = httpx.get(pool_metrics_url, timeout=10).text
     question = "Which TCP port does the server listen on by default?"
     with HttpClient(stack.apis[0].url, stack.keys["acme"], timeout_s=180) as c:
         result = c.query(question, route="small")
@@ -153,11 +167,25 @@ def test_route_small_is_answered_by_vllm_and_streams_tokens(vllm_stack: tuple[St
     assert "vllm:kv_cache_usage_perc" in after
     assert _metric(after, "vllm:prefix_cache_queries_total") > 0
 
+    # The generation pool's own metrics count both generations as the small tier's, with the
+    # tokens vLLM reported: the pool saw vLLM as just another OpenAI-compatible server.
+    pool_after = httpx.get(pool_metrics_url, timeout=10).text
+    ok = {"tier": "small", "outcome": "ok"}
+    requests = _metric(pool_after, "ragstream_llm_requests_total", **ok) - _metric(
+        pool_before, "ragstream_llm_requests_total", **ok
+    )
+    assert requests >= 2, (requests, pool_after)
+    completion = {"tier": "small", "kind": "completion"}
+    tokens = _metric(pool_after, "ragstream_llm_tokens_total", **completion) - _metric(
+        pool_before, "ragstream_llm_tokens_total", **completion
+    )
+    assert tokens > 0, (tokens, pool_after)
+
 
 def test_health_and_models_answer_like_the_gpu_probes_expect(
-    vllm_stack: tuple[Stack, str],
+    vllm_stack: tuple[Stack, str, str],
 ) -> None:
-    _, vllm_url = vllm_stack
+    _, vllm_url, _ = vllm_stack
     assert httpx.get(f"{vllm_url}/health", timeout=10).status_code == 200
     models = httpx.get(f"{vllm_url}/v1/models", timeout=10).json()
     assert [m["id"] for m in models["data"]] == [MODEL]
