@@ -5,6 +5,8 @@ Routes:
 - ``POST /v1/query``, ``GET /v1/queries/{id}`` (:mod:`api.routes.query`);
 - ``POST /v1/queries/{id}/feedback`` (:mod:`api.routes.feedback`);
 - ``POST /v1/chat/completions``, OpenAI-compatible (:mod:`api.routes.openai_compat`);
+- ``POST /v1/search``, the passages of a query without an answer (:mod:`api.routes.search`);
+- ``POST /v1/dify/retrieval``, Dify's External Knowledge API (:mod:`api.routes.dify`);
 - ``POST|GET|DELETE /v1/documents/...``, ``POST|GET /v1/ingest/jobs/...``
   (:mod:`api.routes.documents`);
 - ``/v1/webhooks...`` (:mod:`api.routes.webhooks`);
@@ -239,6 +241,7 @@ def create_app(settings: Settings) -> FastAPI:
 def _mount_routes(app: FastAPI) -> None:
     from api.routes import (
         chunks,
+        dify,
         documents,
         feedback,
         files,
@@ -246,6 +249,7 @@ def _mount_routes(app: FastAPI) -> None:
         ops,
         permissions,
         query,
+        search,
         vector_stores,
         webhooks,
     )
@@ -257,6 +261,8 @@ def _mount_routes(app: FastAPI) -> None:
     app.include_router(documents.router)
     app.include_router(webhooks.router)
     app.include_router(chunks.router)
+    app.include_router(search.router)
+    app.include_router(dify.router)
     app.include_router(ops.router)
     app.include_router(files.router)
     app.include_router(vector_stores.router)

@@ -13,8 +13,8 @@ Rankers (:data:`Ranker`):
 - ``hybrid``: the fused order; ``score`` is the RRF score
   ``sum_i w_i / (k + rank_i)`` (Cormack, Clarke and Buettcher 2009; ``k`` =
   ``retrieval.rrf_k``, 60 by default, weights ``retrieval.bm25_weight``/``knn_weight``), in
-  ``(0, (w_bm25 + w_knn) / (k + 1)]``: about 0.0328 at most with the defaults, comparable only
-  within one index's settings;
+  ``(0, (w_bm25 + w_knn) / (k + 1)]``: 1.8 / 61, about 0.0295, at most with the defaults
+  (weights 0.8 and 1.0), comparable only within one index's settings;
 - ``keyword``: BM25 alone, ``score`` Elasticsearch's BM25 score (unbounded, > 0);
 - ``vector``: kNN alone, ``score`` Elasticsearch's cosine score ``(1 + cos) / 2`` in [0, 1].
 """
@@ -40,14 +40,36 @@ Ranker = Literal["hybrid", "keyword", "vector"]
 MAX_RESULTS = 50
 
 
+#: Where a process keeps its one :class:`Searcher` (``Services.extras``).
+SEARCHER = "searcher"
+
+
+def shared_searcher(services: Services) -> Searcher:
+    """The process's one :class:`Searcher` (made on first use, in ``services.extras``): every
+    search surface of a process (``POST /v1/search``, Dify, MCP) shares its query embedder,
+    loaded once."""
+    found = services.extras.get(SEARCHER)
+    if found is None:  # setdefault: two first callers at once still share one
+        found = services.extras.setdefault(SEARCHER, Searcher(services))
+    return found  # type: ignore[no-any-return]
+
+
+def max_rrf_score(settings: Any) -> float:
+    """The highest hybrid score ``settings.retrieval`` can give: first in both lists,
+    ``(w_bm25 + w_knn) / (k + 1)`` (1.8 / 61, about 0.0295, with the defaults: ``k`` = 60,
+    weights 0.8 and 1.0). A hybrid score divided by it lies in ``(0, 1]``."""
+    r = settings.retrieval
+    return float((r.bm25_weight + r.knn_weight) / (r.rrf_k + 1)) or 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One passage of a search, best first.
 
     Attributes:
         n: 1-based rank.
-        candidate: the chunk with its provenance and scores (``bm25_rank``/``knn_rank``,
-            ``bm25_score``/``knn_score`` of each list it was in).
+        candidate: the chunk with its provenance, its document's ``metadata`` and scores
+            (``bm25_rank``/``knn_rank``, ``bm25_score``/``knn_score`` of each list it was in).
         score: the ranker's score (see the module docstring).
     """
 
@@ -148,7 +170,7 @@ class Searcher:
         if ranker == "hybrid":
             (found,) = retriever.search_batch([request], vectors)
             top = found[: request.top_k]
-            return [Hit(n, c, c.score) for n, c in enumerate(top, start=1)]
+            return self._with_metadata([Hit(n, c, c.score) for n, c in enumerate(top, start=1)])
         ((bm25, knn),) = retriever.search_pairs([request], vectors)
         keyword = ranker == "keyword"
         listed = hits(bm25) if keyword else hits(knn)
@@ -159,4 +181,40 @@ class Searcher:
         for n, c in enumerate(fused[: request.top_k], start=1):
             raw = c.bm25_score if keyword else c.knn_score
             out.append(Hit(n, c, float(raw if raw is not None else c.score)))
-        return out
+        return self._with_metadata(out)
+
+    def _with_metadata(self, found: list[Hit]) -> list[Hit]:
+        """``found`` with each chunk's document metadata, read by ONE ``_mget`` (the searches
+        leave ``metadata`` out of their hits: the retrieval pool's events stay small). Not
+        realtime: what the searches saw.
+
+        Raises:
+            TransientError, PermanentError: as the searches (``es_errors``).
+        """
+        from workers.retrieval.hybrid import es_errors
+
+        if not found:
+            return found
+        _, retriever = self._retriever()
+        index = (retriever.target and retriever.target()) or retriever.alias
+        ids = [hit.candidate.chunk_id for hit in found]
+        with es_errors("mget"):
+            resp = self.es().mget(
+                index=index, ids=ids, source_includes=["metadata"], realtime=False
+            )
+        metadata = {
+            d["_id"]: {
+                k: v
+                for k, v in ((d.get("_source") or {}).get("metadata") or {}).items()
+                if v is None or isinstance(v, str | int | float | bool)
+            }
+            for d in resp.body["docs"]
+            if d.get("found")
+        }
+        return [
+            Hit(h.n, h.candidate.model_copy(update={"metadata": metadata[h.candidate.chunk_id]}),
+                h.score)
+            if metadata.get(h.candidate.chunk_id)
+            else h
+            for h in found
+        ]  # fmt: skip

@@ -1,8 +1,10 @@
 """Python clients of ragstream: over HTTP, synchronous (:class:`HttpClient`) or asynchronous
 (:class:`AsyncHttpClient`, on ``httpx.AsyncClient``), or straight on Kafka (:class:`KafkaClient`).
 Queries return typed :class:`~api.models.QueryResult` objects; the HTTP clients also upsert and
-delete documents, submit and follow bulk ingest jobs and register webhooks, each returning the
-API's typed model (``DocumentAccepted``, ``JobOut``, ``EndpointCreated``, ...).
+delete documents, submit and follow bulk ingest jobs, register webhooks and search (passages
+without an answer, ``search``), each returning the API's typed model (``DocumentAccepted``,
+``JobOut``, ``EndpointCreated``, ``SearchResults``, ...). Retrievers for LangChain and LlamaIndex
+on ``search``: :mod:`entry.langchain_retriever`, :mod:`entry.llama_index_retriever`.
 
 HTTP::
 
@@ -47,6 +49,7 @@ from api.feedback_models import FeedbackOut
 from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
 from api.pages import MAX_LIMIT, DocumentPage
 from api.replies import Reply, ReplyRouter, Waiter
+from api.search_models import RankerName, SearchResults
 from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
 from ragstream.db.models import FINAL_JOB_STATUSES
 from ragstream.errors import RagstreamError
@@ -143,6 +146,25 @@ class Calls:
     def get_query(request_id: str) -> Call[QueryResult]:
         """``GET /v1/queries/{id}``."""
         return Call("GET", f"/v1/queries/{quote(request_id, safe='')}", None, _query_result)
+
+    @staticmethod
+    def search(
+        query: str,
+        *,
+        top_k: int = 10,
+        ranker: RankerName = "hybrid",
+        filters: Sequence[Mapping[str, Any]] | None = None,
+        score_threshold: float | None = None,
+        history: Sequence[str | Mapping[str, str]] | None = None,
+    ) -> Call[SearchResults]:
+        """``POST /v1/search``: the passages of ``query``, no answer (``None`` values left out)."""
+        body = {"query": query, "top_k": top_k, "ranker": ranker}
+        body |= _params(
+            filters=list(filters) if filters else None,
+            score_threshold=score_threshold,
+            history=list(history) if history else None,
+        )
+        return Call("POST", "/v1/search", body, SearchResults.model_validate)
 
     @staticmethod
     def feedback(
@@ -298,6 +320,26 @@ class HttpClient:
     ) -> QueryResult:
         """Ask without waiting (``mode="async"``): a ``pending`` result with ``request_id``."""
         return self._do(Calls.query(query, route=route, mode="async", callback_url=callback_url))
+
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        ranker: RankerName = "hybrid",
+        filters: Sequence[Mapping[str, Any]] | None = None,
+        score_threshold: float | None = None,
+        history: Sequence[str | Mapping[str, str]] | None = None,
+    ) -> SearchResults:
+        """The ``top_k`` passages of ``query`` (``POST /v1/search``), best first, no answer:
+        ``ranker`` ``hybrid`` (RRF score), ``keyword`` (BM25) or ``vector`` (cosine);
+        ``filters`` as ``POST /v1/query`` takes them; ``score_threshold`` in the ranker's score."""
+        return self._do(
+            Calls.search(
+                query, top_k=top_k, ranker=ranker, filters=filters,
+                score_threshold=score_threshold, history=history,
+            )
+        )  # fmt: skip
 
     def get(self, request_id: str) -> QueryResult:
         """The current state of a query."""
@@ -506,6 +548,26 @@ class AsyncHttpClient:
             Calls.query(
                 query, top_n=top_n, top_k=top_k, route=route, timeout_s=timeout_s,
                 callback_url=callback_url, history=list(history) if history else None,
+            )
+        )  # fmt: skip
+
+    async def search(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        ranker: RankerName = "hybrid",
+        filters: Sequence[Mapping[str, Any]] | None = None,
+        score_threshold: float | None = None,
+        history: Sequence[str | Mapping[str, str]] | None = None,
+    ) -> SearchResults:
+        """The ``top_k`` passages of ``query`` (``POST /v1/search``), best first, no answer:
+        ``ranker`` ``hybrid`` (RRF score), ``keyword`` (BM25) or ``vector`` (cosine);
+        ``filters`` as ``POST /v1/query`` takes them; ``score_threshold`` in the ranker's score."""
+        return await self._do(
+            Calls.search(
+                query, top_k=top_k, ranker=ranker, filters=filters,
+                score_threshold=score_threshold, history=history,
             )
         )  # fmt: skip
 

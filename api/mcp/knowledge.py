@@ -27,7 +27,7 @@ from api.deps import Services
 from api.errors import ApiError
 from api.pages import decode_cursor, encode_cursor
 from api.querying import QueryService
-from api.searching import Searcher
+from api.searching import shared_searcher
 from ingest.registry import DocumentRegistry
 from ragstream.db.acl import from_column
 from ragstream.db.models import Document
@@ -53,7 +53,7 @@ class KnowledgeBase:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.settings = services.settings
-        self.searcher = Searcher(services)
+        self.searcher = shared_searcher(services)
 
     @property
     def queries(self) -> QueryService:
