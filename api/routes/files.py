@@ -1,5 +1,6 @@
 """OpenAI's Files API for search: ``POST /v1/files`` (a ``multipart/form-data`` upload with
-``purpose`` ``assistants`` or ``user_data``), ``GET /v1/files/{file_id}`` and
+``purpose`` ``assistants`` or ``user_data``), ``GET /v1/files`` (a ``list``: ``purpose``,
+``limit`` (at most 100 served), ``order``, ``after``), ``GET /v1/files/{file_id}`` and
 ``DELETE /v1/files/{file_id}``.
 
 An uploaded file is sniffed and parsed once, as ``POST /v1/documents`` uploads are (a format no
@@ -13,15 +14,17 @@ docs/vector-stores.md.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from functools import partial
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.auth import Principal
 from api.deps import principal, services
 from api.errors import ApiError, OpenAIErrorEnvelope
 from api.uploads import MULTIPART, check_document, file_name, media_type, read_form
-from api.vector_stores.protocol import ID_MAX, Deleted, FileObject, FileUpload
+from api.vector_stores.protocol import ID_MAX, Deleted, FileList, FileObject, FileUpload, Purpose
+from api.vector_stores.registry import Page
 from api.vector_stores.serving import file_object, registry, remove_documents
 
 router = APIRouter(tags=["vector stores"])
@@ -77,6 +80,32 @@ async def create_file(request: Request, who: Principal = Depends(principal)) -> 
         path=str(path),
     )
     return file_object(row)
+
+
+@router.get("/v1/files", response_model=FileList, responses=ERRORS)
+async def list_files(
+    request: Request,
+    *,
+    who: Principal = Depends(principal),
+    purpose: Purpose | None = Query(default=None, description="Only files of this purpose."),
+    limit: int = Query(default=20, ge=1, le=10_000, description="Files per page."),
+    order: Literal["asc", "desc"] = Query(default="desc", description="By upload time."),
+    after: str | None = Query(default=None, max_length=ID_MAX, description="A `last_id`."),
+) -> FileList:
+    """The tenant's files, a page at a time."""
+    page: Page = await asyncio.to_thread(
+        partial(
+            registry(request).files, who.tenant, purpose=purpose, limit=min(limit, 100),
+            order=order, after=after, before=None,
+        )
+    )  # fmt: skip
+    data = [file_object(r) for r in page.rows]
+    return FileList(
+        data=data,
+        first_id=data[0].id if data else None,
+        last_id=data[-1].id if data else None,
+        has_more=page.has_more,
+    )
 
 
 @router.get("/v1/files/{file_id}", response_model=FileObject, responses=ERRORS)

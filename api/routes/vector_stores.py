@@ -2,13 +2,15 @@
 
 - ``POST /v1/vector_stores`` (``name``, ``metadata``, ``file_ids`` attached at once),
   ``GET /v1/vector_stores`` (a ``list``: ``limit``, ``order``, ``after``, ``before``),
-  ``GET``/``DELETE /v1/vector_stores/{id}`` (a deleted store's documents are deleted);
+  ``GET``/``POST``/``DELETE /v1/vector_stores/{id}`` (read, rename or re-describe, delete: a
+  deleted store's documents are deleted);
 - ``POST /v1/vector_stores/{id}/files`` attaches an uploaded file: it is ingested as the
   document ``<store id>/<file id>`` through ``rag.ingest`` (the path of ``POST /v1/documents``
   uploads), its ``attributes`` the document's metadata; ``in_progress`` until the ingest pool
   applied it, then ``completed`` or ``failed`` with ``last_error``;
-  ``GET .../files/{file_id}``, ``GET .../files``, ``DELETE .../files/{file_id}`` (the document
-  is deleted, and the file leaves the store's search results at once);
+  ``GET .../files/{file_id}``, ``GET .../files``, ``POST .../files/{file_id}`` (new attributes:
+  the document is ingested again), ``DELETE .../files/{file_id}`` (the document is deleted, and
+  the file leaves the store's search results at once);
 - ``POST /v1/vector_stores/{id}/search`` (:mod:`api.vector_stores.search`).
 
 A store is a tenant's: another tenant's id is a 404. Errors have OpenAI's shape.
@@ -33,8 +35,10 @@ from api.vector_stores.protocol import (
     VectorStoreFileCreate,
     VectorStoreFileList,
     VectorStoreFileObject,
+    VectorStoreFileUpdate,
     VectorStoreList,
     VectorStoreObject,
+    VectorStoreUpdate,
 )
 from api.vector_stores.registry import FileState, Page
 from api.vector_stores.search import search_store
@@ -124,6 +128,24 @@ async def retrieve_vector_store(
     return await describe_store(request, who.tenant, row)
 
 
+@router.post(
+    "/v1/vector_stores/{vector_store_id}", response_model=VectorStoreObject, responses=ERRORS
+)
+async def update_vector_store(
+    body: VectorStoreUpdate,
+    request: Request,
+    vector_store_id: str = STORE_ID,
+    who: Principal = Depends(principal),
+) -> VectorStoreObject:
+    """Rename a store or replace its metadata."""
+    row = await asyncio.to_thread(
+        registry(request).update_store, who.tenant, vector_store_id, body.name, body.metadata
+    )
+    if row is None:
+        raise ApiError(404, "not_found", f"no vector store {vector_store_id!r}")
+    return await describe_store(request, who.tenant, row)
+
+
 @router.delete("/v1/vector_stores/{vector_store_id}", response_model=Deleted, responses=ERRORS)
 async def delete_vector_store(
     request: Request, vector_store_id: str = STORE_ID, who: Principal = Depends(principal)
@@ -208,6 +230,28 @@ async def retrieve_vector_store_file(
         raise ApiError(404, "not_found", f"no file {file_id!r} in vector store {vector_store_id!r}")
     states: dict[str, FileState] = await asyncio.to_thread(reg.states, who.tenant, [row])
     return store_file_object(row, states[file_id])
+
+
+@router.post(
+    "/v1/vector_stores/{vector_store_id}/files/{file_id}", response_model=VectorStoreFileObject,
+    responses=ERRORS,
+)  # fmt: skip
+async def update_vector_store_file(
+    body: VectorStoreFileUpdate,
+    request: Request,
+    vector_store_id: str = STORE_ID,
+    file_id: str = FILE_ID,
+    who: Principal = Depends(principal),
+) -> VectorStoreFileObject:
+    """Replace an attached file's attributes: its document is ingested again with them
+    (``in_progress`` until the ingest pool applied it)."""
+    await _store(request, who, vector_store_id)
+    reg = registry(request)
+    row = await asyncio.to_thread(reg.attachment, who.tenant, vector_store_id, file_id)
+    found = await asyncio.to_thread(reg.file, who.tenant, file_id)
+    if row is None or found is None:
+        raise ApiError(404, "not_found", f"no file {file_id!r} in vector store {vector_store_id!r}")
+    return await attach(request, who, vector_store_id, found, dict(body.attributes or {}))
 
 
 @router.delete(

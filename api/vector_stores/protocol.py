@@ -64,6 +64,20 @@ class VectorStoreCreate(Body):
     chunking_strategy: AutoChunking | None = None
 
 
+class VectorStoreUpdate(Body):
+    """``POST /v1/vector_stores/{id}``: a new name and/or metadata (absent or null: kept)."""
+
+    name: str | None = Field(default=None, max_length=256, pattern=r"^[^\x00]*$")
+    metadata: StoreMetadata | None = Field(default=None, max_length=16)
+
+
+class VectorStoreFileUpdate(Body):
+    """``POST /v1/vector_stores/{id}/files/{file_id}``: the file's new attributes (its
+    document is ingested again with them as its metadata)."""
+
+    attributes: Attributes | None = Field(default=None, max_length=16)
+
+
 class VectorStoreFileCreate(Body):
     """``POST /v1/vector_stores/{id}/files``: attach an uploaded file."""
 

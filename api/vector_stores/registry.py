@@ -95,6 +95,26 @@ class VectorStoreRegistry:
                 )
             ).one_or_none()
 
+    def files(
+        self,
+        tenant: str,
+        *,
+        purpose: str | None,
+        limit: int,
+        order: Order,
+        after: str | None,
+        before: str | None,
+    ) -> Page:
+        """A page of the tenant's files by upload (``after``/``before``: a file id)."""
+        with self._sessions() as session:
+            where = [StoredFile.tenant == tenant, ~StoredFile.deleted]
+            if purpose is not None:
+                where.append(StoredFile.purpose == purpose)
+            return _page(
+                session, StoredFile, id_column=StoredFile.id, where=where, limit=limit,
+                order=order, after=after, before=before,
+            )  # fmt: skip
+
     def delete_file(self, tenant: str, file_id: str) -> list[str] | None:
         """Mark the file deleted and detach it from every store; the documents to delete
         (``None``: no such file)."""
@@ -142,6 +162,27 @@ class VectorStoreRegistry:
                 session, VectorStore, id_column=VectorStore.id, where=where, limit=limit,
                 order=order, after=after, before=before,
             )  # fmt: skip
+
+    def update_store(
+        self, tenant: str, store_id: str, name: str | None, metadata: dict[str, str] | None
+    ) -> VectorStore | None:
+        """Rename the store and/or replace its metadata (``None``: keep); the row, or ``None``
+        for no such store."""
+        with self._sessions.begin() as session:
+            row = session.scalars(
+                select(VectorStore).where(
+                    VectorStore.id == store_id, VectorStore.tenant == tenant, ~VectorStore.deleted
+                )
+            ).one_or_none()
+            if row is None:
+                return None
+            if name is not None:
+                row.name = name
+            if metadata is not None:
+                row.metadata_ = dict(metadata)
+            session.flush()
+            session.expunge(row)
+            return row
 
     def delete_store(self, tenant: str, store_id: str) -> list[str] | None:
         """Mark the store deleted and detach its files; the documents to delete (``None``: no

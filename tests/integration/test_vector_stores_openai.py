@@ -245,6 +245,30 @@ def test_another_tenant_sees_no_store(stack: Stack, store: dict[str, Any]) -> No
         other.files.retrieve(store["files"]["pump.md"])
 
 
+def test_a_store_and_a_files_attributes_are_updated(stack: Stack, store: dict[str, Any]) -> None:
+    client = _client(stack)
+    renamed = client.vector_stores.update(store["id"], name="plant", metadata={"site": "south"})
+    assert renamed.name == "plant" and renamed.metadata == {"site": "south"}
+    cafeteria = store["files"]["cafeteria.md"]
+    attributes = {**DOCS["cafeteria.md"][1], "floor": 2}
+    updated = client.vector_stores.files.update(
+        file_id=cafeteria, vector_store_id=store["id"], attributes=attributes
+    )
+    assert updated.attributes == attributes
+    done = client.vector_stores.files.poll(
+        cafeteria, vector_store_id=store["id"], poll_interval_ms=250
+    )
+    assert done.status == "completed"
+    page = client.vector_stores.search(
+        vector_store_id=store["id"], query="lunch",
+        filters={"type": "gte", "key": "floor", "value": 2},
+    )  # fmt: skip
+    assert [r.file_id for r in page.data] == [cafeteria] * len(page.data) and page.data
+    assert page.data[0].attributes == attributes
+    listed = {f.id for f in client.files.list(purpose="assistants")}
+    assert set(store["files"].values()) <= listed
+
+
 def test_a_detached_file_is_gone_from_later_searches(stack: Stack, store: dict[str, Any]) -> None:
     # Last in this module: it changes the store.
     client = _client(stack)
