@@ -138,6 +138,21 @@ TurnKey = tuple[tuple[str, ...], str]
 RetrievalMemo = dict[tuple[Any, ...], tuple[Any, ...]]
 
 
+#: The fields of a request that differ between two runs asking the same (fresh ids, the time).
+_PER_RUN_FIELDS = frozenset({"deadline", "event_id", "created_at", "request_id"})
+
+
+def memo_key(alias: str, modes: Sequence[str], requests: Sequence[QueryRequest]) -> tuple[Any, ...]:
+    """The :data:`RetrievalMemo` key of retrieving ``requests`` in ``modes`` from ``alias``:
+    what they ask, not the ids and times each run gives them afresh (with those in it, no run
+    found the one before)."""
+    return (
+        alias,
+        tuple(modes),
+        tuple(r.model_dump_json(exclude=set(_PER_RUN_FIELDS)) for r in requests),
+    )
+
+
 def earlier_answers(
     settings: Settings,
     qs: Sequence[EvalQuestion],
@@ -289,7 +304,7 @@ def run_evaluation(
         )
         for q in every
     ]
-    key = (alias, tuple(to_run), tuple(r.model_dump_json(exclude={"deadline"}) for r in requests))
+    key = memo_key(alias, to_run, requests)
     if memo is not None and key in memo:
         vectors, run, definitions = memo[key]
     else:

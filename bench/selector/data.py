@@ -153,6 +153,7 @@ class SetRunner:
             conversation,
             default_mode,
             earlier_answers,
+            memo_key,
             run_evaluation,
             served_passages,
         )
@@ -178,7 +179,7 @@ class SetRunner:
         ]
         alias = self.options.index_alias or settings.elasticsearch.index_alias
         default = default_mode(settings)
-        key = (alias, (default,), tuple(r.model_dump_json(exclude={"deadline"}) for r in requests))
+        key = memo_key(alias, (default,), requests)
         if key not in memo:
             raise RuntimeError("the evaluation's retrieval memo has no entry for these requests")
         _, run, definitions = memo[key]
