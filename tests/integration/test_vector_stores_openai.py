@@ -235,6 +235,27 @@ def test_search_mode_keyword_and_vector_rank_alone(stack: Stack, store: dict[str
         assert page.data[0].file_id == store["files"]["pump.md"], mode
 
 
+def test_a_file_the_ingest_pool_cannot_read_fails_with_its_reason(
+    stack: Stack, store: dict[str, Any]
+) -> None:
+    client = _client(stack)
+    text = "# Boiler\n\nThe boiler's relief valve opens at 3 bar."
+    uploaded = client.files.create(file=("boiler.md", text.encode()), purpose="assistants")
+    root = stack.settings.ingest.upload_root
+    for stored in (root / TENANT / "_uploads" / "documents").iterdir():
+        if stored.read_bytes() == text.encode():
+            stored.unlink()  # lost after the upload: the pool cannot read it
+    vs = client.vector_stores.create(name="broken")
+    attached = client.vector_stores.files.create_and_poll(
+        vector_store_id=vs.id, file_id=uploaded.id, poll_interval_ms=250
+    )
+    assert attached.status == "failed" and attached.last_error is not None, attached
+    assert "ingest failed" in attached.last_error.message, attached.last_error
+    counted = client.vector_stores.retrieve(vs.id)
+    assert counted.file_counts.failed == 1 and counted.status == "completed"
+    assert client.vector_stores.search(vector_store_id=vs.id, query="boiler").data == []
+
+
 def test_another_tenant_sees_no_store(stack: Stack, store: dict[str, Any]) -> None:
     other = _client(stack, OTHER)
     with pytest.raises(openai.NotFoundError):

@@ -4,7 +4,9 @@ Upserts carry inline text or a source path under an allowed root; deletes carry 
 becomes an op through :func:`ingest.ops.op_from_request`, as a bulk job's items do in the
 Celery task (an upload checked by the API comes with the API's parse, not parsed again). A
 request that cannot be served (path outside the roots, unparsable file) becomes a ``failed``
-result with the reason: it is answered, not dead-lettered. Elasticsearch being unreachable is
+result with the reason: it is answered, not dead-lettered, and an upsert's failure is recorded
+in the document registry as a parse failure is (``GET /v1/documents/{id}`` and a vector
+store's file status say why). Elasticsearch being unreachable is
 transient: the batch is retried and not committed.
 """
 
@@ -49,6 +51,7 @@ def ingest_handler(
         out: list[Outcome] = []
         ops: list[IngestOp] = []
         served: list[IngestRequest] = []
+        refused: list[tuple[str, str, str]] = []
         for e in events:
             try:
                 ops.append(op_from_request(e, settings))
@@ -56,6 +59,9 @@ def ingest_handler(
             except SourceRejectedError as exc:
                 failed = IngestOutcome(e.tenant, e.doc_id, "failed", error=str(exc))
                 out.append(Emit(INGEST_RESULTS, result_event(e, failed)))
+                if e.op == "upsert":
+                    refused.append((e.tenant, e.doc_id, f"ingest failed: {exc}"))
+        pipeline.registry.record_failures(refused)
         for e, outcomes in zip(served, pipeline.apply(ops), strict=True):
             out.extend(Emit(INGEST_RESULTS, result_event(e, o)) for o in outcomes)
         return out
