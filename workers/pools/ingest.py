@@ -51,19 +51,20 @@ def ingest_handler(
         out: list[Outcome] = []
         ops: list[IngestOp] = []
         served: list[IngestRequest] = []
-        refused: list[tuple[str, str, str]] = []
+        refused: dict[tuple[str, str], str] = {}  # the last change of a document, if refused
         for e in events:
             try:
                 ops.append(op_from_request(e, settings))
                 served.append(e)
+                refused.pop((e.tenant, e.doc_id), None)  # a later change supersedes it
             except SourceRejectedError as exc:
                 failed = IngestOutcome(e.tenant, e.doc_id, "failed", error=str(exc))
                 out.append(Emit(INGEST_RESULTS, result_event(e, failed)))
                 if e.op == "upsert":
-                    refused.append((e.tenant, e.doc_id, f"ingest failed: {exc}"))
-        pipeline.registry.record_failures(refused)
+                    refused[(e.tenant, e.doc_id)] = f"ingest failed: {exc}"
         for e, outcomes in zip(served, pipeline.apply(ops), strict=True):
             out.extend(Emit(INGEST_RESULTS, result_event(e, o)) for o in outcomes)
+        pipeline.registry.record_failures([(t, d, why) for (t, d), why in refused.items()])
         return out
 
     return pool_handler(
