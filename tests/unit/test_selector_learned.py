@@ -160,3 +160,22 @@ def test_learned_weights_load_as_one_settings_object(tmp_path: Path) -> None:
 
 def test_the_selector_trains_only_on_judged_sets() -> None:
     check_trainable(list(SETS), load_registry())
+
+
+def test_the_retrieval_memo_key_is_what_is_asked_not_the_run_ids() -> None:
+    # Each run builds its requests afresh (new event and request ids, a new time): the memo of
+    # `ragstream ablate` and `ragstream selector` must still find the run before.
+    import datetime as dt
+
+    from bench.evaluation.run import memo_key
+    from topics.queries import QueryRequest
+
+    def request(query: str) -> QueryRequest:
+        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        return QueryRequest(tenant="default", query=query, deadline=deadline, top_n=50, top_k=10)
+
+    first = memo_key("chunks", ["hybrid+none"], [request("What is a checkpoint?")])
+    again = memo_key("chunks", ["hybrid+none"], [request("What is a checkpoint?")])
+    other = memo_key("chunks", ["hybrid+none"], [request("What is a savepoint?")])
+    assert first == again
+    assert first != other
