@@ -178,10 +178,9 @@ def build_request(
 def conversation_of(history: Sequence[str | HistoryTurn]) -> tuple[Turn, ...]:
     """The ``conversation`` of a query event from a body's ``history`` (a string is a question
     whose answer the client did not keep); blank questions are left out."""
-    turns = (h if isinstance(h, HistoryTurn) else HistoryTurn(question=h) for h in history)
-    return tuple(
-        Turn(question=t.question.strip(), answer=t.answer) for t in turns if t.question.strip()
-    )
+    # A string is a question alone (not a HistoryTurn: a blank one is left out, not refused).
+    turns = ((h.question, h.answer) if isinstance(h, HistoryTurn) else (h, "") for h in history)
+    return tuple(Turn(question=q.strip(), answer=a) for q, a in turns if q.strip())
 
 
 def resume_position(request_id: str | None, last_event_id: str) -> tuple[str, Position]:

@@ -139,6 +139,9 @@ class Searcher:
             history: earlier turns of a conversation: a follow-up is made standalone as
                 ``POST /v1/query`` makes it.
 
+        Returns:
+            The hits, best first; none before the first document is indexed (no index yet).
+
         Raises:
             ApiError: 422 for a blank or too long query, a ``top_k`` out of range or a filter
                 the index refuses; 503 when Elasticsearch is unreachable.
@@ -159,7 +162,20 @@ class Searcher:
         except TransientError as exc:
             raise ApiError(503, "UNAVAILABLE", f"search failed: {exc}") from exc
         except PermanentError as exc:
+            if not await asyncio.to_thread(self._index_exists):
+                return []  # no document indexed yet: nothing found, as the retrieval pool says
             raise ApiError(422, "INVALID_REQUEST", f"search refused: {exc}") from exc
+
+    def _index_exists(self) -> bool:
+        """Whether the chunk index (its alias) exists; ``True`` when Elasticsearch cannot say
+        (the refusal then stands)."""
+        from elasticsearch import ApiError as EsApiError
+        from elasticsearch import TransportError
+
+        try:
+            return bool(self.es().indices.exists(index=self.settings.elasticsearch.index_alias))
+        except (EsApiError, TransportError):
+            return True
 
     def _search(self, request: Any, ranker: Ranker) -> list[Hit]:
         from workers.conversation import question_of

@@ -121,6 +121,20 @@ def test_filters_threshold_readers_and_tenants(stack: Stack) -> None:
     assert search(stack, "rsk_unknown", query="x").status_code == 401
 
 
+def test_no_index_yet_finds_nothing(stack: Stack) -> None:
+    """Before the first document is indexed there is no index: nothing found, not a 422."""
+    es = stack.settings.elasticsearch.model_copy(update={"index_alias": stack.name + "-none"})
+    server = stack.api(stack.settings.model_copy(update={"elasticsearch": es}))
+    for ranker in ("hybrid", "keyword", "vector"):
+        r = httpx.post(
+            f"{server.url}/v1/search",
+            json={"query": "VACUUM", "ranker": ranker},
+            headers={"Authorization": f"Bearer {stack.keys['acme']}"},
+            timeout=60,
+        )
+        assert r.status_code == 200 and r.json()["data"] == [], r.text
+
+
 def test_search_and_mcp_share_one_searcher(stack: Stack) -> None:
     services = stack.apis[0].app.state.services
     searcher = services.extras[SEARCHER]

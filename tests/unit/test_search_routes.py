@@ -288,3 +288,12 @@ def test_what_has_no_filter_is_refused_not_ignored(condition: MetadataCondition)
     with pytest.raises(ApiError) as caught:
         filters_of(condition)
     assert caught.value.status == 422
+
+
+def test_blank_history_strings_are_left_out_not_a_server_error() -> None:
+    """Schemathesis found it on ``POST /v1/search``: a history of blank strings was a 500."""
+    from api.asking import conversation_of
+    from api.models import HistoryTurn
+
+    turns = conversation_of(["", "  ", "What is VACUUM?", HistoryTurn(question="x", answer="y")])
+    assert [(t.question, t.answer) for t in turns] == [("What is VACUUM?", ""), ("x", "y")]
