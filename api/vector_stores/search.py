@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 from api.auth import Principal
 from api.errors import OpenAIError
-from api.searching import MAX_RESULTS, Hit, Ranker, Searcher
+from api.searching import MAX_RESULTS, Hit, Ranker, Searcher, max_rrf_score
 from api.vector_stores.filters import FilterError, to_filters
 from api.vector_stores.protocol import SearchBody, SearchPage, SearchResult, TextContent
 from api.vector_stores.registry import VectorStoreRegistry, file_id_of
-from ragstream.settings import RetrievalSettings
+from ragstream.settings import Settings
 from topics.queries import Filter, RangeFilter
 
 
@@ -59,12 +59,12 @@ def store_filter(store_id: str) -> Filter:
     return RangeFilter(field="doc_id", gte=f"{store_id}/", lte=f"{store_id}/~")
 
 
-def scale(hit: Hit, ranker: Ranker, settings: RetrievalSettings) -> float:
-    """``hit``'s score as the page gives it (see the module docstring)."""
+def scale(hit: Hit, ranker: Ranker, settings: Settings) -> float:
+    """``hit``'s score as the page gives it (see the module docstring): a hybrid score over
+    its maximum (:func:`api.searching.max_rrf_score`), the others as they are."""
     if ranker != "hybrid":
         return hit.score
-    best = (settings.bm25_weight + settings.knn_weight) / (settings.rrf_k + 1)
-    return min(1.0, hit.score / best) if best > 0 else hit.score
+    return min(1.0, hit.score / max_rrf_score(settings))
 
 
 def fingerprint(store_id: str, body: SearchBody) -> str:
@@ -134,7 +134,7 @@ async def search_store(
     for query in queries:
         hits = await searcher.search(who, query, top_k=depth, filters=filters, ranker=ranker)
         for hit in hits:
-            score = scale(hit, ranker, searcher.settings.retrieval)
+            score = scale(hit, ranker, searcher.settings)
             known = best.get(hit.candidate.chunk_id)
             if known is None or score > known.score:
                 best[hit.candidate.chunk_id] = Scored(hit, score)

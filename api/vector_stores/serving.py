@@ -12,7 +12,7 @@ from fastapi import Request
 from api.auth import Principal
 from api.deps import services
 from api.ingesting import produce_ingest
-from api.searching import Searcher
+from api.searching import Searcher, shared_searcher
 from api.vector_stores.protocol import (
     FileCounts,
     FileObject,
@@ -32,12 +32,8 @@ def registry(request: Request) -> VectorStoreRegistry:
 
 
 def searcher(request: Request) -> Searcher:
-    """The process's :class:`~api.searching.Searcher` (made on first use, then shared)."""
-    svc = services(request)
-    found = svc.extras.get("searcher")
-    if not isinstance(found, Searcher):
-        found = svc.extras["searcher"] = Searcher(svc)
-    return found
+    """The process's one :class:`~api.searching.Searcher` (shared with every search surface)."""
+    return shared_searcher(services(request))
 
 
 def _seconds(row: StoredFile | VectorStore | VectorStoreFile) -> int:
