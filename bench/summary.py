@@ -290,14 +290,47 @@ def _flat(prefix: str, values: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+#: Per LLM server, the evaluation of the small tier served by it: ``ragstream eval
+#: ../shared/eval/questions.jsonl --modes hybrid+none --tiers small --aggregate-only --out
+#: DIR/<folder>`` with ``generation.small`` pointed at that server (docs/benchmarks/llm-servers.md).
+QUALITY_DIRS = {"llamacpp": "eval-small-llamacpp", "vllm": "eval-small-vllm"}
+
+
+def quality_numbers(data: dict[str, Any]) -> dict[str, Any]:
+    """From an ``eval.json`` whose first answer configuration is the ``small`` tier: questions
+    ``n`` and ``correct``, ``answer_accuracy`` (``correct / n``), ``crag_score`` (accurate rate
+    minus hallucination rate, in ``[-1, 1]``; ``None`` in a report without it) and
+    ``answer_latency_p50_ms`` (ms per answer, the in-process evaluation's).
+
+    Raises:
+        KeyError: the report has no ``answers.tiers.small.overall``.
+    """
+    overall = data["answers"]["tiers"]["small"]["overall"]
+    return {
+        "n": overall["n"],
+        "correct": overall["correct"],
+        "answer_accuracy": overall["answer_accuracy"],
+        "crag_score": overall.get("crag_score"),
+        "answer_latency_p50_ms": overall["latency_p50_ms"],
+    }
+
+
 def generation_numbers(directory: Path, notes: list[str]) -> dict[str, Any]:
     """From ``llm_servers.json`` of ``make bench-llm`` (:mod:`bench.llm_servers`): per server
     (``llamacpp``, ``vllm``) and concurrency ``c<N>`` (``_nocache``: prefix caching off), TTFT
-    p50/p99 (ms), completion tokens/s, requests/s and RSS (MB), from one run; ``{}`` without it."""
+    p50/p99 (ms), completion tokens/s, requests/s and RSS (MB), from one run; ``{}`` without it.
+    Where :data:`QUALITY_DIRS` holds a server's evaluation, its answer quality on the shared set
+    as ``<server>.quality`` (:func:`quality_numbers`)."""
     from bench.llm_servers import summary_numbers
 
     data = _load(directory, "llm_servers.json", notes)
-    return {} if data is None else summary_numbers(data)
+    out = {} if data is None else summary_numbers(data)
+    for server, folder in QUALITY_DIRS.items():
+        path = directory / folder / "eval.json"
+        if path.exists():
+            report = json.loads(path.read_text(encoding="utf-8"))
+            out.setdefault(server, {})["quality"] = quality_numbers(report)
+    return out
 
 
 def build_summary(directory: Path) -> dict[str, Any]:

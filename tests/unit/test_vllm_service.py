@@ -115,6 +115,21 @@ def test_bench_rows_become_summary_keys_and_a_table() -> None:
     assert "| vllm | on | 1 | 100 | 200 | 50.0 | 0.50 | 700 | - |" in table(data)
 
 
+def test_each_servers_small_tier_evaluation_becomes_its_quality_keys(tmp_path: Path) -> None:
+    from bench.summary import QUALITY_DIRS, generation_numbers
+
+    (tmp_path / "llm_servers.json").write_text(json.dumps({"rows": [_row("vllm", 1)]}))
+    overall = {"n": 30, "correct": 4, "answer_accuracy": 0.1333, "crag_score": -0.2}
+    report = {"answers": {"tiers": {"small": {"overall": overall | {"latency_p50_ms": 812.5}}}}}
+    (tmp_path / QUALITY_DIRS["vllm"]).mkdir()
+    (tmp_path / QUALITY_DIRS["vllm"] / "eval.json").write_text(json.dumps(report))
+    notes: list[str] = []
+    keys = generation_numbers(tmp_path, notes)
+    assert keys["vllm"]["quality"] == overall | {"answer_latency_p50_ms": 812.5}
+    assert keys["vllm"]["c1"]["ttft_p50_ms"] == 100.0
+    assert "llamacpp" not in keys and not notes  # no evaluation of it: no keys, no note
+
+
 def test_bench_prompts_share_a_prefix_and_differ_after_it() -> None:
     a, b = prompt(1), prompt(2)
     assert a != b and a.split("Request")[0] == b.split("Request")[0]
