@@ -103,7 +103,9 @@ def _presented_key(request: Request) -> str | None:
 
 
 def check_rate(client: redis.Redis, principal: Principal, default_per_minute: int) -> None:
-    """Fixed one-minute window per key in Redis (shared by every API process).
+    """Fixed one-minute window per key in Redis (shared by every API process), counted under
+    the key's tenant and row id: a key's row id alone is 1 in every new database, so two
+    deployments (or two test stacks) sharing one Redis counted each other's requests.
 
     Raises:
         ApiError: 429 ``RATE_LIMITED`` with ``Retry-After`` (seconds to the next window).
@@ -113,7 +115,7 @@ def check_rate(client: redis.Redis, principal: Principal, default_per_minute: in
         return
     now = time.time()
     window = int(now // 60)
-    key = f"{RATE_PREFIX}{principal.key_id}:{window}"
+    key = f"{RATE_PREFIX}{principal.tenant}:{principal.key_id}:{window}"
     try:
         pipe = client.pipeline()
         pipe.incr(key)
