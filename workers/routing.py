@@ -1,9 +1,12 @@
-"""Model routing: a cheap classifier suggests each query's LLM tier, ``small`` or ``large``.
+"""Model routing and the answer tier: the one module where a question's tier is decided.
 
-The suggestion is an input, not the decision: the answer tier is decided once, in the rerank
-pool, by the evidence stage (:func:`workers.evidence.stage.choose_tier`, which may answer from
-the evidence instead), or as suggested when no evidence stage runs; that decision and its
-reason go into the trace (``tier`` and ``route`` of the ``evidence`` or ``rerank`` stage).
+In the retrieval pool a cheap classifier (:class:`Router`) suggests each query's LLM tier,
+``small`` or ``large``; the suggestion is an input, not the decision. The answer tier is decided
+once, in the rerank pool, by :func:`choose_tier`: from the evidence when the evidence stage runs
+(it may answer from the evidence instead: the ``evidence`` tier), or as suggested when it does
+not (:func:`llm_tier`). The decision travels on the event (``RerankedPassages.tier``, the topic
+it goes to) and, with its reason, into the trace (``tier`` and ``route`` of the ``evidence`` or
+``rerank`` stage).
 
 Features (no model call beyond the query embedding the retrieval stage already computed):
 length in words, question-type cue words, and the difference of cosine similarity to the
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from prometheus_client import Counter
@@ -23,7 +26,13 @@ from prometheus_client import Counter
 from topics.queries import QueryRequest
 from workers.conversation import question_of
 
+if TYPE_CHECKING:
+    from workers.evidence.answer import AnswerPolicy
+    from workers.evidence.select import Evidence
+
 Tier = Literal["evidence", "small", "large"]
+#: An answer tier: the evidence tier (quoted evidence, no LLM) or an LLM tier.
+AnswerTier = Tier
 
 ROUTES = Counter("ragstream_route_total", "Routing decisions.", ["tier", "reason"])
 
@@ -105,6 +114,68 @@ class Router:
             decision = Route(tier, ",".join(reasons) or "default", round(score, 3))
         ROUTES.labels(decision.tier, decision.reason.split(",")[0].rstrip("+-.0123456789")).inc()
         return decision
+
+
+@dataclass(frozen=True, slots=True)
+class TierPolicy:
+    """How the router picks an answer tier once the evidence is known.
+
+    Attributes:
+        mode: ``evidence`` answers every question from its evidence; ``llm`` sends every
+            question with usable evidence to its LLM tier; ``auto`` uses the evidence tier when
+            the evidence's confidence reaches ``evidence_min_confidence``.
+        evidence_min_confidence: see ``mode=auto`` (chosen with ``ragstream eval``).
+    """
+
+    mode: Literal["evidence", "llm", "auto"] = "evidence"
+    evidence_min_confidence: float = 1.0
+
+
+def choose_tier(
+    request: QueryRequest,
+    llm_tier_of: str,
+    evidence: Evidence | None,
+    answer_policy: AnswerPolicy | None,
+    policy: TierPolicy,
+) -> tuple[AnswerTier, str]:
+    """The answer tier of one question and the reason (see :class:`TierPolicy`).
+
+    Without an evidence stage (``evidence`` ``None``) the router's suggestion decides, as an
+    LLM tier (:func:`llm_tier`), reason ``suggested``. With one, the refusal gate comes first:
+    weak evidence is refused by the evidence tier whatever tier the request forces (``route``),
+    so a forced LLM tier never answers what the documents do not hold.
+    """
+    if evidence is None or answer_policy is None:
+        return llm_tier(llm_tier_of), "suggested"
+    return _from_evidence(request, llm_tier(llm_tier_of), evidence, answer_policy, policy)
+
+
+def _from_evidence(
+    request: QueryRequest,
+    suggested: AnswerTier,
+    evidence: Evidence,
+    answer_policy: AnswerPolicy,
+    policy: TierPolicy,
+) -> tuple[AnswerTier, str]:
+    """:func:`choose_tier` with an evidence stage."""
+    from workers.evidence.answer import weakness
+
+    weak = weakness(evidence, answer_policy)
+    if weak:
+        return "evidence", weak
+    if request.route != "auto":
+        return request.route, "forced"
+    if policy.mode != "auto":
+        return ("evidence" if policy.mode == "evidence" else suggested), "policy"
+    if evidence.confidence >= policy.evidence_min_confidence:
+        return "evidence", f"confident:{evidence.confidence:.3f}"
+    return suggested, f"unsure:{evidence.confidence:.3f}"
+
+
+def llm_tier(tier: str) -> Literal["small", "large"]:
+    """The LLM tier of a suggested ``tier``: ``large`` stays, anything else (``small``, or the
+    ``evidence`` tier a request forced where no evidence stage runs) is ``small``."""
+    return "large" if tier == "large" else "small"
 
 
 def _unit(v: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -2,7 +2,7 @@
 
 The evidence comes from the rerank pool's evidence stage (:func:`workers.evidence.stage.
 build_evidence_stage`, the same settings, selection and refusal), in batches of the rerank pool's
-``max_batch``; the tier of each question is chosen by the same :func:`~workers.evidence.stage.
+``max_batch``; the tier of each question is chosen by the same :func:`~workers.routing.
 choose_tier`; the LLM tiers' answers come from each tier's :class:`~workers.generation.generator.
 Generator` built by the pools' composition root (:func:`workers.pools.components.
 build_generator`: the same backend, compressed evidence prompt budgeted in the serving model's
@@ -32,15 +32,13 @@ from topics.responses import QueryResponse
 from topics.retrieved import Candidate
 from workers.evidence.select import Embeds, Evidence
 from workers.evidence.stage import (
-    AnswerTier,
     EvidenceStage,
-    TierPolicy,
     build_evidence_stage,
-    choose_tier,
     fallback_answer,
     to_contract,
 )
 from workers.generation.generator import Generator
+from workers.routing import AnswerTier, TierPolicy, choose_tier
 from workers.runtime.handler import Emit
 
 #: Time a question may take through the generator's retries (it retries an unreachable

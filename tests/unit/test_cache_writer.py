@@ -20,8 +20,9 @@ from topics.retrieved import Candidate, RetrievedCandidates
 from workers.caches import CacheHit, CacheKeys, exact_key
 from workers.evidence.answer import AnswerPolicy
 from workers.evidence.select import EvidenceSelector
-from workers.evidence.stage import EvidenceStage, TierPolicy
+from workers.evidence.stage import EvidenceStage
 from workers.pools.rerank import rerank_handler
+from workers.routing import TierPolicy
 from workers.runtime.handler import Emit
 
 ROOT = Path(__file__).resolve().parents[2]

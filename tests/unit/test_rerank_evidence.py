@@ -17,9 +17,10 @@ from topics.retrieved import Candidate, RetrievedCandidates
 from topics.tokens import AnswerToken
 from workers.evidence.answer import AnswerPolicy
 from workers.evidence.select import EvidenceSelector
-from workers.evidence.stage import EvidenceStage, TierPolicy
+from workers.evidence.stage import EvidenceStage
 from workers.pools.rerank import rerank_handler
 from workers.retrieval.definitions import DefinitionHit
+from workers.routing import TierPolicy
 from workers.runtime.handler import Emit
 
 LOCKS = (

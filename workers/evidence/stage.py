@@ -1,10 +1,11 @@
 """The evidence stage of the rerank pool: evidence for a batch, the answer tier, evidence answers.
 
 Per batch: :class:`~workers.evidence.select.EvidenceSelector` chooses every question's evidence
-in one embedding call; :func:`choose_tier` decides per question between the ``evidence`` tier
-(the quoted evidence is the answer, no LLM) and the LLM tier the retrieval pool's router
-suggested, from the request's forced route, the evidence's weakness (a calibrated refusal needs
-no LLM) and its confidence; the evidence tier's answers are composed here
+in one embedding call; :func:`workers.routing.choose_tier` (the one place a tier is decided)
+picks per question between the ``evidence`` tier (the quoted evidence is the answer, no LLM) and
+the LLM tier the retrieval pool's router suggested, from the request's forced route, the
+evidence's weakness (a calibrated refusal needs no LLM) and its confidence; the evidence tier's
+answers are composed here
 (:func:`~workers.evidence.answer.compose`).
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from ragstream.settings import LEARNED_RERANK_BACKENDS, EvidenceSettings, RerankSettings
 from topics.queries import QueryRequest
@@ -29,7 +29,7 @@ from workers.conversation import (
     question_of,
     split_context,
 )
-from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, quote, weakness
+from workers.evidence.answer import AnswerPolicy, EvidenceAnswer, compose, quote
 from workers.evidence.lexical import holds_word, identifiers, proper_names
 from workers.evidence.select import (
     Embeds,
@@ -41,24 +41,8 @@ from workers.evidence.select import (
     shingles,
 )
 from workers.retrieval.definitions import DefinitionHit, definition_of
+from workers.routing import AnswerTier, TierPolicy, choose_tier
 from workers.runtime.handler import derive_event_id
-
-AnswerTier = Literal["evidence", "small", "large"]
-
-
-@dataclass(frozen=True, slots=True)
-class TierPolicy:
-    """How the router picks an answer tier once the evidence is known.
-
-    Attributes:
-        mode: ``evidence`` answers every question from its evidence; ``llm`` sends every
-            question with usable evidence to its LLM tier; ``auto`` uses the evidence tier when
-            the evidence's confidence reaches ``evidence_min_confidence``.
-        evidence_min_confidence: see ``mode=auto`` (chosen with ``ragstream eval``).
-    """
-
-    mode: Literal["evidence", "llm", "auto"] = "evidence"
-    evidence_min_confidence: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,33 +206,6 @@ def definition_first(
 
 def _holds(text: str, name: str, whole_word: bool) -> bool:
     return holds_word(text, name) if whole_word else name in text
-
-
-def choose_tier(
-    request: QueryRequest,
-    llm_tier: AnswerTier,
-    evidence: Evidence,
-    answer_policy: AnswerPolicy,
-    policy: TierPolicy,
-) -> tuple[AnswerTier, str]:
-    """The answer tier of one question and the reason (see :class:`TierPolicy`).
-
-    The refusal gate comes first: weak evidence is refused by the evidence tier whatever tier
-    the request forces (``route``), so a forced LLM tier never answers what the documents do
-    not hold.
-    """
-    weak = weakness(evidence, answer_policy)
-    if weak:
-        return "evidence", weak
-    if request.route != "auto":
-        return request.route, "forced"
-    if policy.mode == "evidence":
-        return "evidence", "policy"
-    if policy.mode == "llm":
-        return llm_tier, "policy"
-    if evidence.confidence >= policy.evidence_min_confidence:
-        return "evidence", f"confident:{evidence.confidence:.3f}"
-    return llm_tier, f"unsure:{evidence.confidence:.3f}"
 
 
 class EvidenceStage:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
 from prometheus_client import Counter
 
@@ -38,6 +38,7 @@ from workers.evidence.stage import (
 )
 from workers.registry import register_pool
 from workers.rerank.select import score_top_n, select_top_k
+from workers.routing import TierPolicy, choose_tier, llm_tier
 from workers.runtime.build import pool_handler
 from workers.runtime.handler import Emit, Handler, Outcome, derive_event_id
 from workers.runtime.metrics import MODEL_CALLS
@@ -89,7 +90,7 @@ def rerank_handler(
                 tenant=e.tenant,
                 request=e.request,
                 passages=tuple(top),
-                tier=_llm_tier(e.tier),
+                tier=llm_tier(e.tier),
                 index_version=e.index_version,
                 route_reason=e.route_reason,
                 degraded=e.degraded,
@@ -121,15 +122,15 @@ def rerank_handler(
 
 
 def _as_suggested(e: RetrievedCandidates) -> dict[str, str]:
-    """The trace of the decision without an evidence stage: the suggested LLM tier, and why
-    (with an evidence stage, :func:`~workers.evidence.stage.choose_tier` decides, in the
-    ``evidence`` stage's trace)."""
-    return {"tier": _llm_tier(e.tier), "route": e.route_reason or "suggested"}
+    """The trace of the decision without an evidence stage (:func:`~workers.routing.
+    choose_tier` with no evidence: the suggested LLM tier), and the router's reason (with an
+    evidence stage, the decision is in the ``evidence`` stage's trace)."""
+    tier, reason = choose_tier(e.request, e.tier, None, None, NO_EVIDENCE)
+    return {"tier": tier, "route": e.route_reason or reason}
 
 
-def _llm_tier(tier: str) -> Literal["small", "large"]:
-    """The LLM tier to fall back on when the router's tier is no LLM tier."""
-    return "large" if tier == "large" else "small"
+#: The tier policy where no evidence stage runs: the router's suggestion decides.
+NO_EVIDENCE = TierPolicy(mode="llm")
 
 
 def _with_evidence(
