@@ -335,12 +335,24 @@ def api_probe(  # noqa: PLR0917 - typer options
         "these client concurrencies, comma-separated (1,4,8,16): answered/s, p50/p99 and the "
         "machine's core-ms per answer at each.",
     ),
-    load_seconds: float = typer.Option(20.0, help="Seconds of each --load concurrency."),
+    load_seconds: float = typer.Option(
+        20.0, help="Seconds of each --load and --search concurrency."
+    ),
+    search: bool = typer.Option(
+        False,
+        "--search",
+        help="Also a closed-loop load of POST /v1/search (the same questions and unique "
+        "filters as --load) at --search-clients: searches/s, p50/p95/p99 at each.",
+    ),
+    search_clients: str = typer.Option(
+        "1,4,16", help="Client concurrencies of --search, comma-separated."
+    ),
     out: Path = typer.Option(Path(".local/bench/api.json"), help="JSON result."),
 ) -> None:
     """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
     repeats after one answered query) and, with ``--tiers``, the end-to-end latency of fresh
-    answers per answer tier on a quiet stack; ``bench summary`` reads DIR/api.json."""
+    answers per answer tier on a quiet stack; with ``--load`` and ``--search`` closed-loop loads
+    of fresh answers and of searches; ``bench summary`` reads DIR/api.json."""
     from bench.evaluation.questions import SAMPLE_QUESTIONS
     from bench.query.api_probe import measure_api_load, measure_api_tier_latency
     from bench.query.questions import load_questions
@@ -382,9 +394,37 @@ def api_probe(  # noqa: PLR0917 - typer options
                 f"p99 {found.get('p99')} ms, {found['errors']} errors, {found['cached']} cached, "
                 f"{found['machine_core_ms_per_answer']} core-ms an answer (machine)"
             )
+    if search:
+        path = questions or SAMPLE_QUESTIONS
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        concurrencies = [int(c) for c in search_clients.split(",") if c.strip()]
+        payload["search_load"] = search_load(
+            api_url, api_key, [json.loads(line)["question"] for line in lines], concurrencies,
+            load_seconds,
+        )  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2))
     console.print(f"-> {out}")
+
+
+def search_load(
+    api_url: str, api_key: str, pool: list[str], concurrencies: list[int], seconds: float
+) -> list[dict[str, Any]]:
+    """``bench api --search``: :func:`bench.query.search_load.measure_api_search_load` at each
+    concurrency, one after the other, each printed; returns the results in that order."""
+    from bench.query.search_load import measure_api_search_load
+
+    found = []
+    for n in concurrencies:
+        one = measure_api_search_load(api_url, api_key, pool, n, seconds=seconds)
+        found.append(one)
+        console.print(
+            f"search {n} clients: {one['rate_per_s']}/s searched, p50 {one.get('p50')} "
+            f"p95 {one.get('p95')} p99 {one.get('p99')} ms, {one['errors']} errors, "
+            f"{one['empty']} empty, {one['machine_core_ms_per_search']} core-ms a search "
+            "(machine)"
+        )
+    return found
 
 
 @bench_app.command("summary")

@@ -377,6 +377,7 @@ def build_summary(directory: Path) -> dict[str, Any]:
             "query.api_exact_cache_hit_p50_ms: not measured (needs a running gateway: "
             "ragstream bench api, or bench query --api-url/--api-key)"
         )
+    summary["search"] = search_numbers(api_path, notes)
     summary["generation"] = generation_numbers(directory, notes)
     summary["targets"] = {}
     for key, (op, bound) in TARGETS.items():
@@ -416,13 +417,50 @@ def api_load_numbers(api_path: Path) -> dict[str, float | None]:
     return dict(zip(keys, values, strict=True))
 
 
+def search_numbers(api_path: Path, notes: list[str]) -> dict[str, float | None]:
+    """The ``search`` section: :func:`api_search_numbers`, with a note when not measured."""
+    out = api_search_numbers(api_path)
+    if out["api_p50_ms_at_1"] is None:
+        notes.append(
+            "search.api_*: api.json has no search load at 1 client (ragstream bench api --load "
+            "1,4,16 --search, beside a running gateway)"
+        )
+    return out
+
+
+def api_search_numbers(api_path: Path) -> dict[str, float | None]:
+    """From ``ragstream bench api --search``'s JSON (``search_load``, issue 51): the p50 and
+    p99 in ms of ``POST /v1/search`` at one client (``api_p50_ms_at_1``, ``api_p99_ms_at_1``),
+    the highest searched rate whose p99 was at most 1 s with no error
+    (``api_sustainable_rate_per_s``), its clients, p99 and the machine's core-ms per search
+    there; ``None`` each when not measured or never met."""
+    keys = ("api_sustainable_rate_per_s", "api_sustainable_clients", "api_sustainable_p99_ms",
+            "api_machine_core_ms")  # fmt: skip
+    data = json.loads(api_path.read_text(encoding="utf-8")) if api_path.exists() else {}
+    runs = data.get("search_load", [])
+    ones = (r for r in runs if r.get("concurrency") == 1 and r.get("p50") is not None)
+    one: dict[str, Any] = next(ones, {})
+    out: dict[str, float | None] = {
+        "api_p50_ms_at_1": one.get("p50"),
+        "api_p99_ms_at_1": one.get("p99"),
+        **dict.fromkeys(keys),
+    }
+    met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]]
+    if met:
+        best = max(met, key=lambda r: r["rate_per_s"])
+        values = (best["rate_per_s"], best["concurrency"], best["p99"],
+                  best["machine_core_ms_per_search"])  # fmt: skip
+        out.update(zip(keys, values, strict=True))
+    return out
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     """The summary as a Markdown table (key, value, target, met) and its notes."""
     lines = [f"# Benchmark summary ({summary['at']})", "",
              f"Machine: {summary.get('machine') or 'unknown'}", "",
              "| key | value | target | met |", "|---|---|---|---|"]  # fmt: skip
-    for section in ("ingest", "bus", "query", "eval"):
-        for dotted, value in _flat(section, summary[section]):
+    for section in ("ingest", "bus", "query", "search", "eval"):
+        for dotted, value in _flat(section, summary.get(section) or {}):
             target = summary["targets"].get(dotted, {})
             met = {True: "yes", False: "no"}.get(target.get("met"), "")
             lines.append(f"| `{dotted}` | {value} | {target.get('target', '')} | {met} |")

@@ -23,6 +23,7 @@ from bench.query.questions import BUILT_IN_QUESTIONS, load_questions, unique_que
 from bench.query.report import plot, render_markdown
 from bench.query.run import redis_url_with_db
 from bench.summary import build_summary, write_summary
+from bench.summary import render_markdown as render_summary
 from ragstream.errors import ConfigurationError
 from ragstream.settings import Settings
 from topics.queries import QueryRequest
@@ -415,3 +416,57 @@ def test_the_summary_reads_the_fastest_api_load_that_met_the_slo(tmp_path: Path)
         "api_machine_core_ms": 43.6,
     }
     assert set(api_load_numbers(tmp_path / "none.json").values()) == {None}
+
+
+def test_search_load_times_every_search_with_a_filter_of_its_own() -> None:
+    from bench.query.search_load import measure_api_search_load
+
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/search"
+        body = json.loads(request.content)
+        seen.append(body)
+        if len(seen) % 5 == 0:
+            return httpx.Response(429, json={"error": {"code": "RATE_LIMITED"}})
+        return httpx.Response(200, json={"data": [] if len(seen) % 7 == 0 else [{"n": 1}]})
+
+    result = measure_api_search_load(
+        "http://api.test", "rsk_x", ["a?", "b?"], 3, seconds=0.3,
+        transport=httpx.MockTransport(handler),
+    )  # fmt: skip
+    values = [tuple(b["filters"][0]["values"]) for b in seen]
+    assert len(set(values)) == len(values) and all(v[0] == "html" for v in values)
+    assert {b["query"] for b in seen} == {"a?", "b?"} and {b["ranker"] for b in seen} == {"hybrid"}
+    assert result["searched"] + result["errors"] == len(seen) and result["errors"] >= 1
+    assert result["empty"] >= 1 and result["concurrency"] == 3 and result["rate_per_s"] > 0
+    assert 0 <= result["p50"] <= result["p99"] <= result["max"]
+
+
+def test_the_summary_carries_the_search_keys_beside_the_query_api_keys(tmp_path: Path) -> None:
+    s = build_summary(tmp_path)
+    assert s["search"]["api_p50_ms_at_1"] is None
+    assert s["search"]["api_sustainable_rate_per_s"] is None
+    assert any(n.startswith("search.api_") for n in s["notes"])
+    load = [{"rate_per_s": 44.0, "p99": 640.0, "errors": 0, "machine_core_ms_per_answer": 43.6}]
+    search = [
+        {"concurrency": 1, "rate_per_s": 25.0, "p50": 38.5, "p99": 60.0, "errors": 0,
+         "machine_core_ms_per_search": 70.0},
+        {"concurrency": 4, "rate_per_s": 60.0, "p50": 62.0, "p99": 130.0, "errors": 0,
+         "machine_core_ms_per_search": 33.0},
+        {"concurrency": 16, "rate_per_s": 70.0, "p50": 220.0, "p99": 1200.0, "errors": 0,
+         "machine_core_ms_per_search": 28.0},
+    ]  # fmt: skip
+    (tmp_path / "api.json").write_text(json.dumps({"load": load, "search_load": search}))
+    s = build_summary(tmp_path)
+    assert s["query"]["api_sustainable_rate_per_s"] == 44.0  # the same file, the same run
+    assert s["search"] == {
+        "api_p50_ms_at_1": 38.5,
+        "api_p99_ms_at_1": 60.0,
+        "api_sustainable_rate_per_s": 60.0,  # 16 clients missed p99 <= 1 s
+        "api_sustainable_clients": 4,
+        "api_sustainable_p99_ms": 130.0,
+        "api_machine_core_ms": 33.0,
+    }
+    assert not any(n.startswith("search.api_") for n in s["notes"])
+    assert "`search.api_p50_ms_at_1` | 38.5" in render_summary(s)

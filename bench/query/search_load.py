@@ -1,0 +1,114 @@
+"""Closed-loop load of ``POST /v1/search`` (issue 51, item 4): searches a second and their latency.
+
+``ragstream bench api --search`` runs it beside the answer load of :func:`bench.query.api_probe.
+measure_api_load`, with the same question source and the same closed loop, so the two are
+comparable: the search route runs the retrieval stage in the API process
+(:class:`api.searching.Searcher`), the query route sends the question down the stream path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+from bench.stats import CpuSample, busy_cores, core_ms_per_request, percentiles
+
+
+def search_body(question: str, unique: str, top_k: int) -> dict[str, Any]:
+    """The body of one benchmark search: ``question``, ``top_k`` hybrid passages, and the filter
+    of the answer load (``content_type`` is ``html`` or ``unique``), so every chunk of the manuals
+    passes and no two requests are the same."""
+    return {
+        "query": question,
+        "top_k": top_k,
+        "ranker": "hybrid",
+        "filters": [{"kind": "term", "field": "content_type", "values": ["html", unique]}],
+    }
+
+
+def measure_api_search_load(
+    base_url: str,
+    api_key: str,
+    questions: list[str],
+    concurrency: int,
+    *,
+    seconds: float = 20.0,
+    top_k: int = 5,
+    timeout_s: float = 30.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> dict[str, Any]:
+    """Closed-loop throughput and latency of ``POST /v1/search``.
+
+    ``concurrency`` clients each send the next question as soon as their last search came back,
+    for ``seconds``; every body carries a filter no other request has (:func:`search_body`).
+
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:8000``.
+        api_key: a key of the tenant to search (``Authorization: Bearer``); its rate limit must
+            allow the load.
+        questions: searched in turn.
+        concurrency: clients in flight at once.
+        seconds: how long the clients keep sending.
+        top_k: passages asked of each search.
+        timeout_s: the client's limit per request, in seconds.
+        transport: an httpx transport (tests); default: the network.
+
+    Returns:
+        ``{"concurrency", "seconds", "searched"`` (2xx responses), ``"rate_per_s"`` (searched
+        per second of the run), ``"errors"`` (non-2xx or transport errors), ``"empty"``
+        (searches that found no passage; should be 0), ``"p50"``, ``"p95"``, ``"p99"``,
+        ``"max"`` (ms of the searched, the whole HTTP round trip), ``"machine_busy_cores"`` and
+        ``"machine_core_ms_per_search"`` (every process of the machine, the load generator
+        included, from ``/proc/stat``)``}``.
+    """
+    run_id = uuid.uuid4().hex[:12]  # filters of no earlier run either
+    counter = itertools.count()
+    latencies: list[float] = []
+    tally = {"errors": 0, "empty": 0}
+
+    async def client_loop(client: httpx.AsyncClient, stop: float) -> None:
+        while time.perf_counter() < stop:
+            i = next(counter)
+            body = search_body(questions[i % len(questions)], f"search-{run_id}-{i}", top_k)
+            t0 = time.perf_counter()
+            try:
+                response = await client.post("/v1/search", json=body)
+                result = response.json() if response.is_success else None
+            except httpx.HTTPError:
+                result = None
+            if not isinstance(result, dict):
+                tally["errors"] += 1
+                continue
+            latencies.append((time.perf_counter() - t0) * 1000)
+            tally["empty"] += not result.get("data")
+
+    async def run() -> float:
+        headers = {"Authorization": f"Bearer {api_key}"}
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout_s, limits=limits,
+            transport=transport,
+        ) as client:  # fmt: skip
+            t0 = time.perf_counter()
+            stop = t0 + seconds
+            await asyncio.gather(*(client_loop(client, stop) for _ in range(concurrency)))
+            return time.perf_counter() - t0
+
+    cpu0 = CpuSample.now()
+    elapsed = asyncio.run(run())
+    cores = busy_cores(cpu0, CpuSample.now())
+    return {
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 2),
+        "searched": len(latencies),
+        "rate_per_s": round(len(latencies) / elapsed, 2) if elapsed else 0.0,
+        **tally,
+        **(percentiles(latencies) if latencies else {}),
+        "machine_busy_cores": cores,
+        "machine_core_ms_per_search": core_ms_per_request(cores, elapsed, len(latencies)),
+    }
