@@ -1,10 +1,11 @@
 """The browser console: plain HTML, CSS and JavaScript shipped in this package (no CDN, no Node,
-no build step), served by the API at ``/`` and ``/console/{ask,kb,ops}``, assets under
+no build step), served by the API at ``/`` and ``/console/{ask,search,kb,ops}``, assets under
 ``/console/static/``.
 
 The page signs in with an API key kept in the tab's ``sessionStorage`` and calls the public API
-with it (``Authorization: Bearer``): ``POST /v1/query`` (SSE), ``GET /v1/queries``,
-``GET /v1/chunks/{id}``, the document and job routes, and for operator keys ``/v1/ops/...``.
+with it (``Authorization: Bearer``): ``POST /v1/query`` (SSE), ``POST /v1/search`` (the Search
+page: passages, no answer), ``GET /v1/queries``, ``GET /v1/chunks/{id}``, the document and job
+routes, and for operator keys ``/v1/ops/...``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from api.errors import ApiError
 
 STATIC = Path(__file__).parent / "static"
 #: The console's pages (one HTML document; the script shows the page its path names).
-PAGES = ("ask", "kb", "ops")
+PAGES = ("ask", "search", "kb", "ops")
 
 
 def mount_console(app: FastAPI) -> None:

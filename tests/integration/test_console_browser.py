@@ -733,3 +733,57 @@ def test_feedback_on_an_answer_shows_in_the_past_questions(stack: Stack, browser
     )
     driver.save_screenshot(str(IMAGES / "console-feedback.png"))
     no_console_errors(driver, "feedback")
+
+
+def test_the_search_page_lists_passages_with_the_query_words_marked(
+    stack: Stack, browser: Any
+) -> None:
+    """Issue 51: the Search page calls ``POST /v1/search`` and lists the passages best first,
+    each with its title, source, score and text, the query's words in ``<mark>`` and nothing of
+    the passage parsed as HTML; no answer."""
+    url = stack.apis[0].url
+    driver = browser
+    driver.get(f"{url}/console/search")
+    wait(driver, lambda d: d.find_element(By.ID, "key").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "key").send_keys(stack.keys["op"])
+    driver.find_element(By.ID, "signin").click()
+    wait(driver, lambda d: d.find_element(By.ID, "search-query").is_displayed(), "the Search page")
+    assert "active" in (
+        driver.find_element(By.CSS_SELECTOR, "#nav a[data-page='search']").get_attribute("class")
+        or ""
+    )
+    query = "Which TCP port does the server listen on?"
+    driver.find_element(By.ID, "search-query").send_keys(query)
+    driver.find_element(By.CSS_SELECTOR, "#search-top-k option[value='5']").click()
+    driver.find_element(By.ID, "search").click()
+    hits = wait(
+        driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#search-results .search-hit"),
+        "the passages",
+    )  # fmt: skip
+    found = httpx.post(
+        f"{url}/v1/search", json={"query": query, "top_k": 5},
+        headers={"Authorization": f"Bearer {stack.keys['op']}"}, timeout=30,
+    ).raise_for_status().json()["data"]  # fmt: skip
+    assert [h.get_attribute("data-chunk") for h in hits] == [d["chunk_id"] for d in found]
+    first, best = hits[0], found[0]
+    assert "5432" in first.find_element(By.CSS_SELECTOR, ".hit-text").text
+    # The document id where the document has no title or source.
+    title = first.find_element(By.CSS_SELECTOR, ".hit-title").text
+    assert title == (best["title"] or best["doc_id"])
+    assert first.find_element(By.CSS_SELECTOR, ".hit-source").text == (
+        best["source"] or best["doc_id"]
+    )
+    assert first.find_element(By.CSS_SELECTOR, ".hit-score").text.startswith("score 0.0")
+    text = first.find_element(By.CSS_SELECTOR, ".hit-text")
+    marked = [m.text.lower() for m in text.find_elements(By.TAG_NAME, "mark")]
+    assert {"tcp", "port", "server"} <= set(marked), marked
+    assert "does" not in marked and "which" not in marked  # too common to mark
+    # Text nodes and <mark> only: the passage is never parsed as HTML.
+    tags = driver.execute_script(
+        "return [...arguments[0].querySelectorAll('*')].map((e) => e.tagName)", text
+    )
+    assert set(tags) == {"MARK"}, tags
+    assert text.text.replace("\n", " ").split() == best["text"].replace("\n", " ").split()
+    assert not driver.find_elements(By.CSS_SELECTOR, "#search-page .answer")
+    assert f"{len(found)} passages" in driver.find_element(By.ID, "search-state").text
+    no_console_errors(driver, "search")

@@ -5,7 +5,7 @@
 const KEY = "ragstream.key";
 const ROLE = "ragstream.role";
 const TENANT = "ragstream.tenant";
-const PAGES = ["ask", "kb", "ops"];
+const PAGES = ["ask", "search", "kb", "ops"];
 // Earlier turns a follow-up carries, and the characters kept of each: the rewrite the
 // OpenAI-compatible route applies to its messages (api/routes/openai_compat.py).
 const MAX_HISTORY = 20; // QueryBody.history's limit
@@ -120,7 +120,7 @@ function show(page) {
     a.classList.toggle("active", a.dataset.page === page);
   }
   $(`#${page}-page`).hidden = false;
-  ({ ask: openAsk, kb: openKb, ops: openOps })[page]();
+  ({ ask: openAsk, search: openSearch, kb: openKb, ops: openOps })[page]();
 }
 
 function go(path) {
@@ -438,6 +438,79 @@ async function reopen(requestId, question) {
 
 let docCursor = null;
 
+// -- search: passages without an answer (POST /v1/search) ---------------------------------
+
+function openSearch() {
+  $("#search-query").focus();
+}
+
+// Words too common to mark in a passage.
+const UNMARKED = new Set(("a an and are be by can do does for from how in is it of on or that the "
+  + "this to what when where which who why with").split(" "));
+
+// The words of a query worth marking: letters and digits, two or more, lower-cased, unique,
+// none of UNMARKED.
+function queryWords(query) {
+  const words = (query.toLowerCase().match(/[\p{L}\p{N}_]{2,}/gu) || []);
+  return [...new Set(words)].filter((w) => !UNMARKED.has(w));
+}
+
+// `text` as text nodes with each occurrence of one of `words` (case-insensitive) in a <mark>:
+// the passage is never parsed as HTML.
+function highlighted(text, words) {
+  if (!words.length) return [document.createTextNode(text)];
+  const escaped = words.map((w) => w.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
+  const pattern = new RegExp(`(?<![\\p{L}\\p{N}_])(${escaped.join("|")})(?![\\p{L}\\p{N}_])`, "giu");
+  const nodes = [];
+  let at = 0;
+  for (const m of text.matchAll(pattern)) {
+    nodes.push(document.createTextNode(text.slice(at, m.index)));
+    nodes.push(el("mark", { text: m[0] }));
+    at = m.index + m[0].length;
+  }
+  nodes.push(document.createTextNode(text.slice(at)));
+  return nodes;
+}
+
+function searchHit(hit, words) {
+  return el(
+    "li", { class: "search-hit", "data-chunk": hit.chunk_id },
+    el("div", { class: "row" },
+      el("strong", { class: "hit-title", text: hit.title || hit.doc_id }),
+      el("span", { class: "muted small hit-score", text: `score ${fmt(hit.score, 4)}` })),
+    el("div", { class: "muted small hit-source", text: hit.source || hit.doc_id }),
+    el("div", { class: "passage-text hit-text" }, ...highlighted(hit.text || "", words))
+  );
+}
+
+async function search(event) {
+  event.preventDefault();
+  const query = $("#search-query").value.trim();
+  const state = $("#search-state");
+  state.classList.remove("error");
+  if (!query) {
+    state.textContent = "The search is empty: type a few words.";
+    state.classList.add("error");
+    return;
+  }
+  state.textContent = "searching...";
+  const t0 = performance.now();
+  try {
+    const body = {
+      query, ranker: $("#search-ranker").value, top_k: Number($("#search-top-k").value),
+    };
+    const found = await api("/v1/search", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    const words = queryWords(query);
+    $("#search-results").replaceChildren(...found.data.map((hit) => searchHit(hit, words)));
+    state.textContent = `${found.data.length} passages, ${fmt(performance.now() - t0)} ms`;
+  } catch (err) {
+    state.textContent = err.message;
+    state.classList.add("error");
+  }
+}
+
 function openKb() {
   const doc = new URLSearchParams(location.search).get("doc");
   if (doc) showDocument(doc);
@@ -744,6 +817,7 @@ function wire() {
   }
   window.addEventListener("popstate", () => show(currentPage()));
   $("#ask-form").addEventListener("submit", ask);
+  $("#search-form").addEventListener("submit", search);
   $("#question").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("#ask-form").requestSubmit();
   });
