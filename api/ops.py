@@ -474,7 +474,7 @@ class OpsService:
     def _index(self) -> IndexOut:
         from elasticsearch import Elasticsearch
 
-        from ingest.index import index_model
+        from index.schema import index_model
 
         alias = self.settings.elasticsearch.index_alias
         emb = self.settings.embedding

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from api.errors import ApiError
 from api.replies import Reply, ReplyRouter, Waiter
 from api.streams.attach import Attachments
-from ingest.versions import IndexVersions
+from index.versions import IndexVersions
 from ragstream import tracing
 from ragstream.db.acl import CurrentReaders
 from ragstream.settings import Settings

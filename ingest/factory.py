@@ -11,6 +11,8 @@ from pathlib import Path
 import redis
 from elasticsearch import Elasticsearch
 
+from index.schema import check_index_model
+from index.versions import IndexVersions
 from ingest.chunking import Chunker
 from ingest.embedding import (
     CachedEmbedder,
@@ -19,13 +21,12 @@ from ingest.embedding import (
     SentenceTransformerEmbedder,
     resolve_model_path,
 )
-from ingest.index import ChunkIndex, check_index_model, force_merge
+from ingest.index import ChunkIndex, force_merge
 from ingest.model_follow import ModelFollower
 from ingest.onnx_embedding import OnnxEmbedder, Role, get_onnx_model
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.types import ParseOptions
-from ingest.versions import IndexVersions
 from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.extras import require_torch
 from ragstream.settings import Settings

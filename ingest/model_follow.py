@@ -4,7 +4,7 @@
 same dimension. A process that kept embedding with the model it started with would then search
 or write vectors of two models in one space: no error, garbage ranks. :class:`ModelFollower`
 wraps a process's cached embedder and re-reads the alias's recorded model (``GET
-<alias>/_mapping``, the ``_meta`` that :func:`ingest.index.mapping` writes) at most every
+<alias>/_mapping``, the ``_meta`` that :func:`index.schema.mapping` writes) at most every
 ``embedding.model_check_interval_s``:
 
 - the same model: nothing changes (one cheap request per interval);
@@ -14,7 +14,7 @@ wraps a process's cached embedder and re-reads the alias's recorded model (``GET
   counter ``ragstream_embedding_model_switches_total``); its vectors are cached under its own
   model id, like every vector of the embedding cache;
 - a model it cannot build: every :meth:`ModelFollower.embed` raises
-  :class:`~ingest.index.EmbeddingModelUnavailableError` (queries get an
+  :class:`~index.schema.EmbeddingModelUnavailableError` (queries get an
   ``EMBEDDING_MODEL_MISMATCH`` response, documents fail with that reason) until the alias
   records a buildable model again.
 
@@ -34,12 +34,8 @@ import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError
 from prometheus_client import Counter
 
+from index.schema import EmbeddingModelMismatchError, EmbeddingModelUnavailableError, recorded_model
 from ingest.embedding import CachedEmbedder, Embedder, SentenceTransformerEmbedder, Vectors
-from ingest.index import (
-    EmbeddingModelMismatchError,
-    EmbeddingModelUnavailableError,
-    recorded_model,
-)
 from ingest.onnx_embedding import ONNX_MODELS, OnnxEmbedder, Role
 from ragstream.errors import ConfigurationError, TransientError
 from ragstream.extras import TORCH_MODULES, missing_modules

@@ -36,17 +36,18 @@ import numpy as np
 import structlog
 from prometheus_client import Counter
 
-from ingest.acl import Row, set_readers
-from ingest.index import (
+from index.schema import (
     DEFINITION_ENTRY,
-    BulkReport,
-    ChunkIndex,
     EmbeddingModelMismatchError,
     chunk_id,
     definition_id,
     definition_keys,
     definition_text,
 )
+from index.stemming import stemmed_fields
+from index.versions import IndexVersions
+from ingest.acl import Row, set_readers
+from ingest.index import BulkReport, ChunkIndex
 from ingest.model_follow import ModelFollower
 from ingest.ops import IngestOp, parse_op
 from ingest.order import MAX_CLOCK_SKEW_S, duplicate, too_far_ahead
@@ -59,9 +60,7 @@ from ingest.parsers.text import (
     surrogates_warning,
 )
 from ingest.registry import Change, DocumentRegistry, Rejection
-from ingest.stemming import stemmed_fields
 from ingest.types import Chunk, Definition, ParsedDocument, ParseError, ParseOptions
-from ingest.versions import IndexVersions
 from ragstream.db.acl import from_column, to_column
 from ragstream.db.models import Document, utcnow
 from ragstream.errors import RagstreamError, TransientError
@@ -642,9 +641,9 @@ def _definition_body(
     d: _Doc, e: Definition, did: str, vector: np.ndarray[Any, Any], now: str
 ) -> dict[str, Any]:
     """A definition entry's document: the chunk fields it shares (``title`` = its name,
-    ``text`` = :func:`~ingest.index.definition_text`, ``embed_title`` = its name, so a rebuild
+    ``text`` = :func:`~index.schema.definition_text`, ``embed_title`` = its name, so a rebuild
     embeds :func:`definition_embed_text` again; ``chunk_no`` -1: no passage position) and
-    ``definition`` (:data:`~ingest.index.DEFINITION_FIELDS`)."""
+    ``definition`` (:data:`~index.schema.DEFINITION_FIELDS`)."""
     fields = {
         "metadata": {},
         "entry": DEFINITION_ENTRY,
@@ -699,7 +698,7 @@ def _entry_body(  # noqa: PLR0917 - the index document's own fields
 
 def definition_embed_text(e: Definition) -> str:
     """What the embedder reads of a definition entry: its name, then
-    :func:`~ingest.index.definition_text`
+    :func:`~index.schema.definition_text`
     (the same text an index rebuild embeds again: ``title`` + ``text``)."""
     return f"{e.name}\n{definition_text(e.signature, e.summary, e.example)}"
 

@@ -31,9 +31,10 @@ from typing import Any
 
 from elasticsearch import helpers
 
-from ingest.index import ChunkIndex, EmbeddingModelMismatchError, index_model
+from index.schema import EmbeddingModelMismatchError, index_model
+from index.stemming import stemmed_fields
+from ingest.index import ChunkIndex
 from ingest.pipeline import Embeds
-from ingest.stemming import stemmed_fields
 from topics.metadata import BOOL_FIELD, DATE_FIELD, NUM_FIELD, typed_fields
 
 COPY_BATCH = 256
@@ -70,7 +71,7 @@ def rebuild(
     alias, catch up.
 
     Every chunk's text, title and fields are read from ``source`` with a scroll, its stemmed
-    fields (``ingest/stemming.py``) computed, its vector re-embedded with ``embedder`` (or
+    fields (``index/stemming.py``) computed, its vector re-embedded with ``embedder`` (or
     copied), and the new index records ``index.model_id`` and ``index.dims``.
 
     Args:

@@ -578,7 +578,7 @@ class RetrievalSettings(BaseModel):
     bm25_weight: float = Field(default=0.8, ge=0)
     knn_weight: float = Field(default=1.0, ge=0)
     #: BM25 boosts: ``title`` over ``text`` (standard analyzer), and the client-stemmed fields
-    #: ``text_stemmed``/``title_stemmed`` (``ingest/stemming.py``; 0 leaves them out). Title 0.5
+    #: ``text_stemmed``/``title_stemmed`` (``index/stemming.py``; 0 leaves them out). Title 0.5
     #: and stemmed text 1.0 (were 2.0 and none) took BM25-only MRR@10 from 0.515 to 0.676
     #: (shared) and 0.426 to 0.753 (dev); a stemmed title lowered the dev set.
     title_boost: float = Field(default=0.5, ge=0)

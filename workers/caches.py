@@ -26,7 +26,7 @@ final, at the keys the stage that answered put on the response (``QueryResponse.
 computed by :class:`CacheKeys`); the API and the retrieval pool only read. See
 ``docs/answers.md`` (one writer of the answer cache) for why.
 
-Every ingest commit bumps the tenant's index version (:mod:`ingest.versions`), so entries of an
+Every ingest commit bumps the tenant's index version (:mod:`index.versions`), so entries of an
 older version are never read again (and expire by TTL): a cached answer cannot cite a deleted
 or changed document. Redis errors degrade to misses.
 

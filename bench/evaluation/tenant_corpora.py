@@ -19,6 +19,7 @@ from pathlib import Path
 import redis
 from elasticsearch import Elasticsearch
 
+from index.versions import IndexVersions
 from ingest.embedding import CachedEmbedder, EmbeddingCache
 from ingest.factory import build_chunker, build_model
 from ingest.index import ChunkIndex
@@ -26,7 +27,6 @@ from ingest.ops import IngestOp
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.types import ParseOptions
-from ingest.versions import IndexVersions
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import Settings
 

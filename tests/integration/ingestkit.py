@@ -11,14 +11,15 @@ import pytest
 import redis
 from elasticsearch import Elasticsearch
 
+from index.schema import CHUNKS_ONLY, DEFINITIONS_ONLY
+from index.versions import IndexVersions
 from ingest.chunking import Chunker
 from ingest.embedding import CachedEmbedder, Embedder, EmbeddingCache
 from ingest.factory import build_chunker, build_model
-from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY, ChunkIndex
+from ingest.index import ChunkIndex
 from ingest.pipeline import IngestPipeline
 from ingest.registry import DocumentRegistry
 from ingest.types import ParseOptions
-from ingest.versions import IndexVersions
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
 from ragstream.settings import Settings
 

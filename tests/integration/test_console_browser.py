@@ -30,7 +30,7 @@ import pytest
 
 from api.ops import WORKER_COMMAND
 from entry.supervisor import parse_procfile
-from ingest.index import chunk_id
+from index.schema import chunk_id
 from ragstream.celery_app import configure_celery
 from ragstream.settings import PROJECT_ROOT, get_settings
 from tests.integration.stack import (

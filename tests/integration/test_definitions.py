@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import infra
+from index.schema import definition_keys
 from infra.llm_service import LlmService
-from ingest.index import definition_keys
 from ingest.ops import IngestOp
 from ragstream.settings import Settings
 from tests.integration.ingestkit import Kit

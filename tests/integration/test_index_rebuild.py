@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
-from ingest.index import ChunkIndex, EmbeddingModelMismatchError, check_index_model, index_model
+from index.schema import EmbeddingModelMismatchError, check_index_model, index_model
+from ingest.index import ChunkIndex
 from ingest.ops import IngestOp
 from ingest.rebuild import rebuild
 from ragstream.settings import Settings

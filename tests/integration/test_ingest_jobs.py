@@ -19,8 +19,8 @@ import pytest
 from elasticsearch import Elasticsearch
 from sqlalchemy import select
 
+from index.schema import CHUNKS_ONLY, DEFINITION_ENTRY
 from ingest import jobs
-from ingest.index import CHUNKS_ONLY, DEFINITION_ENTRY
 from ingest.sources import SourceFile
 from ragstream.celery_app import configure_celery
 from ragstream.db.engine import make_engine, make_session_factory, upgrade_head

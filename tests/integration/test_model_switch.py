@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
 
+from index.schema import index_model
 from ingest.embedding import CachedEmbedder, EmbeddingCache
 from ingest.factory import build_chunker, build_embedder
-from ingest.index import ChunkIndex, index_model
+from ingest.index import ChunkIndex
 from ingest.model_follow import ModelFollower
 from ingest.onnx_embedding import OnnxEmbedder, get_onnx_model
 from ingest.ops import IngestOp

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from elasticsearch import helpers
 
-from ingest.index import IGNORE_DYNAMIC_BEYOND_LIMIT, TYPED_METADATA_FIELDS, mapping
+from index.schema import IGNORE_DYNAMIC_BEYOND_LIMIT, TYPED_METADATA_FIELDS, mapping
 from ingest.ops import IngestOp
 from ingest.rebuild import rebuild
 from ragstream.settings import RetrievalSettings

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from api.querying import QueryService
-from ingest.index import EmbeddingModelMismatchError
+from index.schema import EmbeddingModelMismatchError
 from ragstream.settings import PoolSettings
 from topics.queries import QueryRequest
 from topics.responses import AnswerCacheKeys, QueryResponse

@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "infra" / "grafana" / "ragstream.json"
-PACKAGES = ("ragstream", "topics", "ingest", "workers", "api")
+PACKAGES = ("ragstream", "topics", "index", "ingest", "workers", "api")
 #: Sample suffixes of each metric type (the Prometheus text exposition format).
 SUFFIXES = {
     "counter": ("_total", "_created"),

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ingest.index import EmbeddingModelMismatchError, check_index_model, index_model, mapping
+from index.schema import EmbeddingModelMismatchError, check_index_model, index_model, mapping
 from ragstream.errors import ConfigurationError
 from ragstream.settings import ElasticsearchSettings
 

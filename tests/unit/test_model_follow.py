@@ -15,8 +15,9 @@ import structlog
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
+from index.schema import EmbeddingModelMismatchError, EmbeddingModelUnavailableError
 from ingest.embedding import CachedEmbedder, Embedder, EmbeddingCache
-from ingest.index import BulkReport, EmbeddingModelMismatchError, EmbeddingModelUnavailableError
+from ingest.index import BulkReport
 from ingest.model_follow import AliasModel, ModelFollower, model_builder
 from ingest.onnx_embedding import ONNX_MODELS
 from ingest.ops import IngestOp

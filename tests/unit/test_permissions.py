@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from api.auth import Principal, key_principals, reads_as
 from api.deps import principal
-from ingest.index import CHUNKS_ONLY
+from index.schema import CHUNKS_ONLY
 from ingest.ops import op_from_request
 from ingest.registry import DocumentRegistry
 from ragstream.db.acl import from_column, to_column

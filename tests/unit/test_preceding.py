@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from elasticsearch import ApiError
 
-from ingest.index import chunk_id
+from index.schema import chunk_id
 from ragstream.errors import TransientError
 from ragstream.settings import RetrievalSettings
 from tests.unit.test_evidence_defaults import CACHE_HEAD, CACHE_NEXT, CACHE_TAIL, CACHE_TERM, SERVED

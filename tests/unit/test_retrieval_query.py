@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from elasticsearch import ConnectionError as EsConnectionError
 
-from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY
-from ingest.stemming import stem_text
+from index.schema import CHUNKS_ONLY, DEFINITIONS_ONLY
+from index.stemming import stem_text
 from ragstream.errors import PermanentError, TransientError
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest, RangeFilter, TermFilter

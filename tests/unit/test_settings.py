@@ -37,7 +37,7 @@ def test_client_defaults_match_local_infra(monkeypatch: pytest.MonkeyPatch) -> N
 def test_nothing_else_reads_the_environment() -> None:
     """Only ragstream/settings.py may read environment variables (CONVENTIONS.md)."""
     offenders = []
-    for folder in ("ragstream", "topics", "ingest", "workers", "api", "infra"):
+    for folder in ("ragstream", "topics", "index", "ingest", "workers", "api", "infra"):
         for path in (PROJECT_ROOT / folder).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             if any(p in text for p in ("os.getenv", "os.environ[", "environ.get(", "getenv(")):

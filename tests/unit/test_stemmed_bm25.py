@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ingest.index import CHUNKS_ONLY
-from ingest.stemming import stem_text, stemmed_fields
+from index.schema import CHUNKS_ONLY
+from index.stemming import stem_text, stemmed_fields
 from ragstream.settings import RetrievalSettings
 from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters
 from workers.retrieval.rrf import reciprocal_rank_fusion

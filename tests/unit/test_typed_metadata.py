@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from ingest.index import TYPED_METADATA_FIELDS, TYPED_METADATA_TEMPLATES, mapping
+from index.schema import TYPED_METADATA_FIELDS, TYPED_METADATA_TEMPLATES, mapping
 from ragstream.errors import PermanentError
 from ragstream.settings import ElasticsearchSettings
 from tests.unit.apikit import answered, make_app

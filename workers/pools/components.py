@@ -13,10 +13,10 @@ import redis
 from elasticsearch import Elasticsearch
 from sqlalchemy.orm import Session, sessionmaker
 
+from index.versions import IndexVersions
 from ingest.embedding import CachedEmbedder
 from ingest.factory import build_embedder
 from ingest.model_follow import ModelFollower
-from ingest.versions import IndexVersions
 from ragstream.db.acl import CurrentReaders
 from ragstream.db.engine import make_engine, make_session_factory
 from ragstream.settings import Settings

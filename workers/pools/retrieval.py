@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ingest.index import EmbeddingModelMismatchError
-from ingest.versions import IndexVersions
+from index.schema import EmbeddingModelMismatchError
+from index.versions import IndexVersions
 from ragstream.settings import PoolSettings, Settings
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, RESPONSES, RETRIEVED

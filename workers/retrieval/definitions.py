@@ -6,7 +6,7 @@ and lifecycle. Two reads:
 
 - :meth:`DefinitionIndex.verify`: which of some names (proposed by a model, typed by a user)
   the tenant's documents define. A name matches an entry by its lookup keys
-  (:func:`ingest.index.definition_keys`): exactly (``os.makedirs``), else by the last part of
+  (:func:`index.schema.definition_keys`): exactly (``os.makedirs``), else by the last part of
   a dotted name or with ``()`` dropped (``makedirs()`` → ``os.makedirs``). A name no entry
   defines gets no hit: it is never shown as the documents' answer.
 - :meth:`DefinitionIndex.search`: the entries nearest a question, BM25 over name + text
@@ -25,7 +25,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
-from ingest.index import DEFINITION_ENTRY, definition_keys, definition_text
+from index.schema import DEFINITION_ENTRY, definition_keys, definition_text
 from ragstream.errors import PermanentError, TransientError, transient_http_status
 from topics.retrieved import Candidate
 from workers.retrieval.hybrid import es_errors
@@ -73,7 +73,7 @@ class DefinitionHit:
 
     def candidate(self, *, proposed: bool = False) -> Candidate:
         """The entry as a passage: ``text`` = signature, summary and example, one per line
-        (:func:`ingest.index.definition_text`); ``metadata`` holds ``entry`` =
+        (:func:`index.schema.definition_text`); ``metadata`` holds ``entry`` =
         ``definition``, the entry's fields and ``proposed`` (it defines a name the proposer
         named; :func:`definition_of` reads them back)."""
         text = definition_text(self.signature, self.summary, self.example)

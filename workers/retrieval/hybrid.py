@@ -20,7 +20,7 @@ import numpy.typing as npt
 import structlog
 from elasticsearch import ApiError, Elasticsearch, TransportError
 
-from ingest.index import check_index_model, chunk_id
+from index.schema import check_index_model, chunk_id
 from ragstream.errors import PermanentError, TransientError, transient_http_status
 from ragstream.settings import RetrievalSettings
 from topics.queries import QueryRequest
@@ -89,7 +89,7 @@ class HybridRetriever:
 
     def check_model(self, model_id: str, dims: int) -> None:
         """Refuse to search an index built with another embedding model (the mapping's
-        ``_meta``, :func:`ingest.index.check_index_model`). No index yet is no mismatch: a
+        ``_meta``, :func:`index.schema.check_index_model`). No index yet is no mismatch: a
         fresh deployment starts its pools before the first ingest creates the index with the
         configured model (ingest checks the model too); searches find nothing until then.
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ingest.index import CHUNKS_ONLY, DEFINITIONS_ONLY
-from ingest.stemming import stem_text
+from index.schema import CHUNKS_ONLY, DEFINITIONS_ONLY
+from index.stemming import stem_text
 from ragstream.errors import PermanentError
 from ragstream.settings import RetrievalSettings
 from topics.metadata import metadata_range, metadata_terms
@@ -65,7 +65,7 @@ def es_filters(
 ) -> list[dict[str, Any]]:
     """Filter clauses for one query: the tenant term first, the permission filter
     (:func:`acl_clause`) second, then one clause per filter, then the entry clause (chunks
-    only, :data:`~ingest.index.CHUNKS_ONLY`, or definition entries only).
+    only, :data:`~index.schema.CHUNKS_ONLY`, or definition entries only).
 
     Args:
         tenant: the requesting tenant; always applied.
@@ -129,7 +129,7 @@ class Bm25Boosts:
 
     Attributes:
         title: ``title`` over ``text`` (both standard-analysed).
-        stemmed: ``text_stemmed`` (client-stemmed, ``ingest/stemming.py``); 0 leaves it out.
+        stemmed: ``text_stemmed`` (client-stemmed, ``index/stemming.py``); 0 leaves it out.
         stemmed_title: ``title_stemmed``; 0 leaves it out.
         context: a follow-up's context against its question (``text`` and, stemmed,
             ``text_stemmed`` at ``context`` times their own boosts; 0 leaves it out).
@@ -160,7 +160,7 @@ def bm25_query(
 ) -> dict[str, Any]:
     """A BM25 search body: ``match`` on ``text`` or on ``title`` (boosted), and, when their
     boosts are not 0, on the client-stemmed ``text_stemmed``/``title_stemmed`` with the question
-    stemmed the same way (:func:`ingest.stemming.stem_text`), all filtered. The unstemmed
+    stemmed the same way (:func:`index.stemming.stem_text`), all filtered. The unstemmed
     clauses stay, so an exact identifier (``shared_buffers``, ``os.getcwd``) still scores.
 
     Args:
