@@ -6,7 +6,8 @@ Elasticsearch's BM25 score for ``keyword``, the cosine score ``(1 + cos) / 2`` f
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -63,6 +64,15 @@ class SearchHit(BaseModel):
     metadata: dict[str, str | int | float | bool | None] = Field(
         default_factory=dict, description="The document's metadata."
     )
+
+    def provenance(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The passage's metadata as a framework's document or node carries it (LangChain,
+        LlamaIndex): the document's own, then ``extra``, then ``doc_id``, ``chunk_id``,
+        ``title``, ``source``, ``score`` and ``rank`` (these win over keys of the same name)."""
+        return {
+            **self.metadata, **(extra or {}), "doc_id": self.doc_id, "chunk_id": self.chunk_id,
+            "title": self.title, "source": self.source, "score": self.score, "rank": self.n,
+        }  # fmt: skip
 
 
 class SearchResults(BaseModel):

@@ -16,7 +16,7 @@ Each passage is a ``Document`` whose ``id`` is its chunk id, ``page_content`` it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -75,19 +75,9 @@ class RagstreamRetriever(BaseRetriever):
             return documents(await c.search(query, **self._params()))
 
 
-def hit_metadata(hit: SearchHit, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A passage's metadata for a framework: the document's own, then ``doc_id``,
-    ``chunk_id``, ``title``, ``source``, ``score`` and ``rank`` (these win over the document's
-    keys of the same name)."""
-    return {
-        **hit.metadata, **(extra or {}), "doc_id": hit.doc_id, "chunk_id": hit.chunk_id,
-        "title": hit.title, "source": hit.source, "score": hit.score, "rank": hit.n,
-    }  # fmt: skip
-
-
 def documents(results: SearchResults, hits: Sequence[SearchHit] | None = None) -> list[Document]:
     """LangChain documents of a search's passages, best first."""
     return [
-        Document(id=h.chunk_id, page_content=h.text, metadata=hit_metadata(h))
+        Document(id=h.chunk_id, page_content=h.text, metadata=h.provenance())
         for h in (results.data if hits is None else hits)
     ]

@@ -31,7 +31,6 @@ from llama_index.core.schema import (
 
 from api.search_models import RankerName, SearchResults
 from entry.client import AsyncHttpClient, HttpClient
-from entry.langchain_retriever import hit_metadata
 
 
 class RagstreamRetriever(BaseRetriever):
@@ -88,7 +87,7 @@ def nodes(results: SearchResults) -> list[NodeWithScore]:
             node=TextNode(
                 id_=h.chunk_id,
                 text=h.text,
-                metadata=hit_metadata(h),
+                metadata=h.provenance(),
                 relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=h.doc_id)},
             ),
             score=h.score,
