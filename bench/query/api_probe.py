@@ -7,6 +7,7 @@ Not part of ``make bench`` until the query API exists; ``ragstream bench query -
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -172,11 +173,10 @@ def measure_api_load(
         ``"machine_busy_cores"`` and ``"machine_core_ms_per_answer"`` (every process of the
         machine, the load generator included, from ``/proc/stat``)``}``.
     """
-    import asyncio
     import itertools
     import uuid
 
-    from bench.stats import CpuSample, busy_cores, core_ms_per_request
+    from bench.stats import core_ms_per_request
 
     run_id = uuid.uuid4().hex[:12]  # filters of no earlier run either
     counter = itertools.count()
@@ -206,21 +206,10 @@ def measure_api_load(
             tally["cached"] += bool(result.get("cached"))
             latencies.append((time.perf_counter() - t0) * 1000)
 
-    async def run() -> float:
-        headers = {"Authorization": f"Bearer {api_key}"}
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(
-            base_url=base_url, headers=headers, timeout=timeout_s + 10, limits=limits,
-            transport=transport,
-        ) as client:  # fmt: skip
-            t0 = time.perf_counter()
-            stop = t0 + seconds
-            await asyncio.gather(*(client_loop(client, stop) for _ in range(concurrency)))
-            return time.perf_counter() - t0
-
-    cpu0 = CpuSample.now()
-    elapsed = asyncio.run(run())
-    cores = busy_cores(cpu0, CpuSample.now())
+    elapsed, cores = closed_loop(
+        client_loop, base_url=base_url, api_key=api_key, concurrency=concurrency,
+        seconds=seconds, timeout_s=timeout_s + 10, transport=transport,
+    )  # fmt: skip
     return {
         "concurrency": concurrency,
         "seconds": round(elapsed, 2),
@@ -231,3 +220,43 @@ def measure_api_load(
         "machine_busy_cores": cores,
         "machine_core_ms_per_answer": core_ms_per_request(cores, elapsed, len(latencies)),
     }
+
+
+def closed_loop(
+    client_loop: Callable[[httpx.AsyncClient, float], Awaitable[None]],
+    *,
+    base_url: str,
+    api_key: str,
+    concurrency: int,
+    seconds: float,
+    timeout_s: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[float, float | None]:
+    """Run ``concurrency`` copies of ``client_loop(client, stop)`` over one HTTP client (one
+    connection each, ``Authorization: Bearer api_key``) until each returns after ``stop``
+    (``seconds`` from the start, :func:`time.perf_counter` time).
+
+    Returns:
+        ``(elapsed seconds, busy cores of the whole machine over the run)``, the load
+        generator included (:func:`bench.stats.busy_cores`; ``None`` where ``/proc/stat``
+        cannot be read).
+    """
+    import asyncio
+
+    from bench.stats import CpuSample, busy_cores
+
+    async def run() -> float:
+        headers = {"Authorization": f"Bearer {api_key}"}
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout_s, limits=limits,
+            transport=transport,
+        ) as client:  # fmt: skip
+            t0 = time.perf_counter()
+            stop = t0 + seconds
+            await asyncio.gather(*(client_loop(client, stop) for _ in range(concurrency)))
+            return time.perf_counter() - t0
+
+    cpu0 = CpuSample.now()
+    elapsed = asyncio.run(run())
+    return elapsed, busy_cores(cpu0, CpuSample.now())

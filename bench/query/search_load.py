@@ -8,7 +8,6 @@ comparable: the search route runs the retrieval stage in the API process
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
 import uuid
@@ -16,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from bench.stats import CpuSample, busy_cores, core_ms_per_request, percentiles
+from bench.query.api_probe import closed_loop
+from bench.stats import core_ms_per_request, percentiles
 
 
 def search_body(question: str, unique: str, top_k: int) -> dict[str, Any]:
@@ -87,21 +87,10 @@ def measure_api_search_load(
             latencies.append((time.perf_counter() - t0) * 1000)
             tally["empty"] += not result.get("data")
 
-    async def run() -> float:
-        headers = {"Authorization": f"Bearer {api_key}"}
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        async with httpx.AsyncClient(
-            base_url=base_url, headers=headers, timeout=timeout_s, limits=limits,
-            transport=transport,
-        ) as client:  # fmt: skip
-            t0 = time.perf_counter()
-            stop = t0 + seconds
-            await asyncio.gather(*(client_loop(client, stop) for _ in range(concurrency)))
-            return time.perf_counter() - t0
-
-    cpu0 = CpuSample.now()
-    elapsed = asyncio.run(run())
-    cores = busy_cores(cpu0, CpuSample.now())
+    elapsed, cores = closed_loop(
+        client_loop, base_url=base_url, api_key=api_key, concurrency=concurrency,
+        seconds=seconds, timeout_s=timeout_s, transport=transport,
+    )  # fmt: skip
     return {
         "concurrency": concurrency,
         "seconds": round(elapsed, 2),
