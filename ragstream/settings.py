@@ -39,11 +39,9 @@ class KafkaSettings(BaseModel):
     #: A consumer that does not poll within this interval leaves its group (Kafka default 300 s).
     max_poll_interval_ms: int = 300_000
     session_timeout_ms: int = 45_000
-    #: Copies of each partition when ragstream creates its topics (``ragstream topics create``,
-    #: the demo, the tests): 1 on the single local broker, 3 on a cluster (``infra cluster up``).
+    #: Copies of each partition of the topics ragstream creates (1 on one broker, 3 on a cluster).
     replication_factor: int = Field(default=1, ge=1)
-    #: ``min.insync.replicas`` of the topics it creates: with ``acks=all`` a write needs this
-    #: many in-sync copies (1 on one broker; 2 of 3 on a cluster survives one broker down).
+    #: ``min.insync.replicas`` of the topics it creates (1 on one broker, 2 on a cluster).
     min_insync_replicas: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
@@ -59,15 +57,13 @@ class KafkaSettings(BaseModel):
 class ElasticsearchSettings(BaseModel):
     """Elasticsearch client and chunk-index settings."""
 
-    #: One node's URL, or several separated by commas (a cluster: the client spreads requests
-    #: over them and retries another when one is down); see :attr:`hosts`.
+    #: One node's URL, or several separated by commas (a cluster; see :attr:`hosts`).
     url: str = "http://127.0.0.1:9200"
     #: Searches and writes go through this alias; physical indices are ``<alias>-v<N>``.
     index_alias: str = "ragstream-chunks"
     request_timeout_s: float = 30.0
     shards: int = 1
-    #: Replica copies of each shard of the chunk index (0 on one node; 1 on a two-node cluster,
-    #: so that a node leaving promotes the replicas of its primaries).
+    #: Replica copies of each chunk-index shard (0 on one node, 1 on a two-node cluster).
     replicas: int = Field(default=0, ge=0)
     #: HNSW graph parameters of the dense_vector field (Malkov & Yashunin 2018).
     hnsw_m: int = 16
@@ -125,8 +121,7 @@ class ApiSettings(BaseModel):
     public_url: str = ""
     #: Seconds between keep-alive comments of an SSE stream (proxies drop silent streams).
     sse_keepalive_s: float = Field(default=15.0, gt=0)
-    #: Seconds a streaming client that disconnected before its answer has to reconnect
-    #: (``Last-Event-ID``) before its generation is cancelled; 0: cancel at once.
+    #: Seconds a disconnected stream has to reconnect (``Last-Event-ID``) before it is cancelled.
     resume_grace_s: float = Field(default=10.0, ge=0)
     #: Longest read of a resumed stream's past events from Kafka, in seconds (then 503).
     resume_read_timeout_s: float = Field(default=10.0, gt=0)
@@ -159,8 +154,7 @@ class CelerySettings(BaseModel):
     """Celery worker tuning. ``visibility_timeout_s`` must exceed the longest task."""
 
     visibility_timeout_s: int = 4 * 3600
-    #: Worker processes. One by default: each loads the embedding model, and torch already
-    #: uses every core of a 2-core machine.
+    #: Worker processes (1: each loads the embedding model, and torch uses every core).
     concurrency: int = 1
     #: Queue the ragstream tasks are sent to and the worker consumes.
     queue: str = "ragstream"
@@ -231,8 +225,7 @@ class PoolScaling(BaseModel):
 
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=4, ge=1)
-    #: Target lag per replica, in records: KEDA's ``lagThreshold`` (replicas = ceil(lag /
-    #: threshold)); the supervisor adds a process while the lag per process stays above it.
+    #: Target lag per replica, in records (KEDA's ``lagThreshold``).
     lag_threshold: int = Field(default=50, ge=1)
     #: KEDA's ``activationLagThreshold``: below it a pool at 0 replicas is not woken.
     activation_lag_threshold: int = Field(default=0, ge=0)
@@ -262,11 +255,9 @@ class ScalingSettings(BaseModel):
     polling_interval_s: int = Field(default=15, ge=1)
     #: KEDA: seconds after the last activity before a pool at ``min_replicas`` 0 goes to zero.
     cooldown_period_s: int = Field(default=300, ge=0)
-    #: The lag must stay above the threshold this long before one more replica starts
-    #: (the supervisor; KEDA: the HPA's scale-up stabilization window).
+    #: Seconds the lag must stay above the threshold before one more replica starts.
     scale_up_after_s: float = Field(default=10.0, ge=0)
-    #: The lag must stay 0 this long before one replica is stopped (the supervisor; KEDA:
-    #: the HPA's scale-down stabilization window).
+    #: Seconds the lag must stay 0 before one replica is stopped.
     idle_after_s: float = Field(default=60.0, ge=0)
     #: The supervisor's seconds between two reads of the lag.
     check_interval_s: float = Field(default=2.0, gt=0)
@@ -294,21 +285,17 @@ class IngestSettings(BaseModel):
         "_sources", "_static", "_images", "_downloads", ".git", "__pycache__", "node_modules",
         "_uploads",
     ]  # fmt: skip
-    #: Where HTTP uploads are kept, as ``<upload_root>/<tenant>/_uploads/...``: one of
-    #: ``allowed_roots`` (the ingest pool and the Celery workers read them from there, so in a
-    #: deployment it is a volume they share with the API).
+    #: Where HTTP uploads are kept (``<upload_root>/<tenant>/_uploads/``); in ``allowed_roots``.
     upload_root: Path = PROJECT_ROOT / ".local" / "ingest"
-    #: Limits of an uploaded archive's extraction (zip bombs): members, bytes written in all.
+    #: Most members extracted from an uploaded archive (zip bombs).
     archive_max_entries: int = Field(default=10_000, ge=1)
+    #: Most bytes written in all when extracting an uploaded archive (zip bombs).
     archive_max_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     json_text_field: str = "text"
-    #: Index each document's definition entries (the names it documents:
-    #: ``ingest/parsers/definitions.py``) beside its chunks; ``false`` indexes chunks only.
+    #: Index each document's definition entries beside its chunks; ``false``: chunks only.
     definitions: bool = True
     max_document_bytes: int = 20 * 1024 * 1024
-    #: How far ahead of the write path's clock a ``rag.ingest`` event's ``created_at`` may be,
-    #: in seconds; an event further ahead is refused (``ingest/order.py``). Five minutes, the
-    #: skew Kerberos and AWS request signing tolerate.
+    #: Seconds an ingest event's ``created_at`` may be ahead of the clock before it is refused.
     max_clock_skew_s: float = Field(default=300.0, ge=0)
     #: Documents per Celery batch task.
     job_batch_size: int = 32
@@ -330,8 +317,7 @@ class IngestSettings(BaseModel):
 class CacheSettings(BaseModel):
     """Answer caches (exact and semantic), both keyed by tenant and index version."""
 
-    #: ``False``: no answer cache is read or written (no lookup, no entry, no pending query
-    #: vector); the shadow pools of ``ragstream replay`` run so, and never touch live caches.
+    #: ``False``: no answer cache is read or written (the shadow pools of ``ragstream replay``).
     enabled: bool = True
     ttl_s: int = 24 * 3600
     #: Cosine similarity a cached query must reach to answer a new one (conservative).
@@ -366,13 +352,9 @@ class WebhookSettings(BaseModel):
     sweep_interval_s: float = Field(default=15.0, ge=0)
     sweep_after_s: float = Field(default=60.0, ge=0)
     schedule_marker_ttl_s: int = Field(default=3600, ge=1)
-    #: Threads of a worker that serves the webhook queue alone (``celery-worker --queues
-    #: webhooks``): deliveries wait on receivers, not on the CPU.
+    #: Threads of a worker that serves the webhook queue alone (deliveries wait on receivers).
     concurrency: int = Field(default=16, ge=1)
-    #: Attempts in flight to one receiver (scheme, host and port) across every worker; a
-    #: delivery to a receiver at the limit waits ``receiver_busy_retry_s`` (or, when an
-    #: attempt has been in flight over a second, until it must have ended) without an
-    #: attempt, so a slow or dead receiver holds at most this many threads.
+    #: Most attempts in flight to one receiver (scheme, host, port) across every worker.
     per_receiver_concurrency: int = Field(default=4, ge=1)
     receiver_busy_retry_s: float = Field(default=0.5, gt=0)
 
@@ -439,9 +421,7 @@ class ClusterSettings(BaseModel):
     kafka_ports: list[int] = [19092, 19093, 19094]
     kafka_controller_ports: list[int] = [19192, 19193, 19194]
     kafka_heap_mb: int = Field(default=320, ge=128)
-    #: ``broker.session.timeout.ms``: a broker silent this long is fenced and the partitions it
-    #: led get new leaders from their in-sync replicas (Kafka's default 9 s; on loopback a
-    #: killed broker is known dead at once, so the failover waits for this alone).
+    #: ``broker.session.timeout.ms``: a broker silent this long is fenced (Kafka's default 9 s).
     broker_session_timeout_ms: int = Field(default=4000, ge=1000)
     replication_factor: int = Field(default=3, ge=1)
     min_insync_replicas: int = Field(default=2, ge=1)
@@ -486,9 +466,7 @@ class InfraSettings(BaseModel):
     elasticsearch_version: str = "8.19.21"
     elasticsearch_port: int = 9200
     elasticsearch_transport_port: int = 9300
-    #: 1024: the demo's index (26,223 chunks, vectors off-heap) used 906 MB of a 2 GB heap
-    #: right after its ingest; with 1 GB the whole demo stack measured 5,863 MiB RSS after the
-    #: ingest and an evaluation, against 6,862 with 2 GB (docs/operations/memory.md).
+    #: Elasticsearch's JVM heap in MB (see docs/operations/memory.md#under-6-gb).
     elasticsearch_heap_mb: int = 1024
     java_home: Path = Path("/usr/lib/jvm/java-17-openjdk-amd64")
     redis_port: int = 6379
@@ -513,13 +491,8 @@ class ChunkingSettings(BaseModel):
     title_max_tokens: int = Field(default=32, ge=0)
 
 
-#: The default embedding model: an entry of ``ingest.onnx_embedding.ONNX_MODELS`` that ``make
-#: install`` installs (``ragstream infra models install --embedding``). bge-small-en-v1.5 int8,
-#: chosen on the full index by the answers (evidence tier, shared/dev/sample: 18/35/10 against
-#: 18/31/10 for all-MiniLM-L6-v2 int8 and 18/35/11 for the torch MiniLM) and hybrid MRR@10
-#: (0.777/0.805 against 0.742/0.788 and 0.757/0.797); 36 chunks/s (41 torch MiniLM, 67
-#: MiniLM int8) and 3.9 ms a query on one thread (12.5 torch MiniLM) on this machine
-#: (docs/evaluation.md).
+#: The default embedding model, an entry of ``ingest.onnx_embedding.ONNX_MODELS`` that ``make
+#: install`` installs (bge-small-en-v1.5 int8; chosen in docs/evaluation-history.md).
 DEFAULT_ONNX_MODEL = "bge-small-en-v15-q"
 
 
@@ -545,9 +518,7 @@ class EmbeddingSettings(BaseModel):
     #: Expiry of cached vectors in Redis; 0 keeps them forever.
     cache_ttl_s: int = Field(default=30 * 86400, ge=0)
     cache_key_prefix: str = "ragstream:emb:"
-    #: How often a running pool or ingest writer re-reads the model the index alias records
-    #: (``ingest/model_follow.py``): after ``index rebuild`` swaps the alias to an index of
-    #: another model, each process embeds with that model within this many seconds.
+    #: Seconds between a process's re-reads of the model the index alias records.
     model_check_interval_s: float = Field(default=10.0, gt=0)
 
 
@@ -566,55 +537,38 @@ class RetrievalSettings(BaseModel):
 
     top_n: int = Field(default=30, ge=1)
     embed_threads: int = Field(default=1, ge=0)
-    #: 30, not 50: the same hit@5 and MRR@10 on the shared questions (0.889 vs 0.852, 0.694
-    #: vs 0.693) for 23% less Elasticsearch CPU a query (docs/benchmarks/index.md).
+    #: Length of the BM25 list (30, not 50: see docs/benchmarks/history.md).
     bm25_size: int = Field(default=30, ge=1)
     knn_k: int = Field(default=30, ge=1)
     knn_num_candidates: int = Field(default=200, ge=1)
     rrf_k: int = Field(default=60, ge=0)
-    #: Weights of the BM25 and kNN lists in RRF (``w / (k + rank)``; 1 and 1: plain RRF). 0.8
-    #: for BM25 (with the boosts below) raised hit@1 and MRR@10 on both question sets over 1.0
-    #: with hit@5 unchanged (docs/evaluation.md, 2026-12-01).
+    #: Weight of the BM25 list in RRF, ``w / (k + rank)`` (see docs/benchmarks/history.md).
     bm25_weight: float = Field(default=0.8, ge=0)
+    #: Weight of the kNN list in RRF.
     knn_weight: float = Field(default=1.0, ge=0)
-    #: BM25 boosts: ``title`` over ``text`` (standard analyzer), and the client-stemmed fields
-    #: ``text_stemmed``/``title_stemmed`` (``index/stemming.py``; 0 leaves them out). Title 0.5
-    #: and stemmed text 1.0 (were 2.0 and none) took BM25-only MRR@10 from 0.515 to 0.676
-    #: (shared) and 0.426 to 0.753 (dev); a stemmed title lowered the dev set.
+    #: BM25 boost of ``title`` over ``text`` (see docs/benchmarks/history.md).
     title_boost: float = Field(default=0.5, ge=0)
+    #: BM25 boost of the client-stemmed ``text_stemmed`` (``index/stemming.py``; 0: left out).
     stemmed_boost: float = Field(default=1.0, ge=0)
+    #: BM25 boost of the client-stemmed ``title_stemmed`` (0: left out).
     stemmed_title_boost: float = Field(default=0.0, ge=0)
-    #: Boost of a follow-up's context (the earlier questions and the last answer's names,
-    #: ``workers/conversation.py``) against its own question's words in BM25: the context
-    #: says what the question is about, the question what it wants (history terms matched
-    #: apart from the current turn's, as in conversational query expansion). On the 19
-    #: follow-ups of three dev sets, 1.0 gave page hit@5 0.9/1.0/0.6 and MRR@10
-    #: 0.80/0.26/0.52, 0.5 gave MRR@10 0.81/0.25/0.40 (docs/evaluation.md).
+    #: BM25 boost of a follow-up's context against its own words (docs/evaluation-history.md).
     context_boost: float = Field(default=1.0, ge=0)
-    #: Context expansion: each of the first ``preceding_top`` fused candidates whose text
-    #: continues a definition of the chunk before it gets that chunk's part from the term on
-    #: (``Candidate.preceding``, at most ``preceding_chars`` characters; the chunk's text from
-    #: the searches' hits, else one ``_mget`` a batch; 0 turns it off). It put ``work_mem``'s
-    #: "The default value is four megabytes (4MB)." first where "hash_mem_multiplier ... 2.0"
-    #: was (docs/evaluation.md, eighth pass); 600 characters gave the same counts.
+    #: Most characters of the chunk before prepended when a candidate continues its definition.
     preceding_chars: int = Field(default=1200, ge=0)
-    #: 12: the rerank stage keeps 10 passages (at most 2 a document) out of the first 12-15;
-    #: 10, 12 and 20 gave the same answers on the five sets, 6 and 8 changed one answer each.
+    #: Fused candidates that context expansion may extend (0: off; docs/evaluation-history.md).
     preceding_top: int = Field(default=12, ge=0)
-    #: Definition entries searched for each question that asks for a name or a way (BM25 +
-    #: kNN over the definition index, ``workers/retrieval/definitions.py``); the rerank pool
-    #: keeps the best one whose document its passages agree on. 0 turns the search off.
+    #: Definition entries searched for a question asking for a name or a way (0: off).
     definitions_top: int = Field(default=5, ge=0)
-    #: Propose-and-verify (``workers/retrieval/propose.py``): an OpenAI-compatible chat server
-    #: whose model names what could answer each task question; the names the definition index
-    #: verifies open the answer. Empty: off. ``propose_timeout_s`` bounds one request (none
-    #: proposed past it); a batch whose oldest question waited more than
-    #: ``propose_shed_after_s`` (the pool is behind) is answered without proposals (shed).
+    #: OpenAI-compatible chat server proposing names for task questions; empty: off.
     propose_url: str = ""
+    #: Served model name of the proposal server.
     propose_model: str = "qwen2.5-coder-1.5b-instruct"
+    #: Seconds one proposal request may take (nothing proposed past it).
     propose_timeout_s: float = Field(default=5.0, gt=0)
     #: Proposal requests in flight at once (the proposal server's slots).
     propose_concurrency: int = Field(default=2, ge=1)
+    #: Seconds a batch's oldest question may wait before proposals are shed.
     propose_shed_after_s: float = Field(default=1.0, ge=0)
 
 
@@ -645,26 +599,18 @@ class RerankSettings(BaseModel):
 
     backend: Literal["cross-encoder", "llm", "none", "onnx"] = "none"
     model: str | None = None
-    #: The ONNX model's name under ``<infra.local_dir>/models/rerank/`` when ``model`` is unset;
-    #: ``make demo`` serves it when it is trained and beats the fused order on held-out data.
+    #: The ONNX model's name under ``<infra.local_dir>/models/rerank/`` when ``model`` is unset.
     onnx_model: str = "minilm-default"
     #: onnxruntime intra-op threads of the ONNX reranker, per pool process (0: one per core).
     threads: int = Field(default=1, ge=0)
-    #: Fused candidates of a request scored by the reranker (N); the rest follow them in fused
-    #: order. 10: with the first trained MiniLM (2026-12-07) N = 10/20/30 gave dev MRR@10
-    #: 0.613/0.503/0.468 and 37/36/32 of 68 answers, at 384/752/1,098 core-ms a question
-    #: (docs/benchmarks/rerank.md); the fewer the model reorders, the less it costs.
+    #: Fused candidates scored by the reranker; the rest follow (docs/benchmarks/rerank.md).
     top_n: int = Field(default=10, ge=1)
-    #: No default: on the tenant and dev sets the first trained model's best score does not
-    #: separate answerable from absent or off-topic questions (docs/benchmarks/rerank.md).
+    #: Refuse when the best rerank score is under this; no default (docs/benchmarks/rerank.md).
     min_score: float | None = Field(default=None, ge=0.0, le=1.0)
     min_score_by_tenant: dict[str, float] = Field(default_factory=dict)
-    #: With a threshold set, the model's gate replaces the kNN relevance gate
-    #: (``evidence.min_relevance``) instead of adding to it.
+    #: With ``min_score`` set, replace ``evidence.min_relevance`` instead of adding to it.
     min_score_replaces_relevance: bool = False
-    #: 10, not 5: the evidence stage reads every kept passage, and on the PostgreSQL half of the
-    #: three question sets (45 questions; docs/evaluation.md) 10 answered 3 more than 5 (the
-    #: answer sentence is often in a later chunk of the same page).
+    #: Passages kept for the evidence stage (10, not 5: see docs/benchmarks/history.md).
     top_k: int = Field(default=10, ge=1)
     max_chunks_per_doc: int = Field(default=2, ge=1)
     batch_size: int = Field(default=32, ge=1)
@@ -698,8 +644,7 @@ class EvidenceSettings(BaseModel):
     """
 
     enabled: bool = True
-    #: 0: lexical scoring only. Dense scoring of the 24 best units (MiniLM) gained 1-2 questions
-    #: on the shared set and lost 1-5 on a held-out dev set, for 100-200 ms a question.
+    #: Units per question scored by the embedder (0: lexical only; docs/benchmarks/history.md).
     dense_top: int = Field(default=0, ge=0)
     w_cosine: float = 0.5
     w_lexical: float = 0.3
@@ -708,34 +653,17 @@ class EvidenceSettings(BaseModel):
     w_answer_type: float = 0.3
     w_block: float = 0.8
     w_label: float = 0.4
-    #: Added to ``w_answer_type`` for a question that asks for a value and not for a name or a
-    #: way. 0.3: shared and dev sets unchanged, the sample set 8 -> 9 of 12 (the TCP port) and
-    #: answer-first 0.40 -> 0.50; 0.5 lost one dev answer-first (docs/evaluation.md).
+    #: Added to ``w_answer_type`` for a question asking for a value (docs/evaluation-history.md).
     w_value_type: float = 0.3
-    #: Subtracted from a sentence that points elsewhere ("For more information ..., see ...";
-    #: ``workers.evidence.lexical.is_pointer``): the sample set's answer first 0.7 -> 0.8,
-    #: shared and dev unchanged (0.1-0.4 measured the same).
+    #: Subtracted from a sentence that points elsewhere ("For more information ..., see ...").
     w_pointer: float = 0.2
-    #: Added to a unit that states a default ("The default is ...", "... defaults to ...",
-    #: "(the default)", a signature's ``timeout=None`` for an asked ``timeout``) when the
-    #: question asks for one (``workers.evidence.select.states_default``): the new user's set
-    #: +1 right and +1 answer first, shared, dev and sample unchanged (0.2 and 0.3 measured the
-    #: same; 0.4: dev answer first -1).
+    #: Added to a unit that states a default when the question asks for one.
     w_default_statement: float = 0.2
-    #: Subtracted from a unit of a release-notes page ("What's New in Python 2.7", "E.1.
-    #: Release 15.20") when the question does not ask about versions or changes
-    #: (``workers.evidence.select.Weights.release_notes``): dev +1 right and +1 answer first
-    #: (how-to 5 -> 6 of 12), new user +1 right, shared and sample unchanged; 0.1: dev
-    #: unchanged; 0.3: new user -1 answer first; 0.4: shared -2 right.
+    #: Subtracted from a release-notes unit unless the question asks about versions or changes.
     w_release_notes: float = 0.2
-    #: A JSON file of unit-score weights, ``{"weights": {"w_lexical": 0.3, ...}}`` (``ragstream
-    #: selector train`` writes one, docs/selector.md): the weights it names replace these
-    #: ``w_*`` when the settings are built; a missing file, an unknown name or a value that is
-    #: not a number fails then. ``None``: the ``w_*`` above (the hand-set weights).
+    #: JSON weights (``ragstream selector train``) that replace these ``w_*`` (docs/selector.md).
     weights_file: Path | None = None
-    #: 5: with 10 passages kept the spans come from more passages (a title line each); the
-    #: median evidence prompt of the three question sets is 346 Gemma tokens with 5 spans, 392
-    #: with 6 and 469 with 8 (target: at most 400).
+    #: Most evidence spans carried to the LLM tiers (see docs/evaluation-history.md).
     prompt_spans: int = Field(default=5, ge=1)
     prompt_words: int = Field(default=260, ge=10)
     answer_spans: int = Field(default=3, ge=1)
@@ -745,34 +673,18 @@ class EvidenceSettings(BaseModel):
     #: Most spans of the answer to a question asking for a value (a number, a size, a default).
     answer_value_spans: int = Field(default=2, ge=1)
     keep_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
-    #: Below this best-unit score the evidence is refused. 0: the score does not separate absent
-    #: from answerable questions (absent 0.65-1.09, answerable from 0.30 on the shared set and
-    #: from 0.48 on the dev set), and scores shift with the size of the corpus; the identifier
-    #: rule refuses every absent question of both sets.
+    #: Best-unit score under which evidence is refused (0: off; docs/evaluation-history.md).
     min_confidence: float = 0.0
     refuse_missing: bool = True
-    #: Off-topic gate (``workers.evidence.answer.weakness``): refuse when the passages' best
-    #: kNN score, ``(1 + cos) / 2``, is under this. 0.83 with
-    #: bge-small-en-v1.5: answerable questions of the shared and dev sets score 0.841 and up,
-    #: off-topic ones 0.74-0.86 (docs/evaluation.md); another embedder needs its own value.
+    #: Off-topic gate: refuse under this best kNN score, ``(1 + cos) / 2`` (set for bge-small).
     min_relevance: float = Field(default=0.83, ge=0.0, le=1.0)
-    #: ... unless one sentence of the passages states at least this IDF-weighted share of the
-    #: question's content terms (``workers.evidence.answer.off_topic``; a question of two or
-    #: more content terms). 1.0: every word of the question, stem or derived word (contractor:
-    #: contracted), is in one sentence of the tenant's documents: such a question is never
-    #: refused as off-topic (issue 39: tenant questions scored 0.75-0.83 under the manuals'
-    #: 0.83). ``None`` (in code; the environment cannot unset it): the kNN score alone decides.
+    #: ... unless one sentence states this IDF-weighted share of the question's terms (None: off).
     statement_coverage: float | None = Field(default=1.0, ge=0.0, le=1.0)
-    #: Refuse a question that names something other than code (``Paris``, ``MongoDB``) that no
-    #: passage names (no answerable question of the shared and dev sets does).
+    #: Refuse a question naming something other than code (``Paris``) that no passage names.
     refuse_unknown_names: bool = True
-    #: ... when the passages' best kNN score is under this: off-topic questions naming a product
-    #: scored 0.82-0.86, answerable ones 0.84-0.95 (docs/evaluation.md).
+    #: ... when the passages' best kNN score is under this (see docs/evaluation-history.md).
     unknown_name_relevance: float = Field(default=0.87, ge=0.0, le=1.0)
-    #: Count as such a name a lower-case word of the question that is not common English
-    #: (pyspellchecker's word list and the embedder's word pieces; ``workers.evidence.lexical.
-    #: uncommon_words``) and that no passage holds ("nginx"): off-topic probes refused 8/10 ->
-    #: 9/10 on the shared, dev and sample sets, no false refusal gained (docs/evaluation.md).
+    #: Count as such a name an uncommon lower-case word that no passage holds (``nginx``).
     refuse_uncommon_words: bool = True
     tier_mode: Literal["evidence", "llm", "auto"] = "evidence"
     evidence_min_confidence: float = 1.0
@@ -824,14 +736,8 @@ class LlmSettings(BaseModel):
     ``max_tokens`` is the answer budget in tokens.
 
     ``cache_ram_mib`` caps llama.cpp's host prompt cache (``--cache-ram``; ``-1`` no limit,
-    ``0`` off), the store of slot states saved when a slot moves on to another prompt.
-    llama.cpp's default, 8192 MiB, grew the demo's server to 8.4 GB RSS for a 253 MB model.
-    256 MiB holds about seven full slots of the default model (Gemma 3 270M: 18 layers x
-    512 key+value dims x 2 bytes = 18 KiB of f16 KV a token; a 2,048-token slot is 36 MiB),
-    about four of Qwen2.5-Coder 1.5B (28 KiB a token). That is enough for a repeated or
-    retried question while the answer cache catches exact repeats upstream; RAG prompts of
-    different questions share only their instruction prefix, which the slots keep anyway
-    (``cache_prompt``).
+    ``0`` off), the store of slot states saved when a slot moves on to another prompt; why
+    256 MiB and not llama.cpp's 8192: docs/operations/memory.md#the-llamacpp-prompt-cache.
     """
 
     host: str = "127.0.0.1"
@@ -843,23 +749,17 @@ class LlmSettings(BaseModel):
     n_threads: int = Field(default=2, ge=1)
     prompt_style: Literal["completion", "chat"] = "completion"
     chat_template: str | None = None
-    #: Generation ends at the first of these; they keep a base model from starting a new
-    #: paragraph or inventing the next question.
+    #: Generation ends at the first of these (a base model would invent the next question).
     stop: list[str] = ["\n\n", "Question:", "Context:"]
     max_tokens: int = Field(default=128, ge=1)
-    #: Cap of llama.cpp's host prompt cache in MiB (``--cache-ram``; -1 no limit, 0 off);
-    #: llama.cpp's own default is 8192 (docs/operations/memory.md).
+    #: Cap of llama.cpp's host prompt cache in MiB (-1 no limit, 0 off; docs/operations/memory.md).
     cache_ram_mib: int = Field(default=256, ge=-1)
     temperature: float = Field(default=0.0, ge=0.0)
     #: Limit on the time to first token (queue, prefill) of one generation, in seconds.
     request_timeout_s: float = Field(default=60.0, gt=0)
-    #: Limit on the gap between two streamed tokens, in seconds (no whole-request limit: an
-    #: answer that keeps streaming is never cut).
+    #: Longest gap between two streamed tokens, in seconds (no whole-request limit).
     token_gap_s: float = Field(default=10.0, gt=0)
-    #: ``False`` sends llama.cpp's ``cache_prompt: false`` with every request, so no cached
-    #: prompt prefix is reused (the load benchmark's default: its few questions repeat, and
-    #: llama.cpp would serve their long identical prompts from its prompt cache). ``True``
-    #: sends nothing, leaving the server's default (llama.cpp and vLLM both reuse prefixes).
+    #: ``False`` sends ``cache_prompt: false``: no cached prompt prefix is reused (benchmarks).
     cache_prompt: bool = True
 
     @model_validator(mode="after")
@@ -898,19 +798,18 @@ class VllmSettings(BaseModel):
     #: Catalog name of the model (``infra/models.py``); also the served model name.
     model: str = "gemma3-270m"
     venv_dir: Path | None = None
-    #: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``); 1 GiB holds ~55k tokens of Gemma 270M.
+    #: KV-cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``; see docs/benchmarks/llm-servers.md).
     kvcache_space_gib: int = Field(default=1, ge=1)
     #: Context window of one request in tokens (``--max-model-len``).
     max_model_len: int = Field(default=2048, ge=256)
     dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    #: CPU threads of the engine: ``None`` lets vLLM bind one per core of its NUMA node
-    #: (``VLLM_CPU_OMP_THREADS_BIND=auto``); ``n`` binds cores ``0..n-1``.
+    #: Engine threads: ``None`` binds one per core of its NUMA node; ``n`` binds cores ``0..n-1``.
     n_threads: int | None = Field(default=None, ge=1)
     #: Automatic prefix caching (``--enable-prefix-caching`` / ``--no-enable-prefix-caching``).
     enable_prefix_caching: bool = True
     #: Requests decoded together (``--max-num-seqs``); ``None`` keeps vLLM's default.
     max_num_seqs: int | None = Field(default=None, ge=1)
-    #: Seconds ``infra llm up --server vllm`` waits for ``/health`` (~180 s on 2 busy cores).
+    #: Seconds ``ragstream infra llm up --server vllm`` waits for ``/health``.
     start_timeout_s: float = Field(default=600.0, gt=0)
 
     @model_validator(mode="after")
