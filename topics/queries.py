@@ -9,7 +9,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 
 from topics.acl import Principals
 from topics.base import Contract, Event, UtcDatetime, new_id
@@ -26,6 +34,25 @@ FilterField = Annotated[
 TermValue = Annotated[str, Field(max_length=512)] | StrictBool | StrictInt | StrictFloat
 
 
+def _kind_required(schema: dict[str, Any]) -> None:
+    """A filter's ``kind`` is its discriminator: every filter must send it (the server cannot
+    tell a term from a range without it), so the JSON schema lists it as required although
+    the Python model has a default for it."""
+    required = schema.setdefault("required", [])
+    if "kind" not in required:
+        required.insert(0, "kind")
+
+
+def _a_bound_required(schema: dict[str, Any]) -> None:
+    """A range filter's schema: ``kind`` required (:func:`_kind_required`) and at least one
+    bound that is not null, as the model's validator requires."""
+    _kind_required(schema)
+    schema["anyOf"] = [
+        {"required": [bound], "properties": {bound: {"not": {"type": "null"}}}}
+        for bound in ("gte", "lte")
+    ]
+
+
 class TermFilter(Contract):
     """Match chunks whose ``field`` equals one of ``values`` (1-100).
 
@@ -35,6 +62,8 @@ class TermFilter(Contract):
     JSON boolean, or the text ``true`` in any case), ``9`` those whose value is the number 9
     (``9``, ``9.0``, ``"9"``). The other fields are text: their values are strings.
     """
+
+    model_config = ConfigDict(**Contract.model_config, json_schema_extra=_kind_required)
 
     kind: Literal["term"] = "term"
     field: FilterField
@@ -63,6 +92,8 @@ class RangeFilter(Contract):
     other bound is refused. On ``doc_id``, ``source``, ``content_type`` and ``lang`` (text)
     the bounds compare as strings, character by character.
     """
+
+    model_config = ConfigDict(**Contract.model_config, json_schema_extra=_a_bound_required)
 
     kind: Literal["range"] = "range"
     field: FilterField
