@@ -126,6 +126,7 @@ class Searcher:
         filters: Sequence[Any] = (),
         ranker: Ranker = "hybrid",
         history: Sequence[Any] = (),
+        metadata: bool = True,
     ) -> list[Hit]:
         """The ``top_k`` best passages of ``who``'s index for ``query``, best first.
 
@@ -138,6 +139,8 @@ class Searcher:
             ranker: ``hybrid``, ``keyword`` or ``vector`` (see the module docstring).
             history: earlier turns of a conversation: a follow-up is made standalone as
                 ``POST /v1/query`` makes it.
+            metadata: read each hit's document metadata (one more ``_mget``); ``False`` for a
+                caller that shows none (the MCP tool).
 
         Returns:
             The hits, best first; none before the first document is indexed (no index yet).
@@ -158,7 +161,7 @@ class Searcher:
         )
         request = build_request(self.settings, who, body)
         try:
-            return await asyncio.to_thread(self._search, request, ranker)
+            return await asyncio.to_thread(self._search, request, ranker, metadata)
         except TransientError as exc:
             raise ApiError(503, "UNAVAILABLE", f"search failed: {exc}") from exc
         except PermanentError as exc:
@@ -177,7 +180,7 @@ class Searcher:
         except (EsApiError, TransportError):
             return True
 
-    def _search(self, request: Any, ranker: Ranker) -> list[Hit]:
+    def _search(self, request: Any, ranker: Ranker, metadata: bool) -> list[Hit]:
         from workers.conversation import question_of
         from workers.retrieval.hybrid import hits
 
@@ -186,7 +189,8 @@ class Searcher:
         if ranker == "hybrid":
             (found,) = retriever.search_batch([request], vectors)
             top = found[: request.top_k]
-            return self._with_metadata([Hit(n, c, c.score) for n, c in enumerate(top, start=1)])
+            found = [Hit(n, c, c.score) for n, c in enumerate(top, start=1)]
+            return self._with_metadata(found) if metadata else found
         ((bm25, knn),) = retriever.search_pairs([request], vectors)
         keyword = ranker == "keyword"
         listed = hits(bm25) if keyword else hits(knn)
@@ -197,7 +201,7 @@ class Searcher:
         for n, c in enumerate(fused[: request.top_k], start=1):
             raw = c.bm25_score if keyword else c.knn_score
             out.append(Hit(n, c, float(raw if raw is not None else c.score)))
-        return self._with_metadata(out)
+        return self._with_metadata(out) if metadata else out
 
     def _with_metadata(self, found: list[Hit]) -> list[Hit]:
         """``found`` with each chunk's document metadata, read by ONE ``_mget`` (the searches

@@ -85,7 +85,7 @@ class KnowledgeBase:
         Raises:
             ApiError: 422 for a blank or too long query; 503 when Elasticsearch is unreachable.
         """
-        found = await self.searcher.search(who, query, top_k=top_k)
+        found = await self.searcher.search(who, query, top_k=top_k, metadata=False)
         return [
             {
                 "n": hit.n,
