@@ -1,6 +1,6 @@
 """The one asking seam of the edges: ``POST /v1/query``, the OpenAI routes, MCP and the console
 build a query the same way, ask through :meth:`~api.querying.QueryService.ask` and get one
-:class:`~api.querying.Asked` handle, or reopen a stream from an event id (:func:`reopen`).
+:class:`~api.asked.Asked` handle, or reopen a stream from an event id (:func:`reopen`).
 
 - :func:`query_body` + :func:`build_request`: the question, with the same limits
   (``api.max_query_chars``, not blank, the body's own bounds), the caller's tenant and
@@ -24,11 +24,12 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from api.asked import Asked
 from api.auth import Principal
 from api.deps import services
 from api.errors import ApiError
 from api.models import HistoryTurn, QueryBody
-from api.querying import Asked, QueryService
+from api.querying import QueryService
 from api.streams.ids import (
     ACCEPTED,
     EVENT_ID_PATTERN,

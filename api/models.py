@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
 
-from ragstream.db.models import as_utc
+from ragstream.clock import as_utc
 from topics.acl import Readers
 from topics.answers import Answer, AnswerStatus
 from topics.ingest import DOC_ID_PATTERN

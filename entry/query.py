@@ -133,7 +133,7 @@ def _ask_kafka(  # noqa: PLR0917 - one call site
     """
     from pydantic import ValidationError
 
-    from entry.client import KafkaClient
+    from entry.kafka_client import KafkaClient  # not entry.client: no httpx, FastAPI, SQL
     from ragstream.settings import get_settings
 
     with KafkaClient(get_settings()) as client:

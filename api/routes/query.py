@@ -34,7 +34,7 @@ waiter is unregistered at once, and, unless a stream resumes it within ``api.res
 a generation pool does not start its LLM call, or stops it within half a second, and records a
 ``CANCELLED`` error in the query log. Stages before generation (retrieval, rerank, evidence)
 are short and run to their end. A sync request whose client disconnects while it waits is
-cancelled the same way (the wait asks every half second, :meth:`api.querying.Asked.final`)
+cancelled the same way (the wait asks every half second, :meth:`api.asked.Asked.final`)
 and counted (``ragstream_api_sync_queries_left_total``).
 """
 
@@ -51,6 +51,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
+from api.asked import ClientLeftError
 from api.asking import (
     LAST_EVENT_ID,
     build_request,
@@ -76,7 +77,7 @@ from api.pages import (
     decode_cursor,
     encode_cursor,
 )
-from api.querying import ClientLeftError, QueryService
+from api.querying import QueryService
 from api.streams.ids import EVENT_ID_PATTERN, FINAL, MAX_ID_CHARS, Position
 from api.streams.native import positioned
 from topics.responses import ErrorCode

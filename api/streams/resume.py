@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import structlog
 from prometheus_client import Counter
 
+from api.asked import live
 from api.errors import ApiError
-from api.querying import QueryService, live, unavailable
+from api.querying import QueryService, unavailable
 from api.replies import Reply
 from api.streams.history import History, HistoryUnavailableError, read_history
 from topics.answers import Answer

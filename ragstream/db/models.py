@@ -27,16 +27,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from ragstream import job_status
 
-
-def utcnow() -> dt.datetime:
-    """Return the current time as a timezone-aware UTC datetime."""
-    return dt.datetime.now(dt.UTC)
-
-
-def as_utc(value: dt.datetime) -> dt.datetime:
-    """``value`` as a timezone-aware UTC datetime: a naive one (SQLite returns them) is read as
-    UTC; an aware one is converted to UTC."""
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+# Re-exported (the ``as`` form): the store's callers import both from here.
+from ragstream.clock import as_utc as as_utc  # noqa: PLC0414
+from ragstream.clock import utcnow as utcnow  # noqa: PLC0414
 
 
 class Base(DeclarativeBase):

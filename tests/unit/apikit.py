@@ -17,9 +17,9 @@ from typing import Any
 from fastapi import FastAPI
 
 from api.app import create_app
+from api.asked import Asked
 from api.auth import Principal
 from api.deps import principal
-from api.querying import Asked
 from api.replies import Reply
 from ragstream.settings import DatabaseSettings, Settings
 from topics.queries import QueryRequest
