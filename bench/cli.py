@@ -318,7 +318,13 @@ def query(
 @bench_app.command("api")
 def api_probe(  # noqa: PLR0917 - typer options
     api_url: str = typer.Option("http://127.0.0.1:8000", help="A running gateway."),
-    api_key: str = typer.Option(..., help="An API key of the tenant to ask as."),
+    api_key: str | None = typer.Option(
+        None,
+        help="An API key to ask with (its rate limit applies; 429s are counted as "
+        "rate_limited). Default: a key of --tenant with no rate limit, made in the SQL key "
+        "registry of these settings (the gateway's) and revoked when the run ends.",
+    ),
+    tenant: str = typer.Option("default", help="Tenant of the key made without --api-key."),
     question: str | None = typer.Option(None, help="Default: the first sample question."),
     tiers: str = typer.Option(
         "",
@@ -352,7 +358,44 @@ def api_probe(  # noqa: PLR0917 - typer options
     """Time an exact answer-cache hit through POST /v1/query of a running gateway (p50 of 50
     repeats after one answered query) and, with ``--tiers``, the end-to-end latency of fresh
     answers per answer tier on a quiet stack; with ``--load`` and ``--search`` closed-loop loads
-    of fresh answers and of searches; ``bench summary`` reads DIR/api.json."""
+    of fresh answers and of searches; ``bench summary`` reads DIR/api.json. A 429 of the key's
+    rate limit is counted (``rate_limited``) and never stops the run."""
+    from bench.query.api_key import bench_key
+    from ragstream.settings import get_settings
+
+    with bench_key(get_settings(), tenant, api_key) as key:
+        if key.key_id is not None:
+            console.print(f"API key {key.key_id} of {tenant}: no rate limit, revoked at the end")
+        payload = api_runs(
+            api_url, key.key, question=question, tiers=tiers, questions=questions, limit=limit,
+            load=load, load_seconds=load_seconds, search=search, search_clients=search_clients,
+        )  # fmt: skip
+        payload["api_key"] = key.source
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    console.print(f"-> {out}")
+
+
+def api_runs(
+    api_url: str,
+    api_key: str,
+    *,
+    question: str | None,
+    tiers: str,
+    questions: Path | None,
+    limit: int,
+    load: str,
+    load_seconds: float,
+    search: bool,
+    search_clients: str,
+) -> dict[str, Any]:
+    """The measurements of ``bench api`` with ``api_key``, printed as they come; returns the
+    JSON payload.
+
+    Raises:
+        typer.Exit: the exact-cache probe failed for another reason than the key's rate limit
+            (the gateway is down: nothing else could be measured).
+    """
     from bench.evaluation.questions import SAMPLE_QUESTIONS
     from bench.query.api_probe import measure_api_load, measure_api_tier_latency
     from bench.query.questions import load_questions
@@ -360,7 +403,7 @@ def api_probe(  # noqa: PLR0917 - typer options
 
     text = question or load_questions(None)[0][0]
     result = probe_exact_cache_hit(api_url, api_key, text)
-    if not result["measured"]:
+    if not result["measured"] and "(429)" not in result["note"]:
         console.print(f"[red]error[/red]: {result['note']}")
         raise typer.Exit(1)
     payload: dict[str, Any] = {
@@ -370,7 +413,7 @@ def api_probe(  # noqa: PLR0917 - typer options
         "question": text,
         "api_exact_cache_hit": result,
     }
-    console.print(f"exact-cache hit through {api_url}: {result['latency_ms']}")
+    console.print(f"exact-cache hit through {api_url}: {result.get('latency_ms', result['note'])}")
     if tiers:
         path = questions or SAMPLE_QUESTIONS
         asked = [
@@ -391,7 +434,8 @@ def api_probe(  # noqa: PLR0917 - typer options
             payload["load"].append(found)
             console.print(
                 f"load {n} clients: {found['rate_per_s']}/s answered, p50 {found.get('p50')} "
-                f"p99 {found.get('p99')} ms, {found['errors']} errors, {found['cached']} cached, "
+                f"p99 {found.get('p99')} ms, {found['errors']} errors, {found['rate_limited']} "
+                f"rate-limited, {found['cached']} cached, "
                 f"{found['machine_core_ms_per_answer']} core-ms an answer (machine)"
             )
     if search:
@@ -402,9 +446,7 @@ def api_probe(  # noqa: PLR0917 - typer options
             api_url, api_key, [json.loads(line)["question"] for line in lines], concurrencies,
             load_seconds,
         )  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2))
-    console.print(f"-> {out}")
+    return payload
 
 
 def search_load(
@@ -421,10 +463,34 @@ def search_load(
         console.print(
             f"search {n} clients: {one['rate_per_s']}/s searched, p50 {one.get('p50')} "
             f"p95 {one.get('p95')} p99 {one.get('p99')} ms, {one['errors']} errors, "
+            f"{one['rate_limited']} rate-limited, "
             f"{one['empty']} empty, {one['machine_core_ms_per_search']} core-ms a search "
             "(machine)"
         )
     return found
+
+
+@bench_app.command("calibrate")
+def calibrate(
+    no_encoder: bool = typer.Option(False, "--no-encoder", help="Only the CPU loop."),
+    out: Path = typer.Option(
+        Path(".local/bench/calibration.json"), help="Where to write the JSON."
+    ),
+) -> None:
+    """Measure this machine's calibration (:mod:`bench.calibration`): a fixed pure-Python loop's
+    iterations/s and the configured encoder's chunk-size texts/s, each the best of 3."""
+    from bench.calibration import measure
+    from ragstream.settings import get_settings
+
+    found = measure(get_settings(), encoder=not no_encoder)
+    console.print(
+        f"cpu loop {found['cpu_loop_per_s']:g} iterations/s; encoder {found['encoder']} "
+        f"{found['encoder_texts_per_s']} texts/s ({found['texts']} x {found['words_per_text']} "
+        "words)"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(found, indent=2))
+    console.print(f"wrote {out}")
 
 
 @bench_app.command("summary")

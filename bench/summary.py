@@ -354,6 +354,8 @@ def build_summary(directory: Path) -> dict[str, Any]:
         if name == "query" and data is not None:
             summary["machine"] = data.get("machine")
     summary["eval"].update(blind_numbers(directory, summary["eval"], notes))
+    summary["calibration"] = calibration_of(directory, notes)
+    summary["ingest"].update(demo_ingest_numbers(directory, notes))
     stage_path = directory / "retrieval_stage.json"
     stage = json.loads(stage_path.read_text(encoding="utf-8")) if stage_path.exists() else None
     summary["query"]["retrieval_stage_p50_ms"] = retrieval_stage_p50(stage)
@@ -388,6 +390,36 @@ def build_summary(directory: Path) -> dict[str, Any]:
     return summary
 
 
+def calibration_of(directory: Path, notes: list[str]) -> dict[str, Any] | None:
+    """``calibration.json`` of ``ragstream bench calibrate`` (:mod:`bench.calibration`), measured
+    in the same ``make bench`` run as the figures beside it; ``None``, with a note, without."""
+    from bench.calibration import read
+
+    found = read(directory / "calibration.json")
+    if found is None:
+        notes.append(
+            "calibration.json missing: ragstream bench calibrate --out DIR/calibration.json"
+        )
+    return found
+
+
+def demo_ingest_numbers(directory: Path, notes: list[str]) -> dict[str, Any]:
+    """``ingest.minutes_both_manuals``, ``ingest.entries_per_s`` and the rest of
+    :func:`bench.demo_ingest.summary_numbers` from ``demo-ingest.json`` (the record of the
+    demo's last full ingest of both manuals, with its run's calibration); ``None`` each, with a
+    note, without one."""
+    from bench.demo_ingest import SUMMARY_FILE, summary_numbers
+
+    path = directory / SUMMARY_FILE
+    record = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    if record is None or not record.get("full"):
+        notes.append(
+            f"ingest.minutes_both_manuals: {SUMMARY_FILE} missing or not a full ingest (make demo "
+            "on an empty index writes .local/demo/ingest-full.json; make bench copies it)"
+        )
+    return summary_numbers(record)
+
+
 #: ``ragstream bench api --tiers evidence`` over the shared set, written beside the benchmarks.
 API_TIERS_FILE = "api-evidence-shared.json"
 
@@ -404,12 +436,15 @@ def api_tier_p50(path: Path, tier: str) -> float | None:
 
 def api_load_numbers(api_path: Path) -> dict[str, float | None]:
     """From ``ragstream bench api --load``'s JSON: the highest answered rate of fresh answers
-    through the API whose p99 was at most 1 s (``api_sustainable_rate_per_s``), its p99 and the
-    machine's core-ms per answer there; ``None`` each when not measured or never met."""
-    keys = ("api_sustainable_rate_per_s", "api_sustainable_p99_ms", "api_machine_core_ms")
+    through the API whose p99 was at most 1 s with no error and no 429 of the key's rate limit
+    (``api_sustainable_rate_per_s``: a limited run measured the limiter), its p99 and the
+    machine's core-ms per answer there (``api_core_ms_per_answer``); ``None`` each when not
+    measured or never met."""
+    keys = ("api_sustainable_rate_per_s", "api_sustainable_p99_ms", "api_core_ms_per_answer")
     data = json.loads(api_path.read_text(encoding="utf-8")) if api_path.exists() else {}
     runs = data.get("load", [])
-    met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]]
+    met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]
+           and not r.get("rate_limited")]  # fmt: skip
     if not met:
         return dict.fromkeys(keys)
     best = max(met, key=lambda r: r["rate_per_s"])
@@ -445,7 +480,8 @@ def api_search_numbers(api_path: Path) -> dict[str, float | None]:
         "api_p99_ms_at_1": one.get("p99"),
         **dict.fromkeys(keys),
     }
-    met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]]
+    met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]
+           and not r.get("rate_limited")]  # fmt: skip
     if met:
         best = max(met, key=lambda r: r["rate_per_s"])
         values = (best["rate_per_s"], best["concurrency"], best["p99"],
@@ -458,6 +494,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
     """The summary as a Markdown table (key, value, target, met) and its notes."""
     lines = [f"# Benchmark summary ({summary['at']})", "",
              f"Machine: {summary.get('machine') or 'unknown'}", "",
+             f"Calibration: {calibration_line(summary.get('calibration'))}", "",
              "| key | value | target | met |", "|---|---|---|---|"]  # fmt: skip
     for section in ("ingest", "bus", "query", "search", "eval"):
         for dotted, value in _flat(section, summary.get(section) or {}):
@@ -466,6 +503,18 @@ def render_markdown(summary: dict[str, Any]) -> str:
             lines.append(f"| `{dotted}` | {value} | {target.get('target', '')} | {met} |")
     lines += [""] + [f"- {n}" for n in summary["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def calibration_line(calibration: dict[str, Any] | None) -> str:
+    """The calibration in words (:mod:`bench.calibration`), or ``not measured``."""
+    if not calibration:
+        return "not measured"
+    encoder = calibration.get("encoder_texts_per_s")
+    return (
+        f"CPU loop {calibration['cpu_loop_per_s']:.3g} iterations/s, encoder "
+        f"{calibration.get('encoder')} {'-' if encoder is None else f'{encoder:g}'} texts/s "
+        f"(load {calibration.get('load_avg_1m')}, {calibration.get('at')})"
+    )
 
 
 def write_summary(directory: Path, latest: Path | None) -> dict[str, Any]:

@@ -12,11 +12,16 @@
    documents are skipped by content hash on a second run); once ``--early-after`` documents
    (300) are in, it asks one sample question whose expected page is already indexed, through
    the API, while the job goes on (:class:`EarlyQuestion`: the index is live while it grows);
+   at the end it writes the job's record with the machine's calibration (:func:`record_ingest`,
+   :mod:`bench.demo_ingest`: ``.local/demo/ingest.json``, and ``ingest-full.json`` when no page
+   was unchanged);
 5. asks ten questions (``bench/evaluation/questions.sample.jsonl``, how-to questions among them)
    and one follow-up (:data:`FOLLOW_UP`: the earlier question asked, then the follow-up sent with
    that turn, question and answer, as ``history``) through
    the HTTP API and prints answers, numbered citations and latencies;
-6. leaves everything running and prints the URLs and how to stop.
+6. leaves everything running and prints the URLs and how to stop, then the ingest's one line:
+   pages, chunks, definition entries, failed, minutes, chunks and entries a second, and the
+   calibration (:func:`bench.demo_ingest.format_line`).
 
 ``ragstream demo status`` shows each process, its state and its restarts; ``ragstream demo
 stop`` stops the processes (``make down`` stops the services).
@@ -395,9 +400,12 @@ def watch_job(
     return state
 
 
-def ingest_manuals(settings: Settings, key: str, early_after: int = EARLY_AFTER_DOCS) -> None:
+def ingest_manuals(
+    settings: Settings, key: str, early_after: int = EARLY_AFTER_DOCS
+) -> dict[str, Any]:
     """One Celery bulk job over both manuals, followed by :func:`watch_job` (progress lines,
-    the early question after ``early_after`` documents), then the index merged."""
+    the early question after ``early_after`` documents), then the index merged. Returns the
+    job's record (:func:`record_ingest`)."""
     from ingest import jobs
     from ingest.sources import discover
     from ingest.tasks import run_job
@@ -416,8 +424,33 @@ def ingest_manuals(settings: Settings, key: str, early_after: int = EARLY_AFTER_
         f"ingest job [bold]{job_id}[/bold]: {len(files)} pages of the Python 3.11 and "
         "PostgreSQL 15 manuals (unchanged pages are skipped)"
     )
+    t0 = time.monotonic()
     watch_job(settings, sessions, job_id, key, early_after)
+    record = record_ingest(settings, sessions, job_id, time.monotonic() - t0)
     optimize_index(settings)
+    return record
+
+
+def record_ingest(
+    settings: Settings, sessions: sessionmaker[Session], job_id: str, watched_s: float
+) -> dict[str, Any]:
+    """The finished job's record (:mod:`bench.demo_ingest`: pages, chunks, definition entries,
+    failed, minutes, rates) with the machine's calibration measured now
+    (:func:`bench.calibration.measure`), written under ``.local/demo/``; ``watched_s`` stands
+    in for the job's time when its row lacks one."""
+    from bench.calibration import measure
+    from bench.demo_ingest import build_record, job_counts, job_seconds, write_record
+    from ingest import jobs
+
+    with console.status("measuring the machine's calibration (CPU loop, encoder)..."):
+        calibration = measure(settings)
+    seconds = job_seconds(sessions, job_id) or watched_s
+    status = jobs.progress(sessions, job_id).status
+    counts = job_counts(sessions, job_id)
+    record = build_record(counts, seconds, job_id=job_id, status=status, calibration=calibration)
+    written = write_record(record, _state_dir(settings))
+    console.print(f"ingest record: {', '.join(str(p) for p in written)}")
+    return record
 
 
 def optimize_index(settings: Settings) -> None:
@@ -541,11 +574,14 @@ def run(
     start_processes(settings, rerank_env)
     wait_ready(settings)
     key = demo_key(settings)
-    if not skip_ingest:
-        ingest_manuals(settings, key, early_after)
+    record = None if skip_ingest else ingest_manuals(settings, key, early_after)
     ask_questions(settings, key, questions)
     print_urls(settings)
     console.print(rerank_line)
+    if record is not None:
+        from bench.demo_ingest import format_line
+
+        console.print(format_line(record), markup=False, highlight=False)
 
 
 @demo_app.command("stop")

@@ -14,6 +14,10 @@ import httpx
 
 from bench.stats import percentiles
 
+#: The status the gateway answers when a key's per-minute rate limit is spent
+#: (``api.deps.check_rate``): the benchmarks count it apart and go on.
+RATE_LIMITED = 429
+
 
 def measure_api_exact_cache_hit(
     base_url: str,
@@ -40,13 +44,16 @@ def measure_api_exact_cache_hit(
         transport: an httpx transport (tests); default: the network.
 
     Returns:
-        ``{"p50", "p95", "p99", "max"}`` in ms of every repeat, ``"repeats"``, ``"misses"``
-        (repeats not served from a cache) and ``"first_ms"`` (the priming request).
+        ``{"p50", "p95", "p99", "max"}`` in ms of every repeat answered, ``"repeats"``,
+        ``"misses"`` (repeats not served from a cache), ``"rate_limited"`` (repeats refused
+        with 429 by the key's rate limit: counted, left out of the percentiles) and
+        ``"first_ms"`` (the priming request).
 
     Raises:
-        httpx.HTTPStatusError: a request was not answered with a 2xx status.
+        httpx.HTTPStatusError: a request was answered with a non-2xx status other than 429.
         httpx.HTTPError: the gateway could not be reached.
-        RuntimeError: the priming request was not answered (so nothing could be cached).
+        RuntimeError: the priming request was not answered (so nothing could be cached),
+            429 included; every repeat was refused with 429.
     """
     headers = {"Authorization": f"Bearer {api_key}"}
     body = {"query": question, "mode": "sync", "timeout_s": timeout_s}
@@ -54,20 +61,30 @@ def measure_api_exact_cache_hit(
         base_url=base_url, headers=headers, timeout=timeout_s + 10, transport=transport
     ) as client:
         t0 = time.perf_counter()
-        first = client.post("/v1/query", json=body).raise_for_status().json()
+        primed = client.post("/v1/query", json=body)
         first_ms = (time.perf_counter() - t0) * 1000
+        if primed.status_code == RATE_LIMITED:
+            raise RuntimeError("the priming query was refused by the key's rate limit (429)")
+        first = primed.raise_for_status().json()
         if first.get("status") != "answered":
             raise RuntimeError(f"the priming query was not answered: {first.get('status')}")
-        latencies, misses = [], 0
+        latencies, misses, limited = [], 0, 0
         for _ in range(repeats):
             t0 = time.perf_counter()
-            result = client.post("/v1/query", json=body).raise_for_status().json()
+            response = client.post("/v1/query", json=body)
+            if response.status_code == RATE_LIMITED:
+                limited += 1
+                continue
+            result = response.raise_for_status().json()
             latencies.append((time.perf_counter() - t0) * 1000)
             misses += not result.get("cached", False)
+    if not latencies:
+        raise RuntimeError(f"all {repeats} repeats were refused by the key's rate limit (429)")
     return {
         **percentiles(latencies),
         "repeats": repeats,
         "misses": misses,
+        "rate_limited": limited,
         "first_ms": round(first_ms, 2),
     }
 
@@ -98,15 +115,17 @@ def measure_api_tier_latency(
 
     Returns:
         ``{"p50", "p95", "p99", "max"}`` in ms of the fresh answers, ``"asked"``,
-        ``"answered"``, ``"cached"`` (left out), ``"tiers"`` (the tier of each answer, counted)
-        and ``"statuses"`` (each result status, counted).
+        ``"answered"``, ``"cached"`` (left out), ``"rate_limited"`` (refused with 429 by the
+        key's rate limit: left out), ``"tiers"`` (the tier of each answer, counted) and
+        ``"statuses"`` (each result status, counted).
 
     Raises:
-        httpx.HTTPError: the gateway could not be reached, or answered a non-2xx status.
+        httpx.HTTPError: the gateway could not be reached, or answered a non-2xx status other
+            than 429.
     """
     headers = {"Authorization": f"Bearer {api_key}"}
     latencies: list[float] = []
-    cached = answered = 0
+    cached = answered = limited = 0
     tiers: dict[str, int] = {}
     statuses: dict[str, int] = {}
     with httpx.Client(
@@ -115,8 +134,12 @@ def measure_api_tier_latency(
         for question in questions:
             body = {"query": question, "mode": "sync", "timeout_s": timeout_s, "route": route}
             t0 = time.perf_counter()
-            result = client.post("/v1/query", json=body).raise_for_status().json()
+            response = client.post("/v1/query", json=body)
             ms = (time.perf_counter() - t0) * 1000
+            if response.status_code == RATE_LIMITED:
+                limited += 1
+                continue
+            result = response.raise_for_status().json()
             status = str(result.get("status"))
             statuses[status] = statuses.get(status, 0) + 1
             if result.get("cached", False):
@@ -131,6 +154,7 @@ def measure_api_tier_latency(
         "asked": len(questions),
         "answered": answered,
         "cached": cached,
+        "rate_limited": limited,
         "tiers": tiers,
         "statuses": statuses,
     }
@@ -168,8 +192,11 @@ def measure_api_load(
 
     Returns:
         ``{"concurrency", "seconds", "answered", "rate_per_s"`` (answered per second of the
-        run), ``"errors"`` (non-2xx, transport errors or answers not ``answered``), ``"cached"``
-        (should be 0), ``"p50"``, ``"p95"``, ``"p99"``, ``"max"`` (ms of the answered),
+        run), ``"errors"`` (non-2xx other than 429, transport errors or answers not
+        ``answered``), ``"rate_limited"`` (refused with 429 by the key's rate limit; a client
+        refused waits for its ``Retry-After`` or the run's end, so a limited run measures the
+        limiter, not the stack),
+        ``"cached"`` (should be 0), ``"p50"``, ``"p95"``, ``"p99"``, ``"max"`` (ms of the answered),
         ``"machine_busy_cores"`` and ``"machine_core_ms_per_answer"`` (every process of the
         machine, the load generator included, from ``/proc/stat``)``}``.
     """
@@ -181,7 +208,7 @@ def measure_api_load(
     run_id = uuid.uuid4().hex[:12]  # filters of no earlier run either
     counter = itertools.count()
     latencies: list[float] = []
-    tally = {"errors": 0, "cached": 0}
+    tally = {"errors": 0, "rate_limited": 0, "cached": 0}
 
     async def client_loop(client: httpx.AsyncClient, stop: float) -> None:
         while time.perf_counter() < stop:
@@ -200,6 +227,11 @@ def measure_api_load(
                 result = response.json() if response.is_success else {}
             except httpx.HTTPError:
                 result = {}
+            else:
+                if response.status_code == RATE_LIMITED:
+                    tally["rate_limited"] += 1
+                    await wait_retry_after(response, stop)
+                    continue
             if result.get("status") != "answered":
                 tally["errors"] += 1
                 continue
@@ -220,6 +252,19 @@ def measure_api_load(
         "machine_busy_cores": cores,
         "machine_core_ms_per_answer": core_ms_per_request(cores, elapsed, len(latencies)),
     }
+
+
+async def wait_retry_after(response: httpx.Response, stop: float) -> None:
+    """Sleep for a 429 ``response``'s ``Retry-After`` seconds (1 s when it has none), at most
+    until ``stop`` (:func:`time.perf_counter` time): a refused closed-loop client waits for the
+    next window instead of hammering the gateway with refused requests."""
+    import asyncio
+
+    try:
+        retry_s = float(response.headers.get("retry-after", "1"))
+    except ValueError:
+        retry_s = 1.0
+    await asyncio.sleep(max(0.0, min(retry_s, stop - time.perf_counter())))
 
 
 def closed_loop(

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from bench.query.api_probe import closed_loop
+from bench.query.api_probe import RATE_LIMITED, closed_loop, wait_retry_after
 from bench.stats import core_ms_per_request, percentiles
 
 
@@ -49,8 +49,8 @@ def measure_api_search_load(
 
     Args:
         base_url: the gateway, e.g. ``http://127.0.0.1:8000``.
-        api_key: a key of the tenant to search (``Authorization: Bearer``); its rate limit must
-            allow the load.
+        api_key: a key of the tenant to search (``Authorization: Bearer``); one without a rate
+            limit (``ragstream bench api`` makes one) measures the stack, not the limiter.
         questions: searched in turn.
         concurrency: clients in flight at once.
         seconds: how long the clients keep sending.
@@ -60,7 +60,8 @@ def measure_api_search_load(
 
     Returns:
         ``{"concurrency", "seconds", "searched"`` (2xx responses), ``"rate_per_s"`` (searched
-        per second of the run), ``"errors"`` (non-2xx or transport errors), ``"empty"``
+        per second of the run), ``"errors"`` (non-2xx other than 429, or transport errors),
+        ``"rate_limited"`` (refused with 429 by the key's rate limit), ``"empty"``
         (searches that found no passage; should be 0), ``"p50"``, ``"p95"``, ``"p99"``,
         ``"max"`` (ms of the searched, the whole HTTP round trip), ``"machine_busy_cores"`` and
         ``"machine_core_ms_per_search"`` (every process of the machine, the load generator
@@ -69,7 +70,7 @@ def measure_api_search_load(
     run_id = uuid.uuid4().hex[:12]  # filters of no earlier run either
     counter = itertools.count()
     latencies: list[float] = []
-    tally = {"errors": 0, "empty": 0}
+    tally = {"errors": 0, "rate_limited": 0, "empty": 0}
 
     async def client_loop(client: httpx.AsyncClient, stop: float) -> None:
         while time.perf_counter() < stop:
@@ -81,6 +82,11 @@ def measure_api_search_load(
                 result = response.json() if response.is_success else None
             except httpx.HTTPError:
                 result = None
+            else:
+                if response.status_code == RATE_LIMITED:
+                    tally["rate_limited"] += 1
+                    await wait_retry_after(response, stop)
+                    continue
             if not isinstance(result, dict):
                 tally["errors"] += 1
                 continue
