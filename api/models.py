@@ -18,6 +18,8 @@ from topics.queries import Filter
 UtcDateTime = Annotated[dt.datetime, AfterValidator(as_utc)]
 
 Mode = Literal["sync", "async"]
+#: The answer tier a query may force (``auto``: the router picks); the Python clients take it too.
+Route = Literal["auto", "evidence", "small", "large"]
 #: A callback URL the SSRF guard can check: ``http(s)://`` and a host, no spaces or controls.
 CALLBACK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@]+([/?#][^\x00-\x20\x7f]*)?$"
 
@@ -70,7 +72,7 @@ class QueryBody(Body):
     top_n: int | None = Field(default=None, ge=1, le=200, description="Candidates retrieved.")
     top_k: int | None = Field(default=None, ge=1, le=50, description="Passages kept.")
     filters: list[Filter] = Field(default_factory=list, max_length=20)
-    route: Literal["auto", "evidence", "small", "large"] = "auto"
+    route: Route = "auto"
     mode: Mode = "sync"
     stream: bool = False
     timeout_s: float | None = Field(default=None, gt=0, le=600, description="Sync wait, s.")

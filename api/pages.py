@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from api.errors import ApiError
 from api.feedback_models import FeedbackTally
 from api.models import DocumentOut, UtcDateTime
 
@@ -57,6 +56,8 @@ def decode_cursor(cursor: str | None, kinds: tuple[type, ...]) -> tuple[Any, ...
                 raise ValueError("wrong type")
         return tuple(out)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        from api.errors import ApiError  # FastAPI: not for the HTTP client's page models
+
         raise ApiError(422, "INVALID_REQUEST", "cursor: not a cursor of this list") from exc
 
 

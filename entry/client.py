@@ -24,7 +24,8 @@ Leaving a stream early (``break``) closes its connection: the API then cancels t
 generation.
 
 Kafka (a service inside the trust boundary, producing query events for any tenant): the
-:class:`~entry.kafka_client.KafkaClient`, re-exported here::
+:class:`~entry.kafka_client.KafkaClient`, re-exported here (imported on first use: an HTTP
+caller does not load Kafka, nor the webhook models' SQL stack until it registers a webhook)::
 
     with KafkaClient() as c:
         result = c.query("What does VACUUM do?", tenant="default", on_token=print)
@@ -39,19 +40,35 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
 
 from api.feedback_models import FeedbackOut
-from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult
+from api.models import DocumentAccepted, DocumentOut, JobOut, QueryResult, Route
 from api.pages import MAX_LIMIT, DocumentPage
 from api.search_models import RankerName, SearchResults
-from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
-from entry.kafka_client import KafkaClient, KafkaUnavailableError, Route
 from ragstream.errors import RagstreamError
 from ragstream.job_status import FINAL_JOB_STATUSES
+
+if TYPE_CHECKING:
+    from api.webhooks.protocol import EndpointCreated, EndpointList, EndpointOut, EventType
+    from entry.kafka_client import KafkaClient, KafkaUnavailableError
+
+
+def __getattr__(name: str) -> Any:
+    """``KafkaClient`` and ``KafkaUnavailableError`` of :mod:`entry.kafka_client`, loaded on
+    first use (PEP 562): ``ragstream query --api`` and the HTTP callers never load Kafka.
+
+    Raises:
+        AttributeError: any other name.
+    """
+    if name in ("KafkaClient", "KafkaUnavailableError"):
+        from entry import kafka_client
+
+        return getattr(kafka_client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ApiRequestError(RagstreamError):
@@ -225,6 +242,8 @@ class Calls:
         url: str, event_types: Sequence[EventType], description: str = ""
     ) -> Call[EndpointCreated]:
         """``POST /v1/webhooks``: the response holds the endpoint's signing ``secret``, once."""
+        from api.webhooks.protocol import EndpointCreated  # SQL stack behind: on first use
+
         body = {"url": url, "event_types": list(event_types), "description": description}
         return Call("POST", "/v1/webhooks", body, EndpointCreated.model_validate)
 
@@ -232,6 +251,8 @@ class Calls:
     def list_webhooks(cursor: str | None = None) -> Call[EndpointList]:
         """``GET /v1/webhooks``: one page of the tenant's endpoints (the most a page holds),
         after ``cursor`` (a page's ``next_cursor``; ``None``: the first page)."""
+        from api.webhooks.protocol import EndpointList  # SQL stack behind: on first use
+
         path = f"/v1/webhooks?limit={MAX_LIMIT}"
         if cursor is not None:
             path += f"&cursor={quote(cursor, safe='')}"

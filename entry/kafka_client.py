@@ -17,10 +17,10 @@ import datetime as dt
 import time
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from api.asked import Asked
-from api.models import QueryResult
+from api.models import QueryResult, Route
 from api.replies import Reply, ReplyRouter, Waiter
 from ragstream.errors import RagstreamError
 from ragstream.settings import Settings, get_settings
@@ -30,8 +30,6 @@ from topics.queries import QueryRequest
 from topics.registry import QUERIES, TopicRegistry
 from topics.serde import encode
 
-#: The answer tier a query may force (``auto``: the router picks), over Kafka and HTTP alike.
-Route = Literal["auto", "evidence", "small", "large"]
 T = TypeVar("T")
 
 

@@ -10,6 +10,7 @@ asserts on what it imported, not on a time, so it does not flake on a busy machi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -101,3 +102,60 @@ def test_a_command_help_imports_no_client_model_or_web_stack(argv: tuple[str, ..
     assert "Usage" in out
     allowed_below_root = {"pydantic", "pydantic_settings", "structlog"}
     assert sorted(modules & (set(HEAVY) - allowed_below_root)) == []
+
+
+#: Run before :data:`_PROBE`: the first socket connection reports the modules imported so far
+#: and ends the process, so the command never reaches a broker.
+_AT_FIRST_CONNECT = """
+import json, os, socket, sys
+def _report(*_args, **_kwargs):
+    sys.stderr.write(json.dumps({{"code": "connect", "modules": sorted(sys.modules)}}) + "\\n")
+    sys.stderr.flush()
+    os._exit(0)
+socket.socket.connect = _report
+socket.socket.connect_ex = _report
+"""
+
+
+#: Per ``ragstream query`` path: its argv, its client module (and the Kafka path's wait handle,
+#: which must be loaded before the first connection too), and the heavy libraries it may load
+#: besides the settings tree and structlog.
+QUERY_PATHS = {
+    "kafka": (("query", "x y?"), "entry.kafka_client api.asked", {"kafka", "opentelemetry"}),
+    "http": (
+        ("query", "x y?", "--api", "http://127.0.0.1:9", "--api-key", "k"),
+        "entry.client",
+        {"httpx"},
+    ),
+}
+
+
+@pytest.mark.parametrize("path", sorted(QUERY_PATHS))
+def test_query_reaches_its_server_with_its_client_and_the_models_only(path: str) -> None:
+    """``ragstream query "..."`` (issue 37): by its first connection (the Kafka client's
+    bootstrap, or the HTTP request with ``--api``) it has imported its client, the settings and
+    the models, and none of the other client, the web or SQL stack, Redis or numpy. At
+    c738b43 the Kafka path had imported httpx, FastAPI, SQLAlchemy and Alembic by then (the HTTP
+    client module, the API's pagination and webhook models, the SQL models), and Redis, numpy
+    and prometheus_client after it (the API's query service, for the wait handle); the numbers
+    are in docs/benchmarks/index.md (CLI start-up). Nothing listens on port 9, so a patch that
+    failed to fire could not reach a server.
+    """
+    argv, client, allowed = QUERY_PATHS[path]
+    done = subprocess.run(
+        [sys.executable, "-c", (_AT_FIRST_CONNECT + _PROBE).format(argv=list(argv))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "RAGSTREAM_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"},
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["code"] == "connect", done.stderr[-2000:]
+    full = set(report["modules"])
+    assert {*client.split(), "api.models", "topics.queries"} <= full
+    modules = {m.split(".")[0] for m in full}
+    allowed |= {"pydantic", "pydantic_settings", "structlog"}
+    assert sorted(modules & (set(HEAVY) - allowed)) == []
+    other = {"entry.client", "entry.kafka_client"} - set(client.split())
+    assert sorted(full & {*other, "api.querying", "api.errors", "ragstream.db"}) == []
