@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.echo import EchoEvent
-from bench.stats import percentiles
 from ragstream.settings import Settings
+from replay.measures import percentiles
 from topics.admin import ensure_topics, make_admin
 from topics.consumer import make_consumer
 from topics.producer import EventProducer, make_producer

@@ -1,9 +1,12 @@
-"""Pure statistics of the load benchmarks: percentiles, Poisson arrivals, trace stages, SLO."""
+"""Pure statistics of the load benchmarks: Poisson arrivals, trace stages, SLO, CPU.
+
+The nearest-rank percentiles and a trace's end live in :mod:`replay.measures`, which the shadow
+replay's report (a product command) uses too.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import random
 from collections.abc import Sequence
@@ -12,25 +15,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from topics.base import StageTiming
-
-#: The percentiles every latency distribution reports.
-QUANTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """p50/p95/p99/max of ``values`` by the nearest-rank method, rounded to 0.01.
-
-    The q-quantile is the smallest value with at least ``ceil(q * n)`` values at or below it
-    (nearest rank; Hyndman & Fan 1996, definition 1), so p99 of fewer than 100 values is the
-    maximum. Returns ``{}`` for no values.
-    """
-    if not values:
-        return {}
-    s = sorted(values)
-    n = len(s)
-    out = {name: round(s[max(0, math.ceil(q * n - 1e-9) - 1)], 2) for name, q in QUANTILES}
-    out["max"] = round(s[-1], 2)
-    return out
 
 
 def poisson_arrivals(rate_per_s: float, seconds: float, rng: random.Random) -> list[float]:
@@ -83,14 +67,6 @@ def stage_samples(trace: Sequence[StageTiming], sent_at: dt.datetime) -> list[St
         out.append(StageSample(t.stage, round(wait, 3), t.duration_ms))
         previous_end = t.started_at + dt.timedelta(milliseconds=t.duration_ms)
     return out
-
-
-def trace_end(trace: Sequence[StageTiming], sent_at: dt.datetime) -> dt.datetime:
-    """When the last stage of ``trace`` finished (``sent_at`` for an empty trace)."""
-    if not trace:
-        return sent_at
-    last = trace[-1]
-    return last.started_at + dt.timedelta(milliseconds=last.duration_ms)
 
 
 @dataclass(frozen=True, slots=True)

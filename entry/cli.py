@@ -3,7 +3,7 @@
 Commands: ``infra up|down|status``, ``db upgrade``, ``health``, ``api``, ``celery-worker``,
 ``flower`` and ``worker POOL`` here; the groups that live beside their code are mounted below
 (``topics``, ``dlq``, ``ingest``, ``jobs``, ``index``, ``keys`` from their layers; ``query`` and
-``demo`` from this package; ``bench``, ``eval`` and ``replay`` from ``bench/``).
+``demo`` from this package; ``replay`` from ``replay/``; ``bench`` and ``eval`` from ``bench/``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ def _mount_subcommands() -> None:
     from api.cli import keys_app
     from bench.cli import bench_app
     from bench.evaluation.cli import ablate_command, eval_command
-    from bench.replay.cli import replay_command
     from bench.rerank.cli import rerank_app
     from bench.selector.cli import selector_app
     from entry.demo import demo_app
@@ -53,6 +52,7 @@ def _mount_subcommands() -> None:
     from entry.query import query_app
     from infra.cli import app as infra_app
     from ingest.cli import index_app, ingest_command, jobs_app
+    from replay.cli import replay_command
     from topics.cli import dlq_app, topics_app
 
     app.add_typer(infra_app, name="infra", help="Local services: Kafka, Elasticsearch, Redis.")

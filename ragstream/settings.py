@@ -361,7 +361,7 @@ class WebhookSettings(BaseModel):
 
 class ReplaySettings(BaseModel):
     """Shadow replay of logged queries against a candidate configuration (``ragstream replay``,
-    ``bench/replay/``).
+    ``replay/``).
 
     The replay starts its own pool processes on shadow topics
     (``<kafka.topic_prefix><topic_prefix><run id>.``), with the answer caches off, and submits

@@ -15,7 +15,8 @@ Answers: *correct* means one of the question's ``answer_patterns`` matches anywh
 answer (``re.search``, case-insensitive). *Refusal* means the answer says the passages hold no
 answer: the generation prompt (``workers/generation/prompt.py``) tells the model to say
 ``NOT_IN_DOCUMENTS`` ("The documents do not contain the answer."), and the pool answers that
-when no passage was retrieved; :data:`REFUSAL_PATTERNS` also accept the usual paraphrases.
+when no passage was retrieved; :data:`replay.measures.REFUSAL_PATTERNS` (:func:`replay.measures.
+is_refusal`, shared with the shadow replay's report) also accept the usual paraphrases.
 
 What a reader sees:
 
@@ -55,7 +56,6 @@ from typing import NamedTuple, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from bench.evaluation.questions import PageRef
-from topics.answers import NOT_IN_DOCUMENTS
 
 #: Cut-offs reported for hit@k.
 HIT_KS = (1, 3, 5, 10, 20, 30)
@@ -63,28 +63,6 @@ HIT_KS = (1, 3, 5, 10, 20, 30)
 MRR_K = 10
 #: Cut-offs reported for answer-in-top-k containment.
 CONTAINMENT_KS = (1, 3, 5)
-
-#: An answer matching any of these (case-insensitive) declines to answer. The first is the
-#: prompt's own phrase; the others are its usual paraphrases: "the passages do not mention X",
-#: "X is not described in the context", "I cannot answer", "I don't know", "no information".
-REFUSAL_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(re.escape(NOT_IN_DOCUMENTS.rstrip(".")), re.IGNORECASE),
-    re.compile(
-        r"\b(documents?|passages?|context|docs|documentation|manual)\b[^.]{0,40}"
-        r"\b(do(es)? not|do(es)?n't)\b[^.]{0,20}\b(contain|include|mention|say|cover|answer)",
-        re.IGNORECASE,
-    ),
-    re.compile(
-        r"\b(not|no)\b[^.]{0,60}\b(in|from) the (documents?|passages?|context|docs"
-        r"|documentation|manual)\b",
-        re.IGNORECASE,
-    ),
-    re.compile(
-        r"\b(cannot|can't|unable to) (answer|find|determine)\b|\b(don't|do not) know\b"
-        r"|\bno (relevant )?information\b",
-        re.IGNORECASE,
-    ),
-)
 
 T = TypeVar("T")
 
@@ -142,11 +120,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
     return round(ordered[rank - 1], 1)
-
-
-def is_refusal(answer: str) -> bool:
-    """Whether ``answer`` declines to answer (any of :data:`REFUSAL_PATTERNS`)."""
-    return any(p.search(answer) for p in REFUSAL_PATTERNS)
 
 
 def _mean(values: Sequence[float]) -> float | None:

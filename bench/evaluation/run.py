@@ -53,7 +53,6 @@ from bench.evaluation.metrics import (
     group_by,
     is_answer_first,
     is_correct,
-    is_refusal,
     percentile,
     retrieval_metrics,
 )
@@ -80,6 +79,7 @@ from bench.evaluation.report import (
 )
 from ragstream.errors import ConfigurationError, RagstreamError, TransientError
 from ragstream.settings import Settings
+from replay.measures import is_refusal
 from topics.queries import QueryRequest, Turn
 from topics.retrieved import Candidate
 from workers.conversation import question_of, standalone_question

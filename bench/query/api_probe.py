@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from bench.stats import percentiles
+from replay.measures import percentiles
 
 #: The status the gateway answers when a key's per-minute rate limit is spent
 #: (``api.deps.check_rate``): the benchmarks count it apart and go on.

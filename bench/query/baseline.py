@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bench.query.cpu import ProcessSet, attributed_ms, total
-from bench.stats import CpuSample, busy_cores, core_ms_per_request, percentiles
+from bench.stats import CpuSample, busy_cores, core_ms_per_request
 from ragstream.settings import Settings
+from replay.measures import percentiles
 from topics.base import Event
 from topics.queries import QueryRequest
 from topics.registry import TOKENS

@@ -27,12 +27,11 @@ from bench.stats import (
     Slo,
     busy_cores,
     core_ms_per_request,
-    percentiles,
     poisson_arrivals,
     stage_samples,
-    trace_end,
 )
 from ragstream.settings import Settings
+from replay.measures import percentiles, trace_end
 from topics.base import Event, StageTiming
 from topics.consumer import make_consumer
 from topics.producer import EventProducer

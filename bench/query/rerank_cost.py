@@ -20,8 +20,8 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.stats import percentiles
 from ragstream.settings import Settings
+from replay.measures import percentiles
 
 
 def fused_candidates(

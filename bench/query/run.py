@@ -60,7 +60,6 @@ from bench.query.load import (
     warm_up,
 )
 from bench.query.plans import DEFAULT_PLANS, EVIDENCE, FULL, RETRIEVAL, ModePlan
-from bench.query.procs import PoolProcesses, apply_overrides
 from bench.query.questions import load_questions
 from bench.stats import (
     Slo,
@@ -71,6 +70,7 @@ from bench.stats import (
 )
 from ragstream.errors import ConfigurationError
 from ragstream.settings import PROJECT_ROOT, Settings
+from replay.pools import PoolProcesses, apply_overrides
 from topics.producer import EventProducer, make_producer
 from topics.queries import QueryRequest
 from topics.registry import QUERIES, TopicRegistry

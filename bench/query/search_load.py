@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 
 from bench.query.api_probe import RATE_LIMITED, closed_loop, wait_retry_after
-from bench.stats import core_ms_per_request, percentiles
+from bench.stats import core_ms_per_request
+from replay.measures import percentiles
 
 
 def search_body(question: str, unique: str, top_k: int) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from typing import Any
 
 from rich.table import Table
 
-from bench.stats import percentiles
 from ragstream.settings import Settings
+from replay.measures import percentiles
 
 #: Stages in order; ``total`` is their sum per query.
 STAGES = ("embed", "msearch", "fusion", "preceding", "total")

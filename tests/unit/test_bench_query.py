@@ -18,7 +18,6 @@ from bench.query.api_probe import (
     measure_api_tier_latency,
 )
 from bench.query.plans import ModePlan, parse_rates
-from bench.query.procs import PoolProcesses, apply_overrides, overrides_env
 from bench.query.questions import BUILT_IN_QUESTIONS, load_questions, unique_query
 from bench.query.report import plot, render_markdown
 from bench.query.run import redis_url_with_db
@@ -26,6 +25,7 @@ from bench.summary import build_summary, write_summary
 from bench.summary import render_markdown as render_summary
 from ragstream.errors import ConfigurationError
 from ragstream.settings import Settings
+from replay.pools import PoolProcesses, apply_overrides, overrides_env
 from topics.queries import QueryRequest
 from workers.caches import exact_key
 

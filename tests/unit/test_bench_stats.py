@@ -21,12 +21,11 @@ from bench.stats import (
     core_ms_per_request,
     max_sustainable_rate,
     next_rate,
-    percentiles,
     poisson_arrivals,
     stage_samples,
     sustainable_rate,
-    trace_end,
 )
+from replay.measures import percentiles, trace_end
 from topics.base import StageTiming
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, 0, tzinfo=dt.UTC)

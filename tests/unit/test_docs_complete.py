@@ -9,7 +9,18 @@ from ragstream.settings import PROJECT_ROOT
 
 DOCS = PROJECT_ROOT / "docs"
 #: The top-level packages of the product (the rows of the layout table).
-PACKAGES = ("ragstream", "topics", "index", "ingest", "workers", "api", "infra", "bench", "entry")
+PACKAGES = (
+    "ragstream",
+    "topics",
+    "index",
+    "ingest",
+    "workers",
+    "api",
+    "replay",
+    "infra",
+    "bench",
+    "entry",
+)
 
 
 def _section(text: str, heading: str) -> str:

@@ -13,7 +13,6 @@ from bench.evaluation.metrics import (
     first_relevant_rank,
     group_by,
     hit_at,
-    is_refusal,
     matches_any,
     reciprocal_rank,
     retrieval_metrics,
@@ -39,6 +38,7 @@ from bench.evaluation.report import (
     write_report,
 )
 from ragstream.settings import LlmSettings, RerankSettings, Settings
+from replay.measures import is_refusal
 from topics.answers import NOT_IN_DOCUMENTS
 from topics.retrieved import Candidate
 from workers.pools.rerank import _passage

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.query.procs import overrides_env
-from bench.replay import ReplayError
-from bench.replay.candidate import (
+from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
+from ragstream.db.models import QueryLog
+from ragstream.settings import Settings
+from replay import ReplayError
+from replay.candidate import (
     Candidate,
     candidate_overrides,
     check_candidate,
@@ -27,11 +29,9 @@ from bench.replay.candidate import (
     settings_with,
     shadow_overrides,
 )
-from bench.replay.pacing import Pacer, achieved_rate, max_in_window
-from bench.replay.selection import Selection, parse_when, select_logged
-from ragstream.db.engine import make_engine, make_session_factory, upgrade_head
-from ragstream.db.models import QueryLog
-from ragstream.settings import Settings
+from replay.pacing import Pacer, achieved_rate, max_in_window
+from replay.pools import overrides_env
+from replay.selection import Selection, parse_when, select_logged
 from topics.queries import QueryRequest
 from topics.responses import QueryResponse
 from workers import query_log
@@ -285,7 +285,7 @@ def test_the_cache_setting_reaches_the_pools_cache() -> None:
 
 
 def test_shadow_pool_processes_run_niced(tmp_path: Path) -> None:
-    from bench.query.procs import PoolProcesses
+    from replay.pools import PoolProcesses
 
     settings = _with()
     assert settings.replay.nice == 10

@@ -7,8 +7,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from bench.replay.report import build_report, summary_line, write_report
-from bench.replay.shadow import Replayed
+from replay.report import build_report, summary_line, write_report
+from replay.shadow import Replayed
 from topics.answers import NOT_IN_DOCUMENTS, Answer
 from topics.base import StageTiming
 from topics.responses import Citation, ErrorCode, ErrorInfo, QueryResponse

@@ -6,13 +6,13 @@ an answer ``tier`` forced on every replayed query, a catalog ``model`` (optional
 server), and any field of the sections that shape an answer (:data:`CANDIDATE_SECTIONS`:
 ``--set retrieval.bm25_weight=1.0``). It becomes *overrides*, ``{"section": {"field": value}}``,
 that the shadow pool processes read as ``RAGSTREAM_<SECTION>__<FIELD>`` variables on top of this
-process's environment (:func:`bench.query.procs.overrides_env`), with the replay's own: the
+process's environment (:func:`replay.pools.overrides_env`), with the replay's own: the
 shadow topic prefix and the answer caches off (:func:`shadow_overrides`).
 
 Everything is checked before a process starts (:func:`check_candidate`, :func:`check_alias`):
 an unknown setting, tier or model, a value the settings refuse, an alias that does not exist or
 holds no chunk of the tenant, a model server that does not answer, a model no answer would use.
-Each is a :class:`~bench.replay.ReplayError` that says what to change.
+Each is a :class:`~replay.ReplayError` that says what to change.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from bench.query.procs import overrides_env
-from bench.replay import ReplayError
 from ragstream.errors import TransientError
 from ragstream.settings import LLM_PROMPT_STYLES, Settings
+from replay import ReplayError
+from replay.pools import overrides_env
 
 #: The answer tiers a candidate may force (``QueryRequest.route``); ``auto`` lets the router and
 #: the evidence stage choose, as live queries do.

@@ -10,7 +10,7 @@ shadow answer. Definitions:
 - **citations**: the cited chunks; *gained* are cited after only, *lost* before only, and the
   *overlap* is their Jaccard index: chunks cited on both sides over chunks cited on either
   (1.0 when both cite nothing); ``doc_overlap`` is the same over the cited documents;
-- **refusal**: an answered query whose text declines (:func:`bench.evaluation.metrics.
+- **refusal**: an answered query whose text declines (:func:`replay.measures.
   is_refusal`, the evaluation's one definition around :data:`topics.answers.NOT_IN_DOCUMENTS`);
   *gained* refuses after only, *lost* before only;
 - **latency**: from the query's submission (the API's logging of it, before; the shadow
@@ -33,10 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.evaluation.metrics import is_refusal
-from bench.replay.pacing import achieved_rate, max_in_window
-from bench.replay.shadow import Replayed
-from bench.stats import percentiles, trace_end
+from replay.measures import is_refusal, percentiles, trace_end
+from replay.pacing import achieved_rate, max_in_window
+from replay.shadow import Replayed
 from topics.answers import Answer
 from topics.base import StageTiming
 from topics.responses import Citation, QueryResponse

@@ -63,14 +63,14 @@ def replay_command(  # noqa: PLR0917 - typer options
     query log, at a bounded rate; write report.json and report.md (answers changed, citations
     gained and lost, refusals, latency p50/p95 before and after, changed answers side by side).
     """
-    from bench.replay import ReplayError
-    from bench.replay.candidate import Candidate, parse_sets
-    from bench.replay.report import summary_line, write_report
-    from bench.replay.run import ReplayOptions, new_run_id, run_replay
-    from bench.replay.selection import Selection, parse_when
     from ragstream.errors import RagstreamError
     from ragstream.metrics import serve_metrics
     from ragstream.settings import get_settings
+    from replay import ReplayError
+    from replay.candidate import Candidate, parse_sets
+    from replay.report import summary_line, write_report
+    from replay.run import ReplayOptions, new_run_id, run_replay
+    from replay.selection import Selection, parse_when
 
     settings = get_settings()
     now = dt.datetime.now(dt.UTC)

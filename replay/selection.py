@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.replay import ReplayError
+from replay import ReplayError
 from topics.answers import Answer
 from workers import query_log
 

@@ -1,6 +1,7 @@
-"""The system under test: pool processes on a private topic prefix, and their settings.
+"""Pool processes on a private topic prefix, and their settings: the shadow pools of a replay
+(:mod:`replay.shadow`) and the system under test of the query benchmark (``bench/query/``).
 
-A benchmark describes its configuration once as *overrides* (``{"section": {"field": value}}``,
+A caller describes its configuration once as *overrides* (``{"section": {"field": value}}``,
 nested for ``pools``) and hands the same overrides to its own process
 (:func:`apply_overrides`) and to every pool process it starts (:func:`overrides_env`, the
 ``RAGSTREAM_<SECTION>__<FIELD>`` variables the settings tree reads), so the in-process baseline
@@ -117,7 +118,7 @@ class PoolProcesses:
     topics are removed on :meth:`close`.
 
     Args:
-        settings: the benchmark's settings, overrides already applied.
+        settings: the caller's settings, overrides already applied.
         overrides: what the children must see (topic prefix, index alias, Redis URL, ...).
         pools: pool names, e.g. ``("retrieval", "rerank")``.
         log_dir: where each process's stdout and stderr go (``<pool>.log``, ``<pool>.2.log``).
@@ -212,7 +213,7 @@ class PoolProcesses:
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("bench.pool_killed", pool=key)
+                log.warning("pool_processes.killed", pool=key)
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -225,11 +226,11 @@ class PoolProcesses:
             try:
                 admin.delete_consumer_groups(groups)
             except KafkaError as exc:
-                log.warning("bench.delete_groups_failed", error=str(exc))
+                log.warning("pool_processes.delete_groups_failed", error=str(exc))
             names = [t.name for t in TopicRegistry(self.prefix).physical_topics()]
             try:
                 admin.delete_topics(names)
             except KafkaError as exc:
-                log.warning("bench.delete_topics_failed", error=str(exc))
+                log.warning("pool_processes.delete_topics_failed", error=str(exc))
         finally:
             admin.close()

@@ -14,7 +14,7 @@ Nothing of a shadow run reaches users or live state:
   queries ``429``.
 
 The run submits at most ``rate_per_s`` queries a second with at most ``max_in_flight``
-unanswered (:class:`~bench.replay.pacing.Pacer`), after one warm-up query (not reported) has
+unanswered (:class:`~replay.pacing.Pacer`), after one warm-up query (not reported) has
 been answered, so the pools' model loading is not in the latencies.
 """
 
@@ -32,10 +32,10 @@ import structlog
 from kafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
-from bench.query.procs import Overrides, PoolProcesses
-from bench.replay.pacing import Pacer
 from ragstream.errors import TransientError
 from ragstream.settings import Settings
+from replay.pacing import Pacer
+from replay.pools import Overrides, PoolProcesses
 from topics.answers import Answer
 from topics.consumer import make_consumer
 from topics.producer import EventProducer, make_producer

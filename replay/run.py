@@ -2,8 +2,8 @@
 
 Every check runs before a process starts (:func:`prepare`): the selection is not empty, the
 candidate's settings, tier and model are known and its model server answers, the index alias
-exists and holds the tenant's chunks. Then :func:`~bench.replay.shadow.run_shadow` answers the
-queries and :func:`~bench.replay.report.build_report` compares.
+exists and holds the tenant's chunks. Then :func:`~replay.shadow.run_shadow` answers the
+queries and :func:`~replay.report.build_report` compares.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import cast
 
 import structlog
 
-from bench.replay import ReplayError
-from bench.replay.candidate import (
+from ragstream.db.engine import make_engine, make_session_factory
+from ragstream.settings import Settings
+from replay import ReplayError
+from replay.candidate import (
     Candidate,
     candidate_overrides,
     check_alias,
@@ -27,11 +29,9 @@ from bench.replay.candidate import (
     settings_with,
     shadow_overrides,
 )
-from bench.replay.report import ReplayReport, build_report
-from bench.replay.selection import Selection, select_logged
-from bench.replay.shadow import Route, ShadowPlan, run_shadow
-from ragstream.db.engine import make_engine, make_session_factory
-from ragstream.settings import Settings
+from replay.report import ReplayReport, build_report
+from replay.selection import Selection, select_logged
+from replay.shadow import Route, ShadowPlan, run_shadow
 from topics.answers import Answer
 
 log = structlog.get_logger(__name__)
