@@ -141,3 +141,47 @@ def test_bench_key_makes_its_key_in_the_settings_registry(tmp_path: Path) -> Non
         assert lookup(sessions, key.key) is not None
     assert lookup(sessions, key.key) is None  # revoked though its revocation was not published
     assert key.source == "created"
+
+
+@pytest.mark.parametrize(("note", "exit_code"), [("x (429)", 0), ("connection refused", 1)])
+def test_bench_api_goes_on_after_a_rate_limited_probe_and_revokes_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, note: str, exit_code: int
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    import bench.query.run
+    import bench.query.search_load
+    import ragstream.settings
+    from bench.cli import bench_app
+
+    settings = _settings(tmp_path)
+    used: list[str] = []
+
+    def probe(url: str, key: str, question: str) -> dict[str, object]:
+        used.append(key)
+        return {"measured": False, "note": f"not measured: {note}"}
+
+    def search(url: str, key: str, pool: list[str], n: int, **kw: object) -> dict[str, object]:
+        used.append(key)
+        return {"concurrency": n, "rate_per_s": 1.0, "errors": 0, "rate_limited": 0,
+                "empty": 0, "machine_core_ms_per_search": None}  # fmt: skip
+
+    monkeypatch.setattr(ragstream.settings, "get_settings", lambda: settings)
+    monkeypatch.setattr(bench.query.run, "probe_exact_cache_hit", probe)
+    monkeypatch.setattr(bench.query.search_load, "measure_api_search_load", search)
+    out = tmp_path / "api.json"
+    args = ["api", "--tenant", "acme", "--search", "--search-clients", "1", "--out", str(out)]
+    result = CliRunner().invoke(bench_app, args)
+    assert result.exit_code == exit_code, result.output
+    sessions = make_session_factory(make_engine(settings.database_url))
+    assert used and all(lookup(sessions, key) is None for key in used)  # revoked either way
+    (row,) = list_keys(sessions, "acme")
+    assert row.rate_per_minute == 0 and row.revoked_at is not None
+    if exit_code == 0:
+        payload = json.loads(out.read_text())
+        assert payload["api_key"] == "created" and len(payload["search_load"]) == 1
+        assert len(set(used)) == 1  # the probe and the load asked with the same key
+    else:
+        assert not out.exists()
