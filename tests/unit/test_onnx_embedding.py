@@ -6,6 +6,7 @@ import hashlib
 import io
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -182,3 +183,34 @@ def test_a_vector_barely_depends_on_its_batch_and_padding() -> None:
     assert float(together[0] @ alone[0]) > 0.99
     query = OnnxEmbedder(INSTALLED, spec, role="query", num_threads=1).embed([short])
     assert not np.allclose(query[0], alone[0], atol=1e-3)  # the instruction changes the vector
+
+
+@pytest.mark.skipif(not (INSTALLED / "model.onnx").is_file(), reason="bge-small not installed")
+def test_batches_are_cut_by_token_count_and_padded_to_their_own_longest_text() -> None:
+    """A call's texts are ordered by tokens, not characters, and each forward pass pads only to
+    its own longest text: a short text beside long ones costs about its own tokens."""
+    spec = ONNX_MODELS["bge-small-en-v15-q"]
+    embedder = OnnxEmbedder(INSTALLED, spec, batch_size=2, num_threads=1)
+    dotted = "a.b.c.d.e.f.g.h.i.j.k"  # 21 characters, one token each
+    words = "internationalization internationalization"  # 41 characters, few tokens
+    long = "a much longer passage about vacuum and storage " * 8
+    texts = [long, dotted, "VACUUM", words, long + "!"]
+    widths: list[list[int]] = []
+    forward = embedder._forward
+
+    def spy(encodings: Any) -> Any:
+        widths.append([len(e.ids) for e in encodings])
+        return forward(encodings)
+
+    embedder._forward = spy  # type: ignore[method-assign]
+    vectors = embedder.embed(texts)
+    tokens = {t: len(embedder.tokenizer().encode(t).ids) for t in texts}
+    assert tokens[words] < tokens[dotted] and len(words) > len(dotted)
+    assert widths == [
+        [tokens["VACUUM"], tokens[words]],  # the longer text by characters, fewer tokens
+        [tokens[dotted], tokens[long]],
+        [tokens[long + "!"]],
+    ]
+    embedder._forward = forward  # type: ignore[method-assign]
+    alone = np.vstack([embedder.embed([t]) for t in texts])
+    assert np.all(np.sum(vectors * alone, axis=1) > 0.99)
