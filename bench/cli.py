@@ -77,6 +77,20 @@ def ingest(
     console.print(f"wrote {out}")
 
 
+@bench_app.command("encoder")
+def encoder(
+    docs: int = typer.Option(60, min=1, help="Pages in the sample, spread over both manuals."),
+    texts: int = typer.Option(128, min=1, help="Texts per token-length bucket."),
+    repeat: int = typer.Option(2, min=1, help="Runs of each batch order; the best counts."),
+    out: Path | None = typer.Option(None, help="JSON path (default .local/bench/encoder.json)."),
+) -> None:
+    """The embedding model's rate per token-length bucket, and the write path's chunk + entry
+    mix batched by characters against by tokens (bench/encoder.py)."""
+    from bench.encoder import encoder_command
+
+    encoder_command(docs, texts, repeat, out)
+
+
 @bench_app.command("retrieval-stage")
 def retrieval_stage(  # noqa: PLR0917 - typer options
     queries: int = typer.Option(200, min=1, help="Queries timed, one at a time."),
