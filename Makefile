@@ -128,7 +128,7 @@ bench: docs
 	$(RAGSTREAM) index optimize
 	$(RAGSTREAM) bench query --replicas retrieval=2 --out $(BENCH_DIR)/query.json
 	$(RAGSTREAM) bench retrieval-stage --queries 200 --out $(BENCH_DIR)/retrieval_stage.json
-	$(if $(wildcard $(DEMO_KEY)),-$(RAGSTREAM) bench api --api-url http://127.0.0.1:8000 --load 1,4,16 --search --out $(BENCH_DIR)/api.json,)
+	$(if $(wildcard $(DEMO_KEY)),-$(RAGSTREAM) bench api --api-url http://127.0.0.1:8000 --load 1$(comma)4$(comma)16 --search --out $(BENCH_DIR)/api.json,)
 	$(RAGSTREAM) eval $(EVAL_QUESTIONS) --out $(BENCH_DIR)/eval
 	$(RAGSTREAM) bench summary $(BENCH_DIR) --latest bench/results/latest
 
