@@ -43,12 +43,16 @@ class KafkaClient:
 
     Args:
         settings: Kafka settings and topic prefix; default :func:`get_settings`.
+        reply_poll_ms: the reply consumer's poll timeout, ms: how long :meth:`close` may wait
+            for its thread (records end a poll at once; a shorter timeout wakes an idle
+            consumer more often). ``ragstream query``, which closes right after one answer,
+            takes 20.
 
     Raises:
         KafkaUnavailableError: on start, when the broker cannot be reached.
     """
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, reply_poll_ms: int = 100) -> None:
         from kafka.errors import KafkaError
 
         self.settings = settings or get_settings()
@@ -61,7 +65,7 @@ class KafkaClient:
                 f"cannot reach Kafka at {servers}: {type(exc).__name__} "
                 "(is `ragstream infra up` running?)"
             ) from exc
-        self._replies = ReplyRouter(self.settings)
+        self._replies = ReplyRouter(self.settings, poll_ms=reply_poll_ms)
         try:
             self._replies.start()
         except KafkaError as exc:
