@@ -412,8 +412,10 @@ def api_runs(
     """
     from bench.evaluation.questions import SAMPLE_QUESTIONS
     from bench.query.api_probe import measure_api_load, measure_api_tier_latency
+    from bench.query.cpu import stack_processes
     from bench.query.questions import load_questions
     from bench.query.run import machine, probe_exact_cache_hit
+    from ragstream.settings import get_settings
 
     text = question or load_questions(None)[0][0]
     result = probe_exact_cache_hit(api_url, api_key, text)
@@ -443,15 +445,21 @@ def api_runs(
         lines = [line for line in path.read_text().splitlines() if line.strip()]
         pool = [json.loads(line)["question"] for line in lines]
         payload["load"] = []
+        processes = stack_processes(get_settings())
         for n in [int(c) for c in load.split(",") if c.strip()]:
-            found = measure_api_load(api_url, api_key, pool, n, seconds=load_seconds)
+            found = measure_api_load(
+                api_url, api_key, pool, n, seconds=load_seconds, processes=processes
+            )
             payload["load"].append(found)
             console.print(
                 f"load {n} clients: {found['rate_per_s']}/s answered, p50 {found.get('p50')} "
                 f"p99 {found.get('p99')} ms, {found['errors']} errors, {found['rate_limited']} "
                 f"rate-limited, {found['cached']} cached, "
-                f"{found['machine_core_ms_per_answer']} core-ms an answer (machine)"
+                f"{found['machine_core_ms_per_answer']} core-ms an answer (machine), "
+                f"{found['stack_core_ms_per_answer']} (the stack's processes)"
             )
+            console.print(f"  core-ms an answer by process: {found['core_ms_by_process']}")
+            console.print(f"  ms an answer by stage: {found['stage_ms']}")
     if search:
         path = questions or SAMPLE_QUESTIONS
         lines = [line for line in path.read_text().splitlines() if line.strip()]

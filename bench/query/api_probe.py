@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from bench.query.cpu import SELF, ProcessSet, attributed_ms, background_all
 from replay.measures import percentiles
 
 #: The status the gateway answers when a key's per-minute rate limit is spent
@@ -170,6 +171,8 @@ def measure_api_load(
     route: str = "evidence",
     timeout_s: float = 30.0,
     transport: httpx.AsyncBaseTransport | None = None,
+    processes: ProcessSet | None = None,
+    idle_s: float = 3.0,
 ) -> dict[str, Any]:
     """Closed-loop throughput of fresh answers through ``POST /v1/query`` (issue 26, item 6).
 
@@ -189,6 +192,10 @@ def measure_api_load(
         route: the forced answer tier.
         timeout_s: the sync wait asked of the API and the client's limit, in seconds.
         transport: an httpx transport (tests); default: the network.
+        processes: the stack's processes (:func:`bench.query.cpu.stack_processes`): when given,
+            each one's CPU time over the run, less its background over ``idle_s`` seconds
+            before it (:func:`bench.query.cpu.background_all`), is split per answer.
+        idle_s: seconds of that idle window.
 
     Returns:
         ``{"concurrency", "seconds", "answered", "rate_per_s"`` (answered per second of the
@@ -198,7 +205,11 @@ def measure_api_load(
         limiter, not the stack),
         ``"cached"`` (should be 0), ``"p50"``, ``"p95"``, ``"p99"``, ``"max"`` (ms of the answered),
         ``"machine_busy_cores"`` and ``"machine_core_ms_per_answer"`` (every process of the
-        machine, the load generator included, from ``/proc/stat``)``}``.
+        machine, the load generator included, from ``/proc/stat``), ``"stage_ms"`` (the mean
+        of each stage of the answers' traces, and ``unaccounted``: the client's latency less
+        the stages: the API, Kafka's hops and the reply's way back)``}``; with ``processes``
+        also ``"core_ms_by_process"`` (core-ms per answer of each process, the load generator
+        as ``bench``) and ``"stack_core_ms_per_answer"`` (their sum without ``bench``).
     """
     import itertools
     import uuid
@@ -237,7 +248,14 @@ def measure_api_load(
                 continue
             tally["cached"] += bool(result.get("cached"))
             latencies.append((time.perf_counter() - t0) * 1000)
+            stages = {t["stage"]: float(t["duration_ms"]) for t in result.get("trace", [])}
+            stages["unaccounted"] = latencies[-1] - sum(stages.values())
+            for stage, ms in stages.items():
+                stage_ms.setdefault(stage, []).append(ms)
 
+    stage_ms: dict[str, list[float]] = {}
+    idle = background_all(processes, idle_s) if processes else {}
+    before = processes.sample() if processes else {}
     elapsed, cores = closed_loop(
         client_loop, base_url=base_url, api_key=api_key, concurrency=concurrency,
         seconds=seconds, timeout_s=timeout_s + 10, transport=transport,
@@ -251,7 +269,27 @@ def measure_api_load(
         **(percentiles(latencies) if latencies else {}),
         "machine_busy_cores": cores,
         "machine_core_ms_per_answer": core_ms_per_request(cores, elapsed, len(latencies)),
+        "stage_ms": {k: round(sum(v) / len(v), 1) for k, v in stage_ms.items()},
+        **(split_by_process(processes, before, idle, elapsed, len(latencies)) if processes else {}),
     }
+
+
+def split_by_process(
+    processes: ProcessSet,
+    before: dict[str, float],
+    idle: dict[str, float],
+    elapsed: float,
+    answered: int,
+) -> dict[str, Any]:
+    """``{"core_ms_by_process", "stack_core_ms_per_answer"}`` of a load that ran ``elapsed``
+    seconds since the sample ``before`` and answered ``answered`` (see
+    :func:`measure_api_load`); empty values when nothing was answered."""
+    used = attributed_ms(before, processes.sample(), elapsed, idle)
+    if not answered:
+        return {"core_ms_by_process": {}, "stack_core_ms_per_answer": None}
+    by = {k: round(v / answered, 1) for k, v in sorted(used.items(), key=lambda kv: -kv[1])}
+    stack = round(sum(v for k, v in used.items() if k != SELF) / answered, 1)
+    return {"core_ms_by_process": by, "stack_core_ms_per_answer": stack}
 
 
 async def wait_retry_after(response: httpx.Response, stop: float) -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
@@ -153,3 +154,61 @@ def attributed_ms(
 def total(values: Iterable[float]) -> float:
     """Sum rounded to 0.1."""
     return round(sum(values), 1)
+
+
+def stack_process_name(cmdline: Sequence[str]) -> str | None:
+    """The name a running stack's process goes by in the by-process numbers, from its command
+    line (``python .../ragstream worker retrieval`` → ``retrieval``; ``... api`` → ``api``;
+    ``... celery-worker --queues jobs ...`` → ``celery jobs``; ``... flower`` → ``flower``), or
+    ``None`` for anything else (a shell wrapper, the supervisor, a client, this benchmark)."""
+    if not cmdline or not Path(cmdline[0]).name.startswith("python"):
+        return None
+    script = next((i for i, a in enumerate(cmdline) if Path(a).name == "ragstream"), None)
+    if script is None or script + 1 >= len(cmdline):
+        return None
+    command, rest = cmdline[script + 1], cmdline[script + 2 :]
+    if command == "worker" and rest:
+        return rest[0]
+    if command in {"api", "flower"}:
+        return command
+    if command == "celery-worker":
+        queues = rest[rest.index("--queues") + 1] if "--queues" in rest[:-1] else "default"
+        return f"celery {queues}"
+    return None
+
+
+def stack_processes(settings: Settings) -> ProcessSet:
+    """The services the query path uses (by TCP port, :func:`service_ports`) and the processes
+    of a running stack (``ragstream demo run``'s Procfile, or any ``ragstream api`` /
+    ``ragstream worker POOL`` of this machine, by command line: :func:`stack_process_name`;
+    a second process of one name is ``NAME-2``), as :attr:`ProcessSet.pools` counted with
+    their descendants (a Celery worker's forked children are not counted again)."""
+    found: dict[int, str] = {}
+    for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
+        name = stack_process_name(proc.info.get("cmdline") or [])
+        if name is not None:
+            found[proc.info["pid"]] = name
+    pools: dict[str, int] = {}
+    for pid, name in sorted(found.items()):
+        with contextlib.suppress(psutil.Error):  # a descendant of one found: counted with it
+            if any(parent.pid in found for parent in psutil.Process(pid).parents()):
+                continue
+        n, key = 1, name
+        while key in pools:
+            n += 1
+            key = f"{name}-{n}"
+        pools[key] = pid
+    return ProcessSet(listening_pids(service_ports(settings)), pools)
+
+
+def background_all(processes: ProcessSet, seconds: float) -> dict[str, float]:
+    """Like :func:`background`, for every process of ``processes`` (services and pools): a
+    running stack's pools poll Kafka and report metrics while idle."""
+    start, t0 = processes.sample(), time.monotonic()
+    time.sleep(seconds)
+    end, elapsed = processes.sample(), time.monotonic() - t0
+    return {
+        name: round(max(0.0, end[name] - start[name]) / elapsed, 4)
+        for name in start
+        if name in end and name != SELF
+    }
