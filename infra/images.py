@@ -25,6 +25,7 @@ can be reached. Podman keeps its storage under ``<infra.local_dir>/containers``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -32,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -216,6 +218,31 @@ def _wheelhouse(target: Path) -> None:
         pins = [p for p in pins if p.split("==")[0].lower().replace("_", "-") != name]
     if done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+    (target / "digest.txt").write_text(wheelhouse_digest(target) + "\n")
+
+
+def wheelhouse_digest(wheels: Path) -> str:
+    """SHA-256 (hex) of what the image installs from ``wheels``: every wheel's file name (a
+    dependency's version), the constraints files, and each ragstream wheel's ``RECORD`` (the
+    sha256 of every file in it: the checkout's code, unlike the wheel's bytes, which carry
+    timestamps).
+
+    The Dockerfile copies it in before the install step: the wheelhouse is bound to that step
+    (``RUN --mount=type=bind``), which is no part of the layer cache's key, so without it a
+    changed checkout reused the cached install layer and the image ran the old code (issue 38).
+    """
+    digest = hashlib.sha256()
+    for path in sorted(wheels.iterdir()):
+        if path.suffix not in {".whl", ".txt"} or path.name == "digest.txt":
+            continue
+        digest.update(path.name.encode() + b"\0")
+        if path.suffix == ".txt":
+            digest.update(path.read_bytes())
+        elif path.name.startswith("ragstream-"):
+            with zipfile.ZipFile(path) as wheel:
+                record = next(n for n in wheel.namelist() if n.endswith(".dist-info/RECORD"))
+                digest.update(wheel.read(record))
+    return digest.hexdigest()
 
 
 def stage(settings: Settings, context: Path, *, wheels: bool = True) -> Path:

@@ -22,6 +22,7 @@ STAGED = {
     "models",
     "app/",
     "wheels",
+    "wheels/digest.txt",
 }
 
 
@@ -89,3 +90,35 @@ def test_a_docker_command_line_without_a_daemon_is_no_engine(
         images.Engine.find(Settings())
     docker.write_text("#!/bin/sh\nexit 0\n")  # a daemon answers
     assert images.Engine.find(Settings()).argv == ("docker",)
+
+
+def _wheel(folder: Path, name: str, files: dict[str, str]) -> None:
+    import hashlib
+    import zipfile
+
+    record = "".join(
+        f"{n},sha256={hashlib.sha256(t.encode()).hexdigest()},{len(t)}\n" for n, t in files.items()
+    )
+    with zipfile.ZipFile(folder / name, "w") as wheel:
+        for n, t in files.items():
+            wheel.writestr(n, t)
+        wheel.writestr(f"{name.split('-', maxsplit=1)[0]}-0.1.0.dist-info/RECORD", record)
+
+
+def test_the_wheelhouse_digest_changes_with_the_code_not_with_a_rebuild(tmp_path: Path) -> None:
+    """Issue 38: the wheelhouse is bound to the install step, which the layer cache does not
+    key on; an image built after a change ran the old code. Its digest is copied in first."""
+    from infra.images import wheelhouse_digest
+
+    (tmp_path / "constraints.txt").write_text("httpx==0.28.1\n")
+    _wheel(tmp_path, "httpx-0.28.1-py3-none-any.whl", {"httpx/__init__.py": "x = 1\n"})
+    _wheel(tmp_path, "ragstream-0.1.0-py3-none-any.whl", {"entry/cli.py": "import bench\n"})
+    first = wheelhouse_digest(tmp_path)
+    _wheel(tmp_path, "ragstream-0.1.0-py3-none-any.whl", {"entry/cli.py": "import bench\n"})
+    assert wheelhouse_digest(tmp_path) == first  # rebuilt, same code: the cache holds
+    _wheel(tmp_path, "ragstream-0.1.0-py3-none-any.whl", {"entry/cli.py": "import replay\n"})
+    changed = wheelhouse_digest(tmp_path)
+    assert changed != first
+    (tmp_path / "constraints.txt").write_text("httpx==0.28.2\n")
+    assert wheelhouse_digest(tmp_path) != changed
+    assert "COPY wheels/digest.txt" in _dockerfile().split("FROM ${PYTHON_BASE} AS ragstream")[1]
