@@ -15,6 +15,7 @@ from entry.cli import app
 from ragstream.settings import PROJECT_ROOT
 
 COMPOSE = PROJECT_ROOT / "infra" / "compose.yaml"
+COMPOSE_LOCAL = PROJECT_ROOT / "infra" / "compose.local.yaml"
 K8S_DIR = PROJECT_ROOT / "infra" / "k8s"
 RAGSTREAM_IMAGE = "ragstream:latest"
 
@@ -398,5 +399,40 @@ def test_compose_services_use_only_known_keys_and_wait_for_migrations() -> None:
     for name, svc in doc["services"].items():
         unknown = set(svc) - COMPOSE_SERVICE_KEYS
         assert not unknown, f"compose service {name}: unknown keys {sorted(unknown)}"
-        if svc.get("image") == RAGSTREAM_IMAGE and name not in {"migrate", "llm"}:
+        if svc.get("image") == RAGSTREAM_IMAGE and name not in {"migrate", "topics", "llm"}:
             assert "migrate" in svc.get("depends_on", {}), f"{name} starts before the migration"
+            assert "topics" in svc.get("depends_on", {}), f"{name} starts before its topics"
+
+
+def test_compose_health_checks_are_strings_and_long_running_services_restart() -> None:
+    """podman-compose 1.0.3 (Debian 12) quotes a ["CMD", ...] list into a shell syntax error
+    and appends an override's list to the base's: every health check is a string (issue 38).
+    Every service but the one-shots has a restart policy."""
+    for path in (COMPOSE, COMPOSE_LOCAL):
+        doc = yaml.safe_load(path.read_text())
+        for name, svc in doc["services"].items():
+            test = (svc.get("healthcheck") or {}).get("test", "")
+            assert isinstance(test, str), f"{path.name} {name}: healthcheck.test is a list"
+            assert isinstance(svc.get("command", ""), str) or path == COMPOSE, name
+    for name, svc in _compose_doc()["services"].items():
+        if name not in {"migrate", "topics"}:
+            assert svc.get("restart") == "unless-stopped", f"{name} is not restarted"
+        else:
+            assert "restart" not in svc, f"one-shot {name} restarts"
+
+
+def test_the_local_override_names_the_built_images_and_binds_no_fixed_port() -> None:
+    from infra.images import TARGETS, image_name
+
+    local = yaml.safe_load(COMPOSE_LOCAL.read_text())
+    images = {svc["image"] for svc in local["services"].values() if "image" in svc}
+    assert images == {f"localhost/{image_name(t)}" for t in TARGETS if t != "ragstream"}
+    assert set(local["services"]) <= set(_compose_doc()["services"])
+    for svc in local["services"].values():
+        assert "ports" not in svc
+        for volume in svc.get("volumes", []):
+            assert volume.split(":")[0] in local["volumes"], volume
+            assert volume.split(":")[1].startswith("/var/lib/ragstream/"), volume
+    for name in ("api", "flower"):
+        (port,) = _compose_doc()["services"][name]["ports"]
+        assert port.startswith("${") and _interpolate(port).endswith(":" + port.rsplit(":", 1)[1])
