@@ -91,6 +91,26 @@ def encoder(
     encoder_command(docs, texts, repeat, out)
 
 
+@bench_app.command("es-cost")
+def es_cost(
+    questions: list[Path] = typer.Argument(
+        None, help="Question sets (JSONL with 'question'); default: the evaluation's dev sets."
+    ),
+    limit: int = typer.Option(200, min=1, help="Questions at most."),
+    out: Path = typer.Option(Path(".local/bench/es_cost.json"), help="JSON result."),
+) -> None:
+    """Where Elasticsearch's share of an answer goes: the profile API's phases of the pool's
+    two searches per question, and each search's cost (Elasticsearch's CPU, the client's,
+    wall) today and with one thing changed (bench/query/es_cost.py)."""
+    from bench.query.es_cost import es_cost_command, render
+
+    files = questions or sorted(Path("bench/evaluation").glob("questions.*.jsonl"))
+    payload = es_cost_command(files, limit, out)
+    for table in render(payload):
+        console.print(table)
+    console.print(f"wrote {out}")
+
+
 @bench_app.command("retrieval-stage")
 def retrieval_stage(  # noqa: PLR0917 - typer options
     queries: int = typer.Option(200, min=1, help="Queries timed, one at a time."),

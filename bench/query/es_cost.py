@@ -1,0 +1,268 @@
+"""``ragstream bench es-cost``: where Elasticsearch's share of an answer goes (issue 37).
+
+The retrieval pool sends one ``_msearch`` per batch of questions: per question a BM25 search
+and a kNN search (:meth:`workers.retrieval.hybrid.HybridRetriever._searches`, the exact bodies
+built here). Over ``--questions`` of real question sets, embedded once beforehand:
+
+1. **Profile** (Elasticsearch's profile API, ``"profile": true``, each question's two searches
+   once): the BM25 search's query phase (its query tree's time, rewrite and collectors), the
+   kNN search's vector search (the ``dfs.knn`` section: Elasticsearch runs a top-level ``knn``
+   as a DFS phase before the query phase) and its query phase over the k hits found, and each
+   search's fetch phase (loading ``_source`` of the hits); ``took`` of each search beside them.
+   https://www.elastic.co/guide/en/elasticsearch/reference/8.19/search-profile.html
+2. **Variants**, each one question per ``_msearch`` (as the pool at one client) over every
+   question, after 10 untimed: Elasticsearch's process CPU time (``/proc``, its idle
+   background subtracted) per question, the wall time of a call, and this process's own CPU
+   time per question (the client: building the request, HTTP, parsing the JSON response).
+   ``today`` are the pool's bodies; the others change one thing (``--variants``):
+   ``bm25-only``/``knn-only`` (one of the two searches), ``no-source`` (no ``_source`` fetched:
+   the fetch phase's floor), ``candidates-100``/``candidates-50`` (``num_candidates``), and
+   ``batch-8`` (eight questions per ``_msearch``).
+
+The profile runs after the variants, on caches as warm as a running pool's; profiling adds its
+own instrumentation, so its phases are shares, not costs. Read-only against the configured
+alias; Elasticsearch's request cache never serves these (it caches ``size: 0`` requests only).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from ragstream.settings import Settings
+
+Body = list[dict[str, Any]]
+#: The variants of (2), in order: name → what it does to one question's four ``_msearch`` lines
+#: (header, BM25 body, header, kNN body).
+VARIANTS: dict[str, Callable[[Body], Body]] = {}
+
+
+def _variant(name: str) -> Callable[[Callable[[Body], Body]], Callable[[Body], Body]]:
+    def register(fn: Callable[[Body], Body]) -> Callable[[Body], Body]:
+        VARIANTS[name] = fn
+        return fn
+
+    return register
+
+
+@_variant("today")
+def _today(body: Body) -> Body:
+    return body
+
+
+@_variant("bm25-only")
+def _bm25_only(body: Body) -> Body:
+    return body[:2]
+
+
+@_variant("knn-only")
+def _knn_only(body: Body) -> Body:
+    return body[2:]
+
+
+@_variant("no-source")
+def _no_source(body: Body) -> Body:
+    out = copy.deepcopy(body)
+    out[1]["_source"] = False
+    out[3]["_source"] = False
+    return out
+
+
+def _candidates(n: int) -> Callable[[Body], Body]:
+    def change(body: Body) -> Body:
+        out = copy.deepcopy(body)
+        knn = out[3]["knn"]
+        knn["num_candidates"] = max(n, knn["k"])
+        return out
+
+    return change
+
+
+VARIANTS["candidates-100"] = _candidates(100)
+VARIANTS["candidates-50"] = _candidates(50)
+
+
+def _ns(section: Mapping[str, Any]) -> float:
+    """A profile section's own time (``time_in_nanos``) in ms."""
+    return float(section.get("time_in_nanos", 0)) / 1e6
+
+
+def profile_split(bm25: Mapping[str, Any], knn: Mapping[str, Any]) -> dict[str, float]:
+    """One question's searches, profiled, split into phases (ms; summed over shards).
+
+    Args:
+        bm25: the BM25 search's response with ``profile``.
+        knn: the kNN search's response with ``profile``.
+
+    Returns:
+        ``{"bm25_query", "bm25_fetch", "bm25_took", "knn_search", "knn_query", "knn_fetch",
+        "knn_took"}``: ``*_query`` is each search's query phase (query tree, rewrite,
+        collectors), ``knn_search`` the DFS phase's vector search, ``*_fetch`` the fetch
+        phase, ``*_took`` Elasticsearch's ``took`` of the whole search.
+    """
+
+    def query_phase(shard: Mapping[str, Any]) -> float:
+        total = 0.0
+        for search in shard.get("searches", []):
+            total += sum(_ns(q) for q in search.get("query", []))
+            total += float(search.get("rewrite_time", 0)) / 1e6
+            total += sum(_ns(c) for c in search.get("collector", []))
+        return total
+
+    def knn_phase(shard: Mapping[str, Any]) -> float:
+        total = 0.0
+        for k in (shard.get("dfs") or {}).get("knn", []):
+            total += sum(_ns(q) for q in k.get("query", []))
+            total += float(k.get("rewrite_time", 0)) / 1e6
+            total += sum(_ns(c) for c in k.get("collector", []))
+        return total
+
+    def fetch(shard: Mapping[str, Any]) -> float:
+        return _ns(shard.get("fetch") or {})
+
+    b = bm25.get("profile", {}).get("shards", [])
+    k = knn.get("profile", {}).get("shards", [])
+    return {
+        "bm25_query": sum(query_phase(s) for s in b),
+        "bm25_fetch": sum(fetch(s) for s in b),
+        "bm25_took": float(bm25.get("took", 0)),
+        "knn_search": sum(knn_phase(s) for s in k),
+        "knn_query": sum(query_phase(s) for s in k),
+        "knn_fetch": sum(fetch(s) for s in k),
+        "knn_took": float(knn.get("took", 0)),
+    }
+
+
+def _mean(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    keys = rows[0].keys() if rows else ()
+    return {k: round(sum(r[k] for r in rows) / len(rows), 2) for k in keys}
+
+
+def measure_es_cost(
+    settings: Settings,
+    questions: Sequence[str],
+    *,
+    variants: Sequence[str] = (*VARIANTS, "batch-8"),
+    tenant: str = "default",
+    idle_s: float = 3.0,
+) -> dict[str, Any]:
+    """Run (1) and (2) of the module docstring over ``questions``.
+
+    Returns:
+        ``{"questions", "index_alias", "profile": {phase: mean ms}, "variants": {name:
+        {"es_core_ms", "client_core_ms", "wall_ms", "response_kb"}}}`` (per question).
+
+    Raises:
+        ValueError: no questions, or an unknown variant.
+        RuntimeError: Elasticsearch's process cannot be found (it must run on this machine).
+    """
+    import datetime as dt
+
+    from bench.query.cpu import cpu_seconds, listening_pids, service_ports
+    from topics.queries import QueryRequest
+    from workers.pools.components import build_retrieval_components
+
+    unknown = [v for v in variants if v not in VARIANTS and v != "batch-8"]
+    if not questions or unknown:
+        raise ValueError(f"need questions and known variants (unknown: {unknown})")
+    es_pid = listening_pids(service_ports(settings)).get("elasticsearch")
+    if es_pid is None:
+        raise RuntimeError("Elasticsearch's process is not on this machine (or not readable)")
+    embedder, retriever, *_ = build_retrieval_components(settings)
+    now = dt.datetime.now(dt.UTC)
+    requests = [
+        QueryRequest(tenant=tenant, query=q, deadline=now + dt.timedelta(hours=1), created_at=now)
+        for q in questions
+    ]
+    vectors = embedder.embed([r.query for r in requests])
+    bodies = [retriever._searches([r], vectors[i : i + 1]) for i, r in enumerate(requests)]
+    es = retriever.es
+
+    def es_seconds() -> float:
+        s = cpu_seconds(es_pid)
+        if s is None:
+            raise RuntimeError("Elasticsearch's process went away")
+        return s
+
+    s0, t0 = es_seconds(), time.monotonic()
+    time.sleep(idle_s)
+    idle_cores = (es_seconds() - s0) / (time.monotonic() - t0)
+
+    out: dict[str, Any] = {}
+    for name in variants:
+        if name == "batch-8":
+            calls = [
+                [line for b in bodies[i : i + 8] for line in b] for i in range(0, len(bodies), 8)
+            ]
+        else:
+            calls = [VARIANTS[name](b) for b in bodies]
+        for call in calls[:10]:
+            es.msearch(searches=call)
+        size = 0
+        e0, c0, w0 = es_seconds(), time.process_time(), time.perf_counter()
+        for call in calls:
+            size += len(json.dumps(es.msearch(searches=call).body))
+        wall = time.perf_counter() - w0
+        es_used = max(0.0, es_seconds() - e0 - idle_cores * wall)
+        n = len(bodies)
+        out[name] = {
+            "es_core_ms": round(1000 * es_used / n, 2),
+            "client_core_ms": round(1000 * (time.process_time() - c0) / n, 2),
+            "wall_ms": round(1000 * wall / len(calls), 2),
+            "response_kb": round(size / 1024 / n, 1),
+        }
+    rows = []  # after the variants: the caches are as warm as the pool's
+    for body in bodies:
+        profiled = copy.deepcopy(body)
+        profiled[1]["profile"] = profiled[3]["profile"] = True
+        bm25, knn = es.msearch(searches=profiled).body["responses"]
+        rows.append(profile_split(bm25, knn))
+
+    return {
+        "questions": len(questions),
+        "index_alias": settings.elasticsearch.index_alias,
+        "es_idle_cores": round(idle_cores, 4),
+        "knn_k": settings.retrieval.knn_k,
+        "knn_num_candidates": settings.retrieval.knn_num_candidates,
+        "bm25_size": settings.retrieval.bm25_size,
+        "profile": _mean(rows),
+        "variants": out,
+    }
+
+
+def render(payload: Mapping[str, Any]) -> list[Table]:
+    """Two tables: the profile's phases (ms per question) and the variants."""
+    prof = Table(title=f"profile API, mean ms per question over {payload['questions']}")
+    prof.add_column("phase")
+    prof.add_column("ms")
+    for phase, ms in payload["profile"].items():
+        prof.add_row(phase, f"{ms:g}")
+    var = Table(title="one question per _msearch (batch-8: eight), per question")
+    for col in ("variant", "ES core-ms", "client core-ms", "wall ms per call", "response KB"):
+        var.add_column(col)
+    for name, v in payload["variants"].items():
+        var.add_row(name, *(f"{v[k]:g}" for k in ("es_core_ms", "client_core_ms", "wall_ms",
+                                                  "response_kb")))  # fmt: skip
+    return [prof, var]
+
+
+def es_cost_command(question_files: Sequence[Path], limit: int, out: Path) -> dict[str, Any]:
+    """``ragstream bench es-cost``: the questions of ``question_files`` (JSONL with
+    ``question``; at most ``limit``), measured, written to ``out`` as JSON."""
+    from ragstream.settings import get_settings
+
+    questions: list[str] = []
+    for path in question_files:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                questions.append(json.loads(line)["question"])
+    payload = measure_es_cost(get_settings(), questions[:limit])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    return payload

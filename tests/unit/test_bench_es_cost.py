@@ -1,0 +1,55 @@
+"""``bench es-cost``: the profile API's sections split into phases, and the variants' bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.query.es_cost import VARIANTS, profile_split
+
+
+def _shard(query_ns: list[int], fetch_ns: int, knn_ns: list[int] | None = None) -> dict[str, Any]:
+    shard: dict[str, Any] = {
+        "searches": [{
+            "query": [{"type": "BooleanQuery", "time_in_nanos": n} for n in query_ns],
+            "rewrite_time": 1_000_000,
+            "collector": [{"name": "TopScoreDocCollector", "time_in_nanos": 2_000_000}],
+        }],
+        "fetch": {"type": "fetch", "time_in_nanos": fetch_ns},
+    }  # fmt: skip
+    if knn_ns is not None:
+        shard["dfs"] = {"knn": [{
+            "query": [{"type": "DocAndScoreQuery", "time_in_nanos": n} for n in knn_ns],
+            "rewrite_time": 500_000,
+            "collector": [{"name": "SimpleTopScoreDocCollector", "time_in_nanos": 1_500_000}],
+        }]}  # fmt: skip
+    return shard
+
+
+def test_profile_phases_add_each_section_of_every_shard() -> None:
+    bm25 = {"took": 9, "profile": {"shards": [_shard([4_000_000], 3_000_000),
+                                              _shard([1_000_000], 1_000_000)]}}  # fmt: skip
+    knn = {"took": 7, "profile": {"shards": [_shard([0], 2_000_000, knn_ns=[5_000_000])]}}
+    split = profile_split(bm25, knn)
+    assert split["bm25_query"] == pytest.approx(4 + 1 + 2 * (1 + 2))  # trees, rewrites, collectors
+    assert split["bm25_fetch"] == pytest.approx(4)
+    assert split["knn_search"] == pytest.approx(5 + 0.5 + 1.5)
+    assert split["knn_query"] == pytest.approx(0 + 1 + 2)
+    assert split["knn_fetch"] == pytest.approx(2)
+    assert (split["bm25_took"], split["knn_took"]) == (9.0, 7.0)
+    assert profile_split({}, {})["knn_search"] == 0.0  # no profile: nothing made up
+
+
+def test_each_variant_changes_one_thing_and_leaves_the_pools_bodies_alone() -> None:
+    body = [{"index": "a"}, {"query": {"match": {}}, "size": 30},
+            {"index": "a"}, {"knn": {"k": 30, "num_candidates": 200}, "size": 30}]  # fmt: skip
+    before = repr(body)
+    assert VARIANTS["today"](body) == body
+    assert VARIANTS["bm25-only"](body) == body[:2] and VARIANTS["knn-only"](body) == body[2:]
+    no_source = VARIANTS["no-source"](body)
+    assert no_source[1]["_source"] is False and no_source[3]["_source"] is False
+    assert VARIANTS["candidates-50"](body)[3]["knn"]["num_candidates"] == 50
+    small_k = [*body[:3], {"knn": {"k": 80, "num_candidates": 200}}]
+    assert VARIANTS["candidates-50"](small_k)[3]["knn"]["num_candidates"] == 80  # never below k
+    assert repr(body) == before
