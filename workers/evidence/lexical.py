@@ -64,8 +64,19 @@ def terms(text: str) -> list[str]:
     """The scoring terms of ``text``: stems of content words, identifiers whole and in parts.
 
     Returns:
-        Terms in text order, with repeats; stop words and one-letter words left out.
+        Terms in text order, with repeats; stop words and one-letter words left out (a new
+        list; the terms of a text are kept in a cache of :data:`TERMS_CACHE` texts, as the same
+        passages come back for many questions).
     """
+    return list(_terms(text))
+
+
+#: Texts whose :func:`terms` are kept (a passage's units, titles and labels).
+TERMS_CACHE = 16384
+
+
+@lru_cache(maxsize=TERMS_CACHE)
+def _terms(text: str) -> tuple[str, ...]:
     stem = _stemmer().stemWord
     out: list[str] = []
     for raw in _TOKEN.findall(text):
@@ -80,7 +91,7 @@ def terms(text: str) -> list[str]:
         if token in STOPWORDS or len(token) < 2:
             continue
         out.append(token if token[0].isdigit() else stem(token))
-    return out
+    return tuple(out)
 
 
 def is_strong_identifier(token: str) -> bool:
@@ -297,18 +308,39 @@ def idf(documents: Sequence[Iterable[str]]) -> dict[str, float]:
     return {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
 
 
-def coverage(query: Sequence[str], unit: Iterable[str], weights: dict[str, float]) -> float:
-    """IDF-weighted share of the query's distinct terms that ``unit`` contains, in [0, 1]."""
+def coverage(
+    query: Sequence[str],
+    unit: Iterable[str],
+    weights: dict[str, float],
+    default: float | None = None,
+) -> float:
+    """IDF-weighted share of the query's distinct terms that ``unit`` contains, in [0, 1].
+
+    ``default``: the weight of a term ``weights`` lacks, ``max(weights.values())`` (1.0 for no
+    weights) when ``None``; a caller scoring many units against one ``weights`` passes it
+    once (:func:`top_weight`)."""
     wanted = set(query)
     if not wanted:
         return 0.0
     have = set(unit)
-    default = max(weights.values(), default=1.0)
+    if default is None:
+        default = top_weight(weights)
     total = sum(weights.get(t, default) for t in wanted)
     return sum(weights.get(t, default) for t in wanted & have) / total if total else 0.0
 
 
-def stated_share(query: Sequence[str], unit: Iterable[str], weights: dict[str, float]) -> float:
+def top_weight(weights: dict[str, float]) -> float:
+    """The weight :func:`coverage` and :func:`stated_share` give a term ``weights`` lacks: the
+    largest (a term no passage has is as rare as can be), 1.0 for no weights."""
+    return max(weights.values(), default=1.0)
+
+
+def stated_share(
+    query: Sequence[str],
+    unit: Iterable[str],
+    weights: dict[str, float],
+    default: float | None = None,
+) -> float:
     """IDF-weighted share of the query's distinct terms that ``unit`` states, in [0, 1].
 
     As :func:`coverage`, but a term also counts as stated by a term it begins or that begins
@@ -320,7 +352,8 @@ def stated_share(query: Sequence[str], unit: Iterable[str], weights: dict[str, f
     if not wanted:
         return 0.0
     have = set(unit)
-    default = max(weights.values(), default=1.0)
+    if default is None:
+        default = top_weight(weights)
     total = sum(weights.get(t, default) for t in wanted)
     found = sum(weights.get(t, default) for t in wanted if _stated(t, have))
     return found / total if total else 0.0

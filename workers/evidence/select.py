@@ -73,6 +73,7 @@ from workers.evidence.lexical import (
     statement_names,
     strong_identifiers,
     terms,
+    top_weight,
     type_match,
     uncommon_words,
 )
@@ -496,13 +497,18 @@ class EvidenceSelector:
         # The words that ask for the kind of answer ("how much", "what type") are not stated
         # by the sentence that answers: it states the value.
         own_terms = [t for t in terms(own) if t not in CUE_TERMS and t != "often"]
+        top = top_weight(weights)
         stated = (
-            max((stated_share(own_terms, ut, weights) for pl in unit_terms for ut in pl), default=0)
+            max(
+                (stated_share(own_terms, ut, weights, top) for pl in unit_terms for ut in pl),
+                default=0,
+            )
             if len(set(own_terms)) >= STATED_MIN_TERMS
             else 0.0
         )
         _scale(weights, extra, CONTEXT_WEIGHT)
         _scale(weights, (t for t in q_terms if t in CUE_TERMS), CUE_WEIGHT)
+        top = top_weight(weights)  # the scaled weights' (coverage below)
         haystack = "\n".join(texts)
         # Only unmistakable code names count as missing ("PostgreSQL" is a product name).
         strong = set(strong_identifiers(own))
@@ -530,7 +536,7 @@ class EvidenceSelector:
             blocks: dict[int, list[str]] = {}
             for ui, unit in enumerate(plist):
                 blocks.setdefault(unit.block, list(title_terms)).extend(unit_terms[pi][ui])
-            block_cover = {b: coverage(q_terms, t, weights) for b, t in blocks.items()}
+            block_cover = {b: coverage(q_terms, t, weights, top) for b, t in blocks.items()}
             for ui, unit in enumerate(plist):
                 ut = unit_terms[pi][ui]
                 label = _label(unit)
@@ -550,14 +556,14 @@ class EvidenceSelector:
                 else:
                     fit = type_match(kind, unit.text, ut, code, asked, label=cell, subject=subject)
                 features = [  # FEATURES order
-                    coverage(q_terms, ut, weights),
-                    coverage(q_terms, [*ut, *title_terms], weights),
+                    coverage(q_terms, ut, weights, top),
+                    coverage(q_terms, [*ut, *title_terms], weights, top),
                     -1.0 if is_pointer(unit.text) or about_standard(unit.text, own) else 0.0,
                     rank_bonus[pi],
                     fit + TERM_BONUS * _declared(kind.named, unit),
                     value_only * fit,
                     block_cover[unit.block],
-                    coverage(q_terms, terms(label), weights) if label else 0.0,
+                    coverage(q_terms, terms(label), weights, top) if label else 0.0,
                     states_default(unit, q_words) if default_q else 0.0,
                     old,
                     0.0,  # cosine: _add_cosine
