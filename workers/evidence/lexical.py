@@ -71,7 +71,8 @@ def terms(text: str) -> list[str]:
     return list(_terms(text))
 
 
-#: Texts whose :func:`terms` are kept (a passage's units, titles and labels).
+#: Texts whose :func:`terms` are kept (a passage's units, titles and labels): about 12 MB when
+#: full of the manuals' sentences (7.6 MB of terms, measured with tracemalloc, and the texts).
 TERMS_CACHE = 16384
 
 
