@@ -380,7 +380,15 @@ def local_base(settings: Settings, engine: Engine, *, mirror: str | None = None)
         for item in (rootfs / junk).glob("*"):
             if item.is_file():
                 item.unlink()
-    tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+    # debootstrap left the host's /proc mounted in the root file system here, and tar copied it
+    # (51 MB: the host's processes, their command lines and environments) into the base and so
+    # into every image (issue 38): unmount it, and archive the root file system's own files only.
+    for mount in ("proc", "sys", "dev/pts"):
+        if os.path.ismount(rootfs / mount):
+            subprocess.run(["umount", "--lazy", str(rootfs / mount)], check=True)
+    tar = subprocess.Popen(
+        ["tar", "-C", str(rootfs), "--one-file-system", "-c", "."], stdout=subprocess.PIPE
+    )
     engine.run("import", "-", LOCAL_BASE, stdin=tar.stdout.fileno() if tar.stdout else None)
     tar.wait()
     return LOCAL_BASE

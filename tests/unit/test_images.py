@@ -122,3 +122,47 @@ def test_the_wheelhouse_digest_changes_with_the_code_not_with_a_rebuild(tmp_path
     (tmp_path / "constraints.txt").write_text("httpx==0.28.2\n")
     assert wheelhouse_digest(tmp_path) != changed
     assert "COPY wheels/digest.txt" in _dockerfile().split("FROM ${PYTHON_BASE} AS ragstream")[1]
+
+
+def test_the_local_base_leaves_a_mounted_proc_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: debootstrap left the host's /proc mounted in the root file system and the base
+    image carried a copy of it (51 MB of the host's processes)."""
+    import subprocess
+
+    import infra.images as images
+
+    settings = Settings()
+    settings.infra.local_dir = tmp_path
+    rootfs = tmp_path / "images" / "rootfs-bookworm"
+    (rootfs / "etc" / "apt").mkdir(parents=True)
+    (rootfs / "etc" / "debian_version").write_text("12.0\n")
+    ran: list[list[str]] = []
+
+    class Engine:
+        def run(self, *args: str, stdin: int | None = None, capture: bool = False) -> str:
+            ran.append(["engine", *args])
+            return ""
+
+    def fake_run(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        ran.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0)
+
+    class Tar:
+        stdout = None
+
+        def __init__(self, argv: list[str], **_: object) -> None:
+            ran.append(list(argv))
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr("os.path.ismount", lambda p: Path(p) == rootfs / "proc")
+    monkeypatch.setattr("subprocess.run", fake_run)
+    monkeypatch.setattr("subprocess.Popen", Tar)
+    images.local_base(settings, Engine(), mirror="http://deb.debian.org/debian")  # type: ignore[arg-type]
+    assert ["umount", "--lazy", str(rootfs / "proc")] in ran
+    assert not any(str(rootfs / "sys") in argv for argv in ran)
+    assert ["tar", "-C", str(rootfs), "--one-file-system", "-c", "."] in ran
+    assert ["engine", "import", "-", images.LOCAL_BASE] in ran
