@@ -167,9 +167,10 @@ class Stack:
         return cls(project, env)
 
     def compose(self, *args: str) -> None:
-        """``podman-compose -p PROJECT -f ... ARGS``."""
+        """``podman-compose -p PROJECT -f ... ARGS``; its output (each ``podman`` command line,
+        the environment and so ``POSTGRES_PASSWORD`` among them) is shown only on failure."""
         files = [a for path in self.files for a in ("-f", str(path))]
-        self._run(["podman-compose", "-p", self.project, *files, *args])
+        self._run(["podman-compose", "-p", self.project, *files, *args], capture=True)
 
     def podman(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``podman ARGS`` on the project's storage; output captured."""
@@ -180,7 +181,8 @@ class Stack:
     ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(argv, env=self.env, capture_output=capture, text=True, check=False)
         if check and done.returncode != 0:
-            raise ComposeError(f"{' '.join(argv[:4])} ...: exit {done.returncode} {done.stderr}")
+            output = (done.stdout or "")[-2000:] + (done.stderr or "")[-2000:]
+            raise ComposeError(f"{' '.join(argv[:4])} ...: exit {done.returncode}\n{output}")
         return done
 
     def wait(self, name: str, condition: str, timeout_s: float = HEALTH_TIMEOUT_S) -> float:
