@@ -17,7 +17,8 @@ built here). Over ``--questions`` of real question sets, embedded once beforehan
    ``today`` are the pool's bodies; the others change one thing (``--variants``):
    ``bm25-only``/``knn-only`` (one of the two searches), ``no-source`` (no ``_source`` fetched:
    the fetch phase's floor), ``candidates-100``/``candidates-50`` (``num_candidates``), and
-   ``batch-8`` (eight questions per ``_msearch``).
+   ``batch-8`` (eight questions per ``_msearch``). Each variant's kNN lists are compared with
+   a near-exhaustive search (recall@k, :func:`knn_recall`).
 
 The profile runs after the variants, on caches as warm as a running pool's; profiling adds its
 own instrumentation, so its phases are shares, not costs. Read-only against the configured
@@ -139,6 +140,44 @@ def profile_split(bm25: Mapping[str, Any], knn: Mapping[str, Any]) -> dict[str, 
     }
 
 
+#: ``num_candidates`` of the reference search (Elasticsearch's maximum).
+REFERENCE_CANDIDATES = 10_000
+
+
+def exact_knn_ids(es: Any, body: Body) -> list[str]:
+    """The ids of the reference ``k`` nearest chunks of one question's kNN search
+    (``body[3]``): the same search with ``num_candidates`` :data:`REFERENCE_CANDIDATES`, at
+    which HNSW visits all but exhaustively a few tens of thousands of vectors. A brute-force
+    ``script_score`` would be exact, but the integ-test distribution has no painless
+    scripting ("script_lang not supported [painless]")."""
+    knn = {**body[3]["knn"], "num_candidates": REFERENCE_CANDIDATES}
+    search = {"size": knn["k"], "_source": False, "knn": knn}
+    found = es.search(index=body[2]["index"], body=search).body
+    return [h["_id"] for h in found["hits"]["hits"]]
+
+
+def knn_recall(
+    name: str,
+    calls: Sequence[Body],
+    answers: Sequence[Sequence[Mapping[str, Any]]],
+    exact: Sequence[Sequence[str]],
+) -> float | None:
+    """Mean share of the reference ``k`` nearest chunks (:func:`exact_knn_ids`) that a variant's
+    kNN search returned (recall@k), or ``None`` for a variant without a kNN search."""
+    got: list[list[str]] = []
+    for call, responses in zip(calls, answers, strict=True):
+        searches = call[1::2]
+        got += [
+            [h["_id"] for h in r.get("hits", {}).get("hits", [])]
+            for s, r in zip(searches, responses, strict=True)
+            if "knn" in s
+        ]
+    if not got or len(got) != len(exact):
+        return None
+    shares = [len(set(g) & set(e)) / len(e) for g, e in zip(got, exact, strict=True) if e]
+    return round(sum(shares) / len(shares), 4) if shares else None
+
+
 def _mean(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
     keys = rows[0].keys() if rows else ()
     return {k: round(sum(r[k] for r in rows) / len(rows), 2) for k in keys}
@@ -156,7 +195,8 @@ def measure_es_cost(
 
     Returns:
         ``{"questions", "index_alias", "profile": {phase: mean ms}, "variants": {name:
-        {"es_core_ms", "client_core_ms", "wall_ms", "response_kb"}}}`` (per question).
+        {"es_core_ms", "client_core_ms", "wall_ms", "response_kb", "knn_recall"}}}`` (per
+        question; ``knn_recall``: :func:`knn_recall`).
 
     Raises:
         ValueError: no questions, or an unknown variant.
@@ -194,6 +234,7 @@ def measure_es_cost(
     time.sleep(idle_s)
     idle_cores = (es_seconds() - s0) / (time.monotonic() - t0)
 
+    exact = [exact_knn_ids(es, b) for b in bodies]
     out: dict[str, Any] = {}
     for name in variants:
         if name == "batch-8":
@@ -205,9 +246,12 @@ def measure_es_cost(
         for call in calls[:10]:
             es.msearch(searches=call)
         size = 0
+        answers = []
         e0, c0, w0 = es_seconds(), time.process_time(), time.perf_counter()
         for call in calls:
-            size += len(json.dumps(es.msearch(searches=call).body))
+            body = es.msearch(searches=call).body
+            size += len(json.dumps(body))
+            answers.append(body["responses"])
         wall = time.perf_counter() - w0
         es_used = max(0.0, es_seconds() - e0 - idle_cores * wall)
         n = len(bodies)
@@ -216,6 +260,7 @@ def measure_es_cost(
             "client_core_ms": round(1000 * (time.process_time() - c0) / n, 2),
             "wall_ms": round(1000 * wall / len(calls), 2),
             "response_kb": round(size / 1024 / n, 1),
+            "knn_recall": knn_recall(name, calls, answers, exact),
         }
     rows = []  # after the variants: the caches are as warm as the pool's
     for body in bodies:
@@ -244,11 +289,13 @@ def render(payload: Mapping[str, Any]) -> list[Table]:
     for phase, ms in payload["profile"].items():
         prof.add_row(phase, f"{ms:g}")
     var = Table(title="one question per _msearch (batch-8: eight), per question")
-    for col in ("variant", "ES core-ms", "client core-ms", "wall ms per call", "response KB"):
+    for col in ("variant", "ES core-ms", "client core-ms", "wall ms per call", "response KB",
+                "kNN recall@k"):  # fmt: skip
         var.add_column(col)
     for name, v in payload["variants"].items():
         var.add_row(name, *(f"{v[k]:g}" for k in ("es_core_ms", "client_core_ms", "wall_ms",
-                                                  "response_kb")))  # fmt: skip
+                                                  "response_kb")),
+                    "-" if v["knn_recall"] is None else f"{v['knn_recall']:g}")  # fmt: skip
     return [prof, var]
 
 

@@ -53,3 +53,22 @@ def test_each_variant_changes_one_thing_and_leaves_the_pools_bodies_alone() -> N
     small_k = [*body[:3], {"knn": {"k": 80, "num_candidates": 200}}]
     assert VARIANTS["candidates-50"](small_k)[3]["knn"]["num_candidates"] == 80  # never below k
     assert repr(body) == before
+
+
+def test_knn_recall_compares_each_knn_list_with_the_reference() -> None:
+    from bench.query.es_cost import knn_recall
+
+    header = {"index": "a"}
+    one = [header, {"query": {}}, header, {"knn": {"k": 2}}]
+    calls = [one, one]
+
+    def response(*ids: str) -> dict[str, Any]:
+        return {"hits": {"hits": [{"_id": i} for i in ids]}}
+
+    answers = [[response("x"), response("a", "b")], [response("y"), response("c", "z")]]
+    assert knn_recall("today", calls, answers, [["a", "b"], ["c", "d"]]) == 0.75
+    bm25_only = [[header, {"query": {}}]] * 2
+    assert knn_recall("bm25-only", bm25_only, [[response("a")]] * 2, [["a"], ["b"]]) is None
+    batch = [[*one, *one]]  # two questions in one _msearch
+    both = [[response("x"), response("a", "b"), response("y"), response("c", "d")]]
+    assert knn_recall("batch-8", batch, both, [["a", "b"], ["c", "d"]]) == 1.0
