@@ -97,6 +97,12 @@ def es_cost(
         None, help="Question sets (JSONL with 'question'); default: the evaluation's dev sets."
     ),
     limit: int = typer.Option(200, min=1, help="Questions at most."),
+    copies: str = typer.Option(
+        "",
+        help="Also copies of the index with these vector index types, comma-separated "
+        "(hnsw,int8_hnsw,bbq_hnsw; hnsw: today's type, the control), each copied by scroll and "
+        "bulk, merged to one segment, measured, then deleted.",
+    ),
     out: Path = typer.Option(Path(".local/bench/es_cost.json"), help="JSON result."),
 ) -> None:
     """Where Elasticsearch's share of an answer goes: the profile API's phases of the pool's
@@ -105,7 +111,8 @@ def es_cost(
     from bench.query.es_cost import es_cost_command, render
 
     files = questions or sorted(Path("bench/evaluation").glob("questions.*.jsonl"))
-    payload = es_cost_command(files, limit, out)
+    kinds = [c.strip() for c in copies.split(",") if c.strip()]
+    payload = es_cost_command(files, limit, out, kinds)
     for table in render(payload):
         console.print(table)
     console.print(f"wrote {out}")

@@ -89,6 +89,59 @@ VARIANTS["candidates-100"] = _candidates(100)
 VARIANTS["candidates-50"] = _candidates(50)
 
 
+#: Vector index types a copy of the index can be built with (``--copies``): ``hnsw`` (today's
+#: float HNSW: the control, built and merged the same way as the others) and Elasticsearch
+#: 8.19's quantised HNSW, int8 scalar quantisation and better binary quantisation (BBQ), each
+#: searched with the same ``k`` and ``num_candidates``.
+#: https://www.elastic.co/guide/en/elasticsearch/reference/8.19/dense-vector.html#dense-vector-index-options
+COPY_TYPES = ("hnsw", "int8_hnsw", "bbq_hnsw")
+
+
+def make_copy(es: Any, alias: str, index_type: str) -> str:
+    """A copy of the index behind ``alias`` whose ``embedding`` is indexed as ``index_type``
+    (same ``m`` and ``ef_construction``), filled by the client's scroll and bulk
+    (:func:`elasticsearch.helpers.scan`, :func:`~elasticsearch.helpers.bulk`) and force-merged
+    to one segment like the live index after ``ragstream index optimize``; returns its name
+    (deleted again when it fails).
+
+    Raises:
+        elasticsearch.ApiError: the type is refused (a licence or version without it).
+    """
+    from elasticsearch import helpers
+
+    source = next(iter(es.indices.get_alias(name=alias).body))
+    found = es.indices.get(index=source).body[source]
+    props = found["mappings"]["properties"]
+    options = dict(props["embedding"].get("index_options") or {})
+    options["type"] = index_type
+    props["embedding"]["index_options"] = options
+    name = f"bench-es-cost-{index_type.replace('_', '-')}-{int(time.time())}"
+    keep = {"number_of_shards", "number_of_replicas", "analysis", "refresh_interval"}
+    index_settings = {k: v for k, v in found["settings"]["index"].items() if k in keep}
+    es.indices.create(index=name, mappings=found["mappings"], settings=index_settings)
+    try:
+        # Client-side (scroll + bulk): the integ-test distribution has no reindex module (and
+        # helpers.reindex asks for data streams, which it has not either).
+        docs = (
+            {"_index": name, "_id": hit["_id"], "_source": hit["_source"]}
+            for hit in helpers.scan(es, index=source, size=500, request_timeout=600)
+        )
+        helpers.bulk(es, docs, chunk_size=500, request_timeout=600)
+        es.indices.refresh(index=name)
+        es.indices.forcemerge(index=name, max_num_segments=1, request_timeout=3600)
+    except BaseException:
+        es.indices.delete(index=name, ignore_unavailable=True)
+        raise
+    return name
+
+
+def _on_index(name: str) -> Callable[[Body], Body]:
+    def change(body: Body) -> Body:
+        return [{**line, "index": name} if "index" in line else line for line in body]
+
+    return change
+
+
 def _ns(section: Mapping[str, Any]) -> float:
     """A profile section's own time (``time_in_nanos``) in ms."""
     return float(section.get("time_in_nanos", 0)) / 1e6
@@ -188,6 +241,7 @@ def measure_es_cost(
     questions: Sequence[str],
     *,
     variants: Sequence[str] = (*VARIANTS, "batch-8"),
+    copies: Sequence[str] = (),
     tenant: str = "default",
     idle_s: float = 3.0,
 ) -> dict[str, Any]:
@@ -235,40 +289,19 @@ def measure_es_cost(
     idle_cores = (es_seconds() - s0) / (time.monotonic() - t0)
 
     exact = [exact_knn_ids(es, b) for b in bodies]
+    built, changes = _build_copies(es, settings.elasticsearch.index_alias, copies)
     out: dict[str, Any] = {}
-    for name in variants:
-        if name == "batch-8":
-            calls = [
-                [line for b in bodies[i : i + 8] for line in b] for i in range(0, len(bodies), 8)
-            ]
-        else:
-            calls = [VARIANTS[name](b) for b in bodies]
-        for call in calls[:10]:
-            es.msearch(searches=call)
-        size = 0
-        answers = []
-        e0, c0, w0 = es_seconds(), time.process_time(), time.perf_counter()
-        for call in calls:
-            body = es.msearch(searches=call).body
-            size += len(json.dumps(body))
-            answers.append(body["responses"])
-        wall = time.perf_counter() - w0
-        es_used = max(0.0, es_seconds() - e0 - idle_cores * wall)
-        n = len(bodies)
-        out[name] = {
-            "es_core_ms": round(1000 * es_used / n, 2),
-            "client_core_ms": round(1000 * (time.process_time() - c0) / n, 2),
-            "wall_ms": round(1000 * wall / len(calls), 2),
-            "response_kb": round(size / 1024 / n, 1),
-            "knn_recall": knn_recall(name, calls, answers, exact),
-        }
-    rows = []  # after the variants: the caches are as warm as the pool's
-    for body in bodies:
-        profiled = copy.deepcopy(body)
-        profiled[1]["profile"] = profiled[3]["profile"] = True
-        bm25, knn = es.msearch(searches=profiled).body["responses"]
-        rows.append(profile_split(bm25, knn))
-
+    try:
+        for name in [*variants, *changes]:
+            out[name] = _measure(
+                es, bodies, name, changes=changes, exact=exact, es_seconds=es_seconds,
+                idle_cores=idle_cores,
+            )  # fmt: skip
+    finally:
+        for info in built.values():
+            if "index" in info:
+                es.indices.delete(index=info["index"], ignore_unavailable=True)
+    rows = _profile(es, bodies)  # after the variants: the caches are as warm as the pool's
     return {
         "questions": len(questions),
         "index_alias": settings.elasticsearch.index_alias,
@@ -276,8 +309,77 @@ def measure_es_cost(
         "knn_k": settings.retrieval.knn_k,
         "knn_num_candidates": settings.retrieval.knn_num_candidates,
         "bm25_size": settings.retrieval.bm25_size,
+        "copies": built,
         "profile": _mean(rows),
         "variants": out,
+    }
+
+
+def _build_copies(
+    es: Any, alias: str, copies: Sequence[str]
+) -> tuple[dict[str, Any], dict[str, Callable[[Body], Body]]]:
+    """:func:`make_copy` of each type of ``copies``: ``({type: {"index", "build_s"} or
+    {"error"}}, {type: a change searching the copy})``."""
+    built: dict[str, Any] = {}
+    changes: dict[str, Callable[[Body], Body]] = {}
+    for index_type in copies:
+        t0 = time.monotonic()
+        try:
+            name = make_copy(es, alias, index_type)
+        except Exception as exc:  # the type refused: said in the result, the rest measured
+            built[index_type] = {"error": str(exc)[:300]}
+            continue
+        built[index_type] = {"index": name, "build_s": round(time.monotonic() - t0, 1)}
+        changes[index_type] = _on_index(name)
+    return built, changes
+
+
+def _profile(es: Any, bodies: Sequence[Body]) -> list[dict[str, float]]:
+    """(1): each question's two searches once with ``profile``, split by :func:`profile_split`."""
+    rows = []
+    for body in bodies:
+        profiled = copy.deepcopy(body)
+        profiled[1]["profile"] = profiled[3]["profile"] = True
+        bm25, knn = es.msearch(searches=profiled).body["responses"]
+        rows.append(profile_split(bm25, knn))
+    return rows
+
+
+def _measure(
+    es: Any,
+    bodies: Sequence[Body],
+    name: str,
+    *,
+    changes: Mapping[str, Callable[[Body], Body]],
+    exact: Sequence[Sequence[str]],
+    es_seconds: Callable[[], float],
+    idle_cores: float,
+) -> dict[str, Any]:
+    """One variant of (2): ``name`` of :data:`VARIANTS`, ``batch-8``, or a copy's index type
+    (``changes``)."""
+    if name == "batch-8":
+        calls = [[line for b in bodies[i : i + 8] for line in b] for i in range(0, len(bodies), 8)]
+    else:
+        change = changes.get(name) or VARIANTS[name]
+        calls = [change(b) for b in bodies]
+    for call in calls[:10]:
+        es.msearch(searches=call)
+    size = 0
+    answers = []
+    e0, c0, w0 = es_seconds(), time.process_time(), time.perf_counter()
+    for call in calls:
+        body = es.msearch(searches=call).body
+        size += len(json.dumps(body))
+        answers.append(body["responses"])
+    wall = time.perf_counter() - w0
+    es_used = max(0.0, es_seconds() - e0 - idle_cores * wall)
+    n = len(bodies)
+    return {
+        "es_core_ms": round(1000 * es_used / n, 2),
+        "client_core_ms": round(1000 * (time.process_time() - c0) / n, 2),
+        "wall_ms": round(1000 * wall / len(calls), 2),
+        "response_kb": round(size / 1024 / n, 1),
+        "knn_recall": knn_recall(name, calls, answers, exact),
     }
 
 
@@ -299,9 +401,19 @@ def render(payload: Mapping[str, Any]) -> list[Table]:
     return [prof, var]
 
 
-def es_cost_command(question_files: Sequence[Path], limit: int, out: Path) -> dict[str, Any]:
+def es_cost_command(
+    question_files: Sequence[Path], limit: int, out: Path, copies: Sequence[str] = ()
+) -> dict[str, Any]:
     """``ragstream bench es-cost``: the questions of ``question_files`` (JSONL with
-    ``question``; at most ``limit``), measured, written to ``out`` as JSON."""
+    ``question``; at most ``limit``), measured (with index ``copies`` of
+    :data:`COPY_TYPES`), written to ``out`` as JSON.
+
+    Raises:
+        ValueError: a copy type not in :data:`COPY_TYPES`.
+    """
+    unknown = [c for c in copies if c not in COPY_TYPES]
+    if unknown:
+        raise ValueError(f"unknown index copy types {unknown}; choose from {COPY_TYPES}")
     from ragstream.settings import get_settings
 
     questions: list[str] = []
@@ -309,7 +421,7 @@ def es_cost_command(question_files: Sequence[Path], limit: int, out: Path) -> di
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 questions.append(json.loads(line)["question"])
-    payload = measure_es_cost(get_settings(), questions[:limit])
+    payload = measure_es_cost(get_settings(), questions[:limit], copies=copies)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2) + "\n")
     return payload
