@@ -161,6 +161,23 @@ class Asked:
                 self.svc.cancel(self.request_id)  # nobody waits: free the pools' work on it
                 raise ClientLeftError(self.request_id)
 
+    async def outcome(
+        self,
+        until: float | None,
+        *,
+        left: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Answer:
+        """The answer a sync or async ``POST /v1/query`` returns, and the handle closed after:
+        the final answer by the monotonic time ``until`` (:meth:`final`), else, or at once when
+        ``until`` is ``None``, what the query log holds then (:meth:`settled`).
+
+        Raises:
+            ClientLeftError: ``left()`` said the client had gone (see :meth:`final`).
+        """
+        async with self:
+            answer = None if until is None else await self.final(until, left=left)
+            return answer if answer is not None else await self.settled()
+
     async def settled(self) -> Answer:
         """What the query log holds of the request now (for the asker's principals), else
         its ``pending`` view."""

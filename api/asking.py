@@ -8,7 +8,10 @@ build a query the same way, ask through :meth:`~api.querying.QueryService.ask` a
 - :func:`event_stream`: the one SSE body of every answer stream, first or reopened: it holds
   the handle open, counts the stream as attached while the answer is still to come
   (:mod:`api.streams.attach`), and cancels the request when its client leaves first;
-- :data:`LAST_EVENT_ID`: the ``Last-Event-ID`` header, declared once.
+- :data:`LAST_EVENT_ID`: the ``Last-Event-ID`` header, declared once;
+- :func:`answer_query`: all of ``POST /v1/query`` below its route, which calls it once with its
+  dependencies resolved and gets the ready response (:func:`query_response` builds the JSON
+  reply in one place), so the request runs down the layers once (``python -m bench.call_path``).
 """
 
 from __future__ import annotations
@@ -16,32 +19,35 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from fastapi import Header, Request
-from fastapi.responses import Response
+from fastapi import Header
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import Counter
 from pydantic import ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from api.asked import Asked
+from api.asked import Asked, ClientLeftError
 from api.auth import Principal
-from api.deps import services
-from api.errors import ApiError
-from api.models import HistoryTurn, QueryBody
+from api.errors import FAILED_STATUS, ApiError
+from api.models import HistoryTurn, QueryBody, QueryResult
 from api.querying import QueryService
 from api.streams.ids import (
     ACCEPTED,
     EVENT_ID_PATTERN,
+    FINAL,
     MAX_ID_CHARS,
     Position,
     event_id,
     parse_event_id,
 )
-from api.streams.native import Positioned
+from api.streams.native import Positioned, positioned
 from api.streams.resume import RESUMES, open_resumed
 from ragstream.settings import Settings
+from topics.answers import Answer
 from topics.queries import QueryRequest, Turn
+from topics.responses import ErrorCode
 from workers.webhooks.ssrf import SsrfBlockedError, check_url, parse_networks
 
 
@@ -62,6 +68,12 @@ def last_event_id_header(*, documented: bool = True) -> Any:
         "(the body is not used then).",
     )
 
+
+SYNC_LEFT = Counter(
+    "ragstream_api_sync_queries_left_total",
+    "Sync POST /v1/query requests whose client disconnected before the answer; each is "
+    "cancelled (workers/cancel.py) and answered 499.",
+)
 
 #: The ``Last-Event-ID`` header of the native routes (:func:`last_event_id_header`).
 LAST_EVENT_ID: Any = last_event_id_header()
@@ -84,11 +96,6 @@ class KeepAlive(ServerSentEvent):
     def encode(self) -> bytes:
         """``b": ping\\n"``."""
         return b": ping\n"
-
-
-def query_service(request: Request) -> QueryService:
-    """The process's :class:`QueryService`."""
-    return services(request).extras["queries"]  # type: ignore[no-any-return]
 
 
 def poll_link(settings: Settings, request_id: str) -> dict[str, str]:
@@ -284,3 +291,107 @@ async def numbered(
 def elapsed_ms(started: float) -> float:
     """Milliseconds since the monotonic time ``started``."""
     return (time.monotonic() - started) * 1000
+
+
+async def answer_query(
+    svc: QueryService,
+    who: Principal,
+    body: QueryBody,
+    *,
+    last_event_id: str | None = None,
+    left: Callable[[], Awaitable[bool]] | None = None,
+) -> Response:
+    """The response of ``POST /v1/query`` (``api/routes/query.py`` documents its events and
+    statuses): with ``stream`` and a ``last_event_id``, the rest of that stream
+    (:func:`resume_stream`); with ``stream``, the SSE answer stream; ``mode="async"``, 202 with
+    the query-log state at once; else the sync wait's :func:`query_response`, or 499 when the
+    client left first (``left``: whether it has disconnected, asked every half second).
+
+    Raises:
+        ApiError: 422 (an invalid ``Last-Event-ID``, a refused question or ``callback_url``),
+            503 when the query cannot be produced, and what :func:`resume_stream` raises.
+    """
+    started = time.monotonic()
+    settings = svc.settings
+    if body.stream and last_event_id:
+        rid, after = resume_position(None, last_event_id)
+        return await resume_stream(svc, who, rid, after)
+    event = build_request(settings, who, body)
+    await check_callback(settings, body.callback_url)
+    accepted = body.mode == "async" and not body.stream
+    wait_s = None if accepted else wait_seconds(settings, body.timeout_s)
+    links = poll_link(settings, event.request_id)
+    asked = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
+    until = started + (wait_s or 0.0)
+    if body.stream:
+        backlog = svc.backlog if asked.waiting else None
+        events = positioned(
+            event.request_id, asked.items(until), links=links, started=started, backlog=backlog
+        )
+        return event_stream(svc, asked, events)
+    # The wait is a task of its own: each of its wake-ups (a reply, a disconnect poll) resumes
+    # the handle's frames alone, not the route's and this one's.
+    waiting = asyncio.create_task(asked.outcome(None if accepted else until, left=left))
+    try:
+        answer = await waiting
+    except ClientLeftError:  # nobody is waiting for it: the request was cancelled
+        SYNC_LEFT.inc()
+        return Response(status_code=499)
+    if accepted:
+        return query_response(answer, links=links, accepted=True)
+    return query_response(answer, links=links, latency_ms=(time.monotonic() - started) * 1000)
+
+
+def query_response(
+    answer: Answer,
+    *,
+    links: dict[str, str],
+    latency_ms: float | None = None,
+    accepted: bool = False,
+) -> JSONResponse:
+    """The JSON reply of a sync or async ``POST /v1/query``: the :class:`QueryResult` of
+    ``answer`` (``latency_ms``: the request's, in ms), 202 when ``accepted`` (async) or still
+    pending, 200 when answered, and for a failure the error's HTTP status
+    (:data:`api.errors.FAILED_STATUS`, 500 for a code it lacks) with the error envelope and
+    the result beside it."""
+    result = QueryResult.render(answer, latency_ms=latency_ms, links=links)
+    if accepted or result.status == "pending":
+        return JSONResponse(result.model_dump(mode="json"), status_code=202)
+    if result.status == "answered":
+        return JSONResponse(result.model_dump(mode="json"), status_code=200)
+    assert result.error is not None
+    try:
+        status = FAILED_STATUS[ErrorCode(result.error.code)]
+    except ValueError:
+        status = 500
+    body = {
+        "error": {
+            "code": result.error.code,
+            "message": result.error.message,
+            "details": [{"request_id": result.request_id, "stage": result.error.stage}],
+        },
+        "result": result.model_dump(mode="json"),
+    }
+    return JSONResponse(body, status_code=status)
+
+
+async def resume_stream(
+    svc: QueryService, who: Principal, request_id: str, after: Position | None
+) -> Response:
+    """The rest of ``request_id``'s stream past ``after`` (``None``: all of it), as SSE, from
+    the log and then live (:mod:`api.streams.resume`); 204 when ``after`` is its last event.
+
+    Raises:
+        ApiError: 404, 403, 410 ``STREAM_EXPIRED``, 503 (see :func:`reopen`).
+    """
+    if after is not None and after >= FINAL:
+        return nothing_left(request_id)
+    started = time.monotonic()
+    until = started + wait_seconds(svc.settings, None)
+    asked = await reopen(svc, who, request_id, until=until)
+    links = poll_link(svc.settings, request_id)
+    backlog = svc.backlog if asked.waiting else None
+    events = positioned(
+        request_id, asked.items(until), links=links, started=started, backlog=backlog
+    )
+    return event_stream(svc, asked, events, after)

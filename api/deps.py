@@ -2,7 +2,8 @@
 
 :class:`Services` is created once per process (``app.state.services``) and holds the SQL
 session factory, the Redis client, the Kafka producer and the response router. Routes get the
-caller with ``Depends(principal)``: the API key is checked, then the key's rate limit.
+caller with ``Depends(principal)``: the API key is checked, then the key's rate limit; and the
+query service with ``Depends(query_service)``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from topics.acl import PrincipalError
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
+
+    from api.querying import QueryService
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +96,12 @@ class Services:
 def services(request: Request) -> Services:
     """The process's :class:`Services`."""
     return request.app.state.services  # type: ignore[no-any-return]
+
+
+def query_service(request: Request) -> QueryService:
+    """The process's :class:`~api.querying.QueryService` (a route's ``Depends``, resolved
+    before its body runs, or called)."""
+    return services(request).extras["queries"]  # type: ignore[no-any-return]
 
 
 def _presented_key(request: Request) -> str | None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from api.models import Body, QueryResult, UtcDateTime
+from api.bodies import Body
+from api.models import QueryResult, UtcDateTime
 
 #: The longest ``comment`` kept, in characters.
 MAX_COMMENT_CHARS = 1000

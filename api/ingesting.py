@@ -7,7 +7,7 @@ import re
 
 from fastapi import Path, Request
 
-from api.asking import query_service
+from api.deps import query_service
 from api.errors import ApiError
 from api.querying import send_acked
 from topics.ingest import DOC_ID_PATTERN, IngestRequest

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import AfterValidator, BaseModel, Field, Strict
 
+from api.bodies import Body
 from ragstream.clock import as_utc
 from topics.acl import Readers
 from topics.answers import Answer, AnswerStatus
@@ -27,28 +28,6 @@ CALLBACK_URL = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@]+([/?#][^\x00-\x20
 #: Readers as a body states them: a JSON array (FastAPI validates the decoded body, where an array
 #: is a Python list, which strict mode refuses as a tuple).
 ReadersIn = Annotated[Readers, Strict(False)]
-
-
-class JsonBody(BaseModel):
-    """A JSON body read by JSON Schema's types, as the OpenAPI document states them: a value of
-    another type is an error, not converted (``true`` is not the integer 1, ``"2"`` not a number,
-    ``"true"`` not a boolean), while ``2.0`` is the integer 2 (pydantic's strict mode alone
-    refuses it)."""
-
-    model_config = ConfigDict(strict=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _integral_numbers(cls, value: Any) -> Any:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)  # a float field takes an int back in strict mode too
-        return value
-
-
-class Body(JsonBody):
-    """Strict bodies: unknown fields are an error, not silently ignored (see :class:`JsonBody`)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class HistoryTurn(Body):

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.models import Body, HistoryTurn
+from api.bodies import Body
+from api.models import HistoryTurn
 from topics.queries import Filter
 
 #: How passages are ordered and scored (``api.searching.Ranker``).

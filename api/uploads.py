@@ -20,8 +20,9 @@ from fastapi import Request
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.datastructures import UploadFile
 
+from api.bodies import Body
 from api.errors import ApiError
-from api.models import CALLBACK_URL, Body, DocumentBody
+from api.models import CALLBACK_URL, DocumentBody
 from ingest.ops import IngestOp, UploadedFile, prepare_op
 from ingest.parsers import ParseError, detect_upload
 from ragstream.settings import Settings

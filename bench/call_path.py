@@ -183,8 +183,13 @@ def traced(path: CallPath) -> Iterator[None]:
         _RECORDING.clear()
 
 
-def main() -> None:
-    """Print both requests' figures and paths."""
+def trace_requests() -> dict[str, CallPath]:
+    """The call paths of the two requests, ``{"POST /v1/query (sync)": ..., "OpenAI stream":
+    ...}`` (each served once untraced first, so imports and first-call paths are not in it).
+
+    Raises:
+        AssertionError: a request did not answer as expected.
+    """
     sys.path.insert(0, str(ROOT))
     from fastapi.testclient import TestClient
 
@@ -205,7 +210,12 @@ def main() -> None:
             with traced(stream):
                 r = client.post("/v1/chat/completions", json={**chat, "stream": True})
             assert "[DONE]" in r.text, r.text
-    for name, path in (("POST /v1/query (sync)", sync), ("OpenAI stream", stream)):
+    return {"POST /v1/query (sync)": sync, "OpenAI stream": stream}
+
+
+def main() -> None:
+    """Print both requests' figures and paths."""
+    for name, path in trace_requests().items():
         whole = (path.stays, [c for seg in path.climbs for c in seg])
         pieces = (
             ("whole request", whole),

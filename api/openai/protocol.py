@@ -12,8 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.bodies import JsonBody
 from api.errors import OpenAIError
-from api.models import HistoryTurn, JsonBody
+from api.models import HistoryTurn
 from topics.queries import MAX_ANSWER_TOKENS, MAX_TURNS
 
 #: The models of ``GET /v1/models``: the answer tiers, ``auto`` (the router decides) first.

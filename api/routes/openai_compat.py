@@ -101,13 +101,12 @@ from api.asking import (
     event_stream,
     nothing_left,
     query_body,
-    query_service,
     reopen,
     resume_position,
     wait_seconds,
 )
 from api.auth import Principal
-from api.deps import principal
+from api.deps import principal, query_service
 from api.errors import ApiError, OpenAIError, OpenAIErrorEnvelope
 from api.models import HistoryTurn
 from api.openai.protocol import (

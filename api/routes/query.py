@@ -36,37 +36,26 @@ a generation pool does not start its LLM call, or stops it within half a second,
 are short and run to their end. A sync request whose client disconnects while it waits is
 cancelled the same way (the wait asks every half second, :meth:`api.asked.Asked.final`)
 and counted (``ragstream_api_sync_queries_left_total``).
+
+The route calls :func:`api.asking.answer_query` once, with its caller and the query service
+resolved as dependencies, and returns the ready response.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import time
 from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import Counter
+from fastapi.responses import Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.asked import ClientLeftError
-from api.asking import (
-    LAST_EVENT_ID,
-    build_request,
-    check_callback,
-    event_stream,
-    nothing_left,
-    poll_link,
-    query_service,
-    reopen,
-    resume_position,
-    wait_seconds,
-)
+from api.asking import LAST_EVENT_ID, answer_query, poll_link, resume_position, resume_stream
 from api.auth import Principal
-from api.deps import principal
-from api.errors import FAILED_STATUS, ApiError, ErrorEnvelope
+from api.deps import principal, query_service
+from api.errors import ApiError, ErrorEnvelope
 from api.feedback_models import FeedbackTally, LoggedQuery
 from api.models import QueryBody, QueryResult
 from api.pages import (
@@ -78,18 +67,10 @@ from api.pages import (
     encode_cursor,
 )
 from api.querying import QueryService
-from api.streams.ids import EVENT_ID_PATTERN, FINAL, MAX_ID_CHARS, Position
-from api.streams.native import positioned
-from topics.responses import ErrorCode
+from api.streams.ids import EVENT_ID_PATTERN, MAX_ID_CHARS
 from workers import feedback, query_log
 
 router = APIRouter(tags=["query"])
-
-SYNC_LEFT = Counter(
-    "ragstream_api_sync_queries_left_total",
-    "Sync POST /v1/query requests whose client disconnected before the answer; each is "
-    "cancelled (workers/cancel.py) and answered 499.",
-)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     s: {"model": ErrorEnvelope} for s in (401, 413, 415, 422, 429, 503, 504)
@@ -124,28 +105,6 @@ SSE_CONTENT = {"text/event-stream": {"schema": SSE_EVENT}}
 
 #: The example body of ``POST /v1/query`` (Swagger UI's "Try it out" sends it as is).
 QUERY_EXAMPLE = {"query": "What does VACUUM do?", "top_k": 3, "route": "auto", "mode": "sync"}
-
-
-def result_response(result: QueryResult) -> JSONResponse:
-    """200 for an answer, 202 while pending, the error's HTTP status for a failure."""
-    if result.status == "answered":
-        return JSONResponse(result.model_dump(mode="json"), status_code=200)
-    if result.status == "pending":
-        return JSONResponse(result.model_dump(mode="json"), status_code=202)
-    assert result.error is not None
-    try:
-        status = FAILED_STATUS[ErrorCode(result.error.code)]
-    except ValueError:
-        status = 500
-    body = {
-        "error": {
-            "code": result.error.code,
-            "message": result.error.message,
-            "details": [{"request_id": result.request_id, "stage": result.error.stage}],
-        },
-        "result": result.model_dump(mode="json"),
-    }
-    return JSONResponse(body, status_code=status)
 
 
 def logged_result(
@@ -196,64 +155,13 @@ async def post_query(
     body: QueryBody,
     request: Request,
     who: Principal = Depends(principal),
+    svc: QueryService = Depends(query_service),
     last_event_id: str | None = LAST_EVENT_ID,
 ) -> Any:
     """Ask a question of the caller's knowledge base (sync, async, or SSE with ``stream``)."""
-    started = time.monotonic()
-    svc = query_service(request)
-    settings = svc.settings
-    if body.stream and last_event_id:
-        rid, after = resume_position(None, last_event_id)
-        return await resumed_stream(svc, who, rid, after)
-    event = build_request(settings, who, body)
-    await check_callback(settings, body.callback_url)
-    wait_s = (
-        None if body.mode == "async" and not body.stream else wait_seconds(settings, body.timeout_s)
+    return await answer_query(
+        svc, who, body, last_event_id=last_event_id, left=request.is_disconnected
     )
-    links = poll_link(settings, event.request_id)
-    asked = await svc.ask(event, wait_s=wait_s, tokens=body.stream)
-    until = started + (wait_s or 0.0)
-    if body.stream:
-        backlog = svc.backlog if asked.waiting else None
-        events = positioned(
-            event.request_id, asked.items(until), links=links, started=started, backlog=backlog
-        )
-        return event_stream(svc, asked, events)
-    async with asked:
-        if wait_s is None:
-            pending = QueryResult.render(await asked.settled(), links=links)
-            return JSONResponse(pending.model_dump(mode="json"), status_code=202)
-        try:
-            answer = await asked.final(until, left=request.is_disconnected)
-        except ClientLeftError:  # nobody is waiting for it: the request was cancelled
-            SYNC_LEFT.inc()
-            return Response(status_code=499)
-        if answer is None:  # the wait ran out: what the query log holds now
-            answer = await asked.settled()
-    ms = (time.monotonic() - started) * 1000
-    return result_response(QueryResult.render(answer, latency_ms=ms, links=links))
-
-
-async def resumed_stream(
-    svc: QueryService, who: Principal, request_id: str, after: Position | None
-) -> Response:
-    """The rest of ``request_id``'s stream past ``after`` (``None``: all of it), as SSE, from
-    the log and then live (:mod:`api.streams.resume`); 204 when ``after`` is its last event.
-
-    Raises:
-        ApiError: 404, 403, 410 ``STREAM_EXPIRED``, 503 (see :func:`api.asking.reopen`).
-    """
-    if after is not None and after >= FINAL:
-        return nothing_left(request_id)
-    started = time.monotonic()
-    until = started + wait_seconds(svc.settings, None)
-    asked = await reopen(svc, who, request_id, until=until)
-    links = poll_link(svc.settings, request_id)
-    backlog = svc.backlog if asked.waiting else None
-    events = positioned(
-        request_id, asked.items(until), links=links, started=started, backlog=backlog
-    )
-    return event_stream(svc, asked, events, after)
 
 
 @router.get(
@@ -359,4 +267,4 @@ async def query_events(
         raise ApiError(404, "NOT_FOUND", "no such query")
     raw = last_event_id or after
     position = resume_position(request_id, raw)[1] if raw else None
-    return await resumed_stream(svc, who, request_id, position)
+    return await resume_stream(svc, who, request_id, position)

@@ -3,7 +3,7 @@
 ``vector_store.file``, ``list`` (``data``, ``first_id``, ``last_id``, ``has_more``) and
 ``vector_store.search_results.page``. Times are Unix seconds, as OpenAI's are.
 
-Bodies are strict (:class:`api.models.Body`): an unknown field is a 400 naming it.
+Bodies are strict (:class:`api.bodies.Body`): an unknown field is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
 
-from api.models import Body
+from api.bodies import Body
 
 #: An attribute key a filter can name: 1-64 letters, digits and ``_`` (a document's metadata
 #: key, :data:`topics.metadata.KEY`).
@@ -116,7 +116,7 @@ class CompoundFilter(Body):
 
 
 #: A search's filter (the ``type`` tells which; a union, not a discriminated one, because
-#: :class:`~api.models.Body` reads every field before validation).
+#: :class:`~api.bodies.Body` reads every field before validation).
 SearchFilter = ComparisonFilter | CompoundFilter
 
 
