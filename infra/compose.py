@@ -16,7 +16,7 @@ Two things podman-compose 1.0.3 (Debian 12) and podman 4.3 without systemd leave
   enabled (``COMPOSE_PROFILES``, else ``infra/.env``'s), as Docker Compose does.
 
 Podman uses the storage ``make image`` built into (``<infra.local_dir>/containers/storage``) and
-Debian's ``runc`` (:func:`podman_env`). Restart policies need no systemd: podman's cleanup
+Debian's ``runc`` (:func:`podman_wrapper`). Restart policies need no systemd: podman's cleanup
 process restarts a container that exits.
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from infra.images import RUNC, RUNROOT
+from infra.images import Engine
 from ragstream.settings import PROJECT_ROOT, Settings, get_settings
 
 FILES = (PROJECT_ROOT / "infra" / "compose.yaml", PROJECT_ROOT / "infra" / "compose.local.yaml")
@@ -119,23 +120,21 @@ def container_names(project: str, name: str, svc: Mapping[str, Any]) -> list[str
     return [f"{project}_{name}_{n}" for n in range(1, replicas + 1)]
 
 
-def podman_env(settings: Settings, base: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The environment under which ``podman`` and ``podman-compose`` use the project's storage
-    and ``runc`` (``crun`` fails here: ``setrlimit RLIMIT_NOFILE``), with no default ulimit (the
-    host refuses podman's own ``nofile``)."""
-    conf_dir = settings.infra.local_dir / "containers" / "compose"
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    engine = f'[engine]\nruntime = "{RUNC.name}"\n' if RUNC.is_file() else ""
-    (conf_dir / "containers.conf").write_text(f"[containers]\ndefault_ulimits = []\n{engine}")
-    storage = settings.infra.local_dir / "containers" / "storage"
-    (conf_dir / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{storage}"\nrunroot = "{RUNROOT}"\n'
-    )
-    return {
-        **base,
-        "CONTAINERS_CONF": str(conf_dir / "containers.conf"),
-        "CONTAINERS_STORAGE_CONF": str(conf_dir / "storage.conf"),
-    }
+def podman_wrapper(settings: Settings) -> tuple[Path, dict[str, str]]:
+    """A ``podman`` that runs ``make image``'s engine (:class:`infra.images.Engine`: the storage
+    under ``<infra.local_dir>/containers``, Debian's ``runc``, no default ulimit), for
+    podman-compose's ``--podman-path``; return its path and environment.
+
+    Flags, not ``CONTAINERS_STORAGE_CONF``: with the storage in a configuration file podman
+    writes ``--storage-driver overlay`` into each container's exit command, and the cleanup
+    process it runs when a container exits then failed to restart it (no restart policy worked;
+    issue 38). With the flags the restart policy restarts a killed container at once.
+    """
+    engine = Engine.find(settings)
+    path = settings.infra.local_dir / "containers" / "podman"
+    path.write_text(f'#!/bin/sh\nexec {shlex.join(engine.argv)} "$@"\n')
+    path.chmod(0o755)
+    return path, dict(engine.env)
 
 
 @dataclass(frozen=True)
@@ -144,6 +143,7 @@ class Stack:
 
     project: str
     env: dict[str, str]
+    podman_path: Path
     files: tuple[Path, ...] = FILES
 
     @classmethod
@@ -156,7 +156,7 @@ class Stack:
         """
         if shutil.which("podman-compose") is None:
             raise ComposeError("podman-compose is missing: apt-get install podman-compose")
-        env = podman_env(settings)
+        podman_path, env = podman_wrapper(settings)
         if not env.get("POSTGRES_PASSWORD"):
             path = settings.infra.local_dir / "compose" / project / "postgres_password"
             if not path.is_file():
@@ -164,17 +164,18 @@ class Stack:
                 path.touch(mode=0o600)
                 path.write_text(secrets.token_urlsafe(24))
             env["POSTGRES_PASSWORD"] = path.read_text().strip()
-        return cls(project, env)
+        return cls(project, env, podman_path)
 
     def compose(self, *args: str) -> None:
         """``podman-compose -p PROJECT -f ... ARGS``; its output (each ``podman`` command line,
         the environment and so ``POSTGRES_PASSWORD`` among them) is shown only on failure."""
         files = [a for path in self.files for a in ("-f", str(path))]
-        self._run(["podman-compose", "-p", self.project, *files, *args], capture=True)
+        argv = ["podman-compose", "--podman-path", str(self.podman_path), "-p", self.project]
+        self._run([*argv, *files, *args], capture=True)
 
     def podman(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``podman ARGS`` on the project's storage; output captured."""
-        return self._run(["podman", *args], capture=True, check=check)
+        return self._run([str(self.podman_path), *args], capture=True, check=check)
 
     def _run(
         self, argv: list[str], *, capture: bool = False, check: bool = True
