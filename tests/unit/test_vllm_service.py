@@ -149,6 +149,7 @@ def test_the_gpu_deployments_name_the_same_flags_and_health_probe() -> None:
     container = k8s["spec"]["template"]["spec"]["containers"][0]
     for args in (compose["vllm"]["command"], container["args"]):
         assert flags <= set(args), flags - set(args)
-    assert "/health" in " ".join(compose["vllm"]["healthcheck"]["test"])
+    test = compose["vllm"]["healthcheck"]["test"]  # a list, or a string run by the shell
+    assert "/health" in (test if isinstance(test, str) else " ".join(test))
     assert container["startupProbe"]["httpGet"]["path"] == "/health"
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
