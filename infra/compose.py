@@ -144,6 +144,8 @@ class Stack:
     project: str
     env: dict[str, str]
     podman_path: Path
+    #: ``<infra.local_dir>/compose/<project>``: the PostgreSQL password made for the stack.
+    state_dir: Path | None = None
     files: tuple[Path, ...] = FILES
 
     @classmethod
@@ -157,14 +159,15 @@ class Stack:
         if shutil.which("podman-compose") is None:
             raise ComposeError("podman-compose is missing: apt-get install podman-compose")
         podman_path, env = podman_wrapper(settings)
+        state_dir = settings.infra.local_dir / "compose" / project
         if not env.get("POSTGRES_PASSWORD"):
-            path = settings.infra.local_dir / "compose" / project / "postgres_password"
+            path = state_dir / "postgres_password"
             if not path.is_file():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch(mode=0o600)
                 path.write_text(secrets.token_urlsafe(24))
             env["POSTGRES_PASSWORD"] = path.read_text().strip()
-        return cls(project, env, podman_path)
+        return cls(project, env, podman_path, state_dir)
 
     def compose(self, *args: str) -> None:
         """``podman-compose -p PROJECT -f ... ARGS``; its output (each ``podman`` command line,
@@ -272,9 +275,12 @@ def _wait_all(stack: Stack, name: str, svc: Mapping[str, Any], condition: str) -
 
 
 def down(stack: Stack) -> list[str]:
-    """``podman-compose down -v``, then remove the project's network (1.0.3 leaves it); return
-    what still exists (empty when nothing is left)."""
+    """``podman-compose down -v``, then remove the project's network (1.0.3 leaves it) and the
+    PostgreSQL password made for the stack; return what still exists (empty when nothing is
+    left)."""
     stack.compose("down", "-v")
+    if stack.state_dir is not None:  # the password of a database that is gone with its volume
+        (stack.state_dir / "postgres_password").unlink(missing_ok=True)
     for line in stack.leftovers():
         kind, name = line.split(" ", 1)
         if kind == "network":

@@ -260,3 +260,5 @@ def test_down_leaves_no_container_volume_network_or_pod(deployed: Deployed) -> N
     deployed.down = compose.down(deployed.stack)
     deployed.seconds["compose down -v"] = time.monotonic() - started
     assert deployed.down == []
+    assert deployed.stack.state_dir is not None
+    assert not (deployed.stack.state_dir / "postgres_password").exists()
