@@ -434,22 +434,31 @@ def api_tier_p50(path: Path, tier: str) -> float | None:
     return float(p50) if p50 is not None else None
 
 
-def api_load_numbers(api_path: Path) -> dict[str, float | None]:
+def api_load_numbers(api_path: Path) -> dict[str, Any]:
     """From ``ragstream bench api --load``'s JSON: the highest answered rate of fresh answers
     through the API whose p99 was at most 1 s with no error and no 429 of the key's rate limit
     (``api_sustainable_rate_per_s``: a limited run measured the limiter), its p99 and the
-    machine's core-ms per answer there (``api_core_ms_per_answer``); ``None`` each when not
-    measured or never met."""
-    keys = ("api_sustainable_rate_per_s", "api_sustainable_p99_ms", "api_core_ms_per_answer")
+    machine's core-ms per answer there (``api_core_ms_per_answer``), and, where the run split
+    them (issue 53), the stack's processes' core-ms per answer there
+    (``api_stack_core_ms_per_answer``), by process (``api_core_ms_by_process``) and the mean ms
+    of each stage of the answers' traces (``api_stage_ms``); the p50 at one client
+    (``api_p50_ms_at_1``); ``None`` each when not measured or never met."""
+    keys = ("api_sustainable_rate_per_s", "api_sustainable_p99_ms", "api_core_ms_per_answer",
+            "api_stack_core_ms_per_answer", "api_core_ms_by_process", "api_stage_ms")  # fmt: skip
     data = json.loads(api_path.read_text(encoding="utf-8")) if api_path.exists() else {}
     runs = data.get("load", [])
+    one: dict[str, Any] = next(
+        (r for r in runs if r.get("concurrency") == 1 and r.get("p50") is not None), {}
+    )
     met = [r for r in runs if r.get("p99") is not None and r["p99"] <= 1000 and not r["errors"]
            and not r.get("rate_limited")]  # fmt: skip
     if not met:
-        return dict.fromkeys(keys)
+        return {**dict.fromkeys(keys), "api_p50_ms_at_1": one.get("p50")}
     best = max(met, key=lambda r: r["rate_per_s"])
-    values = (best["rate_per_s"], best["p99"], best["machine_core_ms_per_answer"])
-    return dict(zip(keys, values, strict=True))
+    values = (best["rate_per_s"], best["p99"], best["machine_core_ms_per_answer"],
+              best.get("stack_core_ms_per_answer"), best.get("core_ms_by_process"),
+              best.get("stage_ms"))  # fmt: skip
+    return {**dict(zip(keys, values, strict=True)), "api_p50_ms_at_1": one.get("p50")}
 
 
 def search_numbers(api_path: Path, notes: list[str]) -> dict[str, float | None]:

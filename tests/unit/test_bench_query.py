@@ -416,8 +416,22 @@ def test_the_summary_reads_the_fastest_api_load_that_met_the_slo(tmp_path: Path)
         "api_sustainable_rate_per_s": 44.0,
         "api_sustainable_p99_ms": 640.0,
         "api_core_ms_per_answer": 43.6,
+        "api_stack_core_ms_per_answer": None,  # a run that did not split them
+        "api_core_ms_by_process": None,
+        "api_stage_ms": None,
+        "api_p50_ms_at_1": None,
     }
     assert set(api_load_numbers(tmp_path / "none.json").values()) == {None}
+    split = {"stack_core_ms_per_answer": 60.0, "core_ms_by_process": {"elasticsearch": 25.0},
+             "stage_ms": {"retrieval": 30.0, "unaccounted": 40.0}}  # fmt: skip
+    load[1].update(split)
+    load.insert(0, {"concurrency": 1, "rate_per_s": 9.0, "p50": 92.0, "p99": 118.0,
+                    "errors": 0, "machine_core_ms_per_answer": 99.0})  # fmt: skip
+    path.write_text(json.dumps({"load": load}))
+    found = api_load_numbers(path)
+    assert found["api_stack_core_ms_per_answer"] == 60.0 and found["api_p50_ms_at_1"] == 92.0
+    assert found["api_core_ms_by_process"] == {"elasticsearch": 25.0}
+    assert found["api_stage_ms"] == {"retrieval": 30.0, "unaccounted": 40.0}
 
 
 def test_search_load_times_every_search_with_a_filter_of_its_own() -> None:
