@@ -200,7 +200,7 @@ class OpenAICompatibleBackend:
             ) as span:
                 await self._stream(body, state, started, on_token)
                 counted = state.usage or {}
-                output_tokens = int(counted.get("completion_tokens", len(state.parts)))
+                output_tokens = int(counted.get("completion_tokens", state.token_chunks))
                 span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
                 if "prompt_tokens" in counted:
                     span.set_attribute("gen_ai.usage.input_tokens", int(counted["prompt_tokens"]))
@@ -221,8 +221,7 @@ class OpenAICompatibleBackend:
             request_id=request.request_id,
             text=text,
             prompt_tokens=int(usage.get("prompt_tokens", request.prompt.prompt_tokens)),
-            # llama.cpp and vLLM stream one chunk per generated token
-            completion_tokens=int(usage.get("completion_tokens", len(state.parts))),
+            completion_tokens=int(usage.get("completion_tokens", state.token_chunks)),
             finish_reason=state.finish_reason or "stop",
             ttft_ms=state.ttft_ms,
             total_ms=(time.perf_counter() - started) * 1000,
@@ -266,12 +265,29 @@ class OpenAICompatibleBackend:
                 _raise_for_status(error, data, self.url)
             state.usage = chunk.get("usage") or state.usage
             state.finish_reason = finish or state.finish_reason
+            state.token_chunks += self._is_token(chunk, text, finish)
             if text:
                 if state.ttft_ms is None:
                     state.ttft_ms = (time.perf_counter() - started) * 1000
                     limit.reschedule(asyncio.get_running_loop().time() + self.token_gap_s)
                 state.parts.append(text)
                 await emit(on_token, text)
+
+    def _is_token(self, chunk: dict[str, Any], text: str, finish: str | None) -> bool:
+        """Whether a streamed chunk stands for one generated token (the count of a stream
+        without ``usage``). llama.cpp and vLLM send one chunk per token, and a token's text may
+        be empty (recorded from vLLM 0.32, tests/fixtures/openai/vllm-recorded.json: 8 of Gemma
+        3's 24 chunks, its detokenizer holding text back; counting chunks with text gave 15), so
+        an empty chunk counts too. Not counted: the usage chunk (no choice), vLLM's first chat
+        chunk (``delta`` with the ``role`` only) and a chunk with a finish reason and no text:
+        llama.cpp closes its stream with one after the last token, while vLLM's last chunk is
+        the last token's (a stop sequence's, its text cut), so a vLLM stream ended by a stop
+        sequence or EOS is counted one token short; one cut by ``max_tokens`` is exact."""
+        choices = chunk.get("choices")
+        if not choices or (not text and finish is not None):
+            return False
+        delta = choices[0].get("delta") or {}
+        return not (self.style == "chat" and "role" in delta and not text)
 
     async def generate_many(
         self,
@@ -297,6 +313,8 @@ class _StreamState:
 
     def __init__(self) -> None:
         self.parts: list[str] = []
+        #: Chunks that stand for one generated token (:meth:`OpenAICompatibleBackend._is_token`).
+        self.token_chunks = 0
         self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
         self.ttft_ms: float | None = None
