@@ -103,6 +103,9 @@ def es_cost(
         "(hnsw,int8_hnsw,bbq_hnsw; hnsw: today's type, the control), each copied by scroll and "
         "bulk, merged to one segment, measured, then deleted.",
     ),
+    repeat: int = typer.Option(
+        3, min=1, help="Passes over the variants, in turn; each figure is the passes' median."
+    ),
     out: Path = typer.Option(Path(".local/bench/es_cost.json"), help="JSON result."),
 ) -> None:
     """Where Elasticsearch's share of an answer goes: the profile API's phases of the pool's
@@ -112,7 +115,27 @@ def es_cost(
 
     files = questions or sorted(Path("bench/evaluation").glob("questions.*.jsonl"))
     kinds = [c.strip() for c in copies.split(",") if c.strip()]
-    payload = es_cost_command(files, limit, out, kinds)
+    payload = es_cost_command(files, limit, out, kinds, repeat)
+    for table in render(payload):
+        console.print(table)
+    console.print(f"wrote {out}")
+
+
+@bench_app.command("query-embed")
+def query_embed(
+    questions: list[Path] = typer.Argument(
+        None, help="Question sets (JSONL with 'question'); default: the evaluation's sets."
+    ),
+    limit: int = typer.Option(300, min=1, help="Questions at most."),
+    seconds: float = typer.Option(10.0, min=1.0, help="Seconds of the two-pools run."),
+    out: Path = typer.Option(Path(".local/bench/query_embed.json"), help="JSON result."),
+) -> None:
+    """A question's embedding: per batch size and thread count, two pools at once, and a
+    repeated question through the Redis cache (bench/query/query_embed.py)."""
+    from bench.query.query_embed import query_embed_command, render
+
+    files = questions or sorted(Path("bench/evaluation").glob("questions.*.jsonl"))
+    payload = query_embed_command(files, limit, seconds, out)
     for table in render(payload):
         console.print(table)
     console.print(f"wrote {out}")

@@ -379,6 +379,7 @@ def build_summary(directory: Path) -> dict[str, Any]:
             "query.api_exact_cache_hit_p50_ms: not measured (needs a running gateway: "
             "ragstream bench api, or bench query --api-url/--api-key)"
         )
+    add_es_cost(summary, directory / ES_COST_FILE, notes)
     summary["search"] = search_numbers(api_path, notes)
     summary["generation"] = generation_numbers(directory, notes)
     summary["targets"] = {}
@@ -418,6 +419,42 @@ def demo_ingest_numbers(directory: Path, notes: list[str]) -> dict[str, Any]:
             "on an empty index writes .local/demo/ingest-full.json; make bench copies it)"
         )
     return summary_numbers(record)
+
+
+#: ``ragstream bench es-cost --out DIR/es_cost.json`` (bench/query/es_cost.py).
+ES_COST_FILE = "es_cost.json"
+
+
+def es_cost_numbers(path: Path, notes: list[str]) -> tuple[dict[str, Any], dict[str, float | None]]:
+    """From ``ragstream bench es-cost``'s JSON: ``query.es_core_ms_per_answer`` (Elasticsearch's
+    core-ms for one question's searches as the pool sends them today, one question per
+    ``_msearch``), ``query.es_core_ms_by_variant`` (each lever of the same run, the same
+    unit) and, per question set, the kNN search's recall@k against the reference search
+    (``{set: recall}``, ``eval.<set>.knn_recall_at_30`` with the default ``knn_k`` 30).
+    ``None`` and ``{}``, with a note, without the file."""
+    if not path.exists():
+        notes.append(
+            f"query.es_core_ms_per_answer: {ES_COST_FILE} missing (ragstream bench es-cost "
+            f"--out DIR/{ES_COST_FILE}, with Elasticsearch on this machine)"
+        )
+        return {"es_core_ms_per_answer": None, "es_core_ms_by_variant": None}, {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    variants = data.get("variants", {})
+    by_variant = {name: v.get("es_core_ms") for name, v in variants.items()}
+    numbers = {
+        "es_core_ms_per_answer": by_variant.get("today"),
+        "es_core_ms_by_variant": by_variant,
+    }
+    return numbers, dict(data.get("knn_recall_by_set", {}))
+
+
+def add_es_cost(summary: dict[str, Any], path: Path, notes: list[str]) -> None:
+    """:func:`es_cost_numbers` into ``summary``: the ``query`` keys, and each set's recall as
+    ``summary["eval"][set]["knn_recall_at_30"]``."""
+    numbers, recall = es_cost_numbers(path, notes)
+    summary["query"].update(numbers)
+    for name, value in recall.items():
+        summary["eval"].setdefault(name, {})["knn_recall_at_30"] = value
 
 
 #: ``ragstream bench api --tiers evidence`` over the shared set, written beside the benchmarks.

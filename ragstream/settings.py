@@ -554,6 +554,9 @@ class RetrievalSettings(BaseModel):
     stemmed_title_boost: float = Field(default=0.0, ge=0)
     #: BM25 boost of a follow-up's context against its own words (docs/evaluation-history.md).
     context_boost: float = Field(default=1.0, ge=0)
+    #: Keep Lucene's English stop words in the unstemmed BM25 clauses' text (``text``,
+    #: ``title``); false leaves them out, as the stemmed clauses do (docs/benchmarks).
+    bm25_stop_words: bool = True
     #: Most characters of the chunk before prepended when a candidate continues its definition.
     preceding_chars: int = Field(default=1200, ge=0)
     #: Fused candidates that context expansion may extend (0: off; docs/evaluation-history.md).

@@ -16,9 +16,12 @@ built here). Over ``--questions`` of real question sets, embedded once beforehan
    time per question (the client: building the request, HTTP, parsing the JSON response).
    ``today`` are the pool's bodies; the others change one thing (``--variants``):
    ``bm25-only``/``knn-only`` (one of the two searches), ``no-source`` (no ``_source`` fetched:
-   the fetch phase's floor), ``candidates-100``/``candidates-50`` (``num_candidates``), and
-   ``batch-8`` (eight questions per ``_msearch``). Each variant's kNN lists are compared with
-   a near-exhaustive search (recall@k, :func:`knn_recall`).
+   the fetch phase's floor), ``candidates-100``/``candidates-50`` (``num_candidates``),
+   ``no-stop-words`` (the BM25 query's unstemmed clauses without stop words), ``one-search``
+   (BM25 and kNN in one search, scores summed: the request shape of fusion in Elasticsearch),
+   ``batch-8`` (eight questions per ``_msearch``) and ``no-source-mget`` (no ``_source``, then
+   one ``_mget`` of the 30 passages the fused list keeps). Each variant's kNN lists are
+   compared with a near-exhaustive search (recall@k, :func:`knn_recall`).
 
 The profile runs after the variants, on caches as warm as a running pool's; profiling adds its
 own instrumentation, so its phases are shares, not costs. Read-only against the configured
@@ -75,6 +78,17 @@ def _no_source(body: Body) -> Body:
     return out
 
 
+@_variant("one-search")
+def _one_search(body: Body) -> Body:
+    """BM25 and kNN in one search (a top-level ``knn`` beside ``query``): Elasticsearch sums a
+    hit's two scores and fetches one list of ``size`` hits. Its ranking is that sum, not the
+    pool's RRF (the integ-test distribution has no ``rrf`` retriever: "unknown retriever
+    [rrf]"), so this prices the request shape only."""
+    out = copy.deepcopy(body[:2])
+    out[1]["knn"] = copy.deepcopy(body[3]["knn"])
+    return out
+
+
 def _candidates(n: int) -> Callable[[Body], Body]:
     def change(body: Body) -> Body:
         out = copy.deepcopy(body)
@@ -87,6 +101,28 @@ def _candidates(n: int) -> Callable[[Body], Body]:
 
 VARIANTS["candidates-100"] = _candidates(100)
 VARIANTS["candidates-50"] = _candidates(50)
+
+
+@_variant("no-stop-words")
+def _no_stop_words(body: Body) -> Body:
+    """The unstemmed BM25 clauses without stop words (``retrieval.bm25_stop_words`` false:
+    :func:`workers.retrieval.query.without_stop_words`; the stemmed ones never have them)."""
+    from workers.retrieval.query import without_stop_words
+
+    out = copy.deepcopy(body)
+    for clause in out[1]["query"]["bool"]["should"]:
+        ((field, match),) = clause["match"].items()
+        if not field.endswith("_stemmed"):
+            match["query"] = without_stop_words(match["query"])
+    return out
+
+
+#: Variants of (2) that change the calls, not a body: ``batch-8`` (eight questions per
+#: ``_msearch``) and ``no-source-mget`` (both searches without ``_source``, then one ``_mget`` of
+#: the :data:`MGET_IDS` first distinct hits, taken from the two lists in turn: the fused list's
+#: length, ``retrieval.top_n``; the shape of fetching only the passages the next stage reads).
+CALL_SHAPES = ("batch-8", "no-source-mget")
+MGET_IDS = 30
 
 
 #: Vector index types a copy of the index can be built with (``--copies``): ``hnsw`` (today's
@@ -240,12 +276,14 @@ def measure_es_cost(
     settings: Settings,
     questions: Sequence[str],
     *,
-    variants: Sequence[str] = (*VARIANTS, "batch-8"),
+    variants: Sequence[str] = (*VARIANTS, *CALL_SHAPES),
     copies: Sequence[str] = (),
     tenant: str = "default",
     idle_s: float = 3.0,
+    repeat: int = 3,
 ) -> dict[str, Any]:
-    """Run (1) and (2) of the module docstring over ``questions``.
+    """Run (1) and (2) of the module docstring over ``questions``, (2) ``repeat`` times with
+    the variants in turn (:func:`median_run` of each).
 
     Returns:
         ``{"questions", "index_alias", "profile": {phase: mean ms}, "variants": {name:
@@ -256,26 +294,17 @@ def measure_es_cost(
         ValueError: no questions, or an unknown variant.
         RuntimeError: Elasticsearch's process cannot be found (it must run on this machine).
     """
-    import datetime as dt
-
     from bench.query.cpu import cpu_seconds, listening_pids, service_ports
-    from topics.queries import QueryRequest
     from workers.pools.components import build_retrieval_components
 
-    unknown = [v for v in variants if v not in VARIANTS and v != "batch-8"]
+    unknown = [v for v in variants if v not in VARIANTS and v not in CALL_SHAPES]
     if not questions or unknown:
         raise ValueError(f"need questions and known variants (unknown: {unknown})")
     es_pid = listening_pids(service_ports(settings)).get("elasticsearch")
     if es_pid is None:
         raise RuntimeError("Elasticsearch's process is not on this machine (or not readable)")
     embedder, retriever, *_ = build_retrieval_components(settings)
-    now = dt.datetime.now(dt.UTC)
-    requests = [
-        QueryRequest(tenant=tenant, query=q, deadline=now + dt.timedelta(hours=1), created_at=now)
-        for q in questions
-    ]
-    vectors = embedder.embed([r.query for r in requests])
-    bodies = [retriever._searches([r], vectors[i : i + 1]) for i, r in enumerate(requests)]
+    bodies = pool_bodies(embedder, retriever, questions, tenant)
     es = retriever.es
 
     def es_seconds() -> float:
@@ -289,14 +318,26 @@ def measure_es_cost(
     idle_cores = (es_seconds() - s0) / (time.monotonic() - t0)
 
     exact = [exact_knn_ids(es, b) for b in bodies]
+    for body in bodies:  # one untimed pass: the first variant meets caches as warm as the rest
+        es.msearch(searches=body)
     built, changes = _build_copies(es, settings.elasticsearch.index_alias, copies)
     out: dict[str, Any] = {}
     try:
-        for name in [*variants, *changes]:
-            out[name] = _measure(
-                es, bodies, name, changes=changes, exact=exact, es_seconds=es_seconds,
-                idle_cores=idle_cores,
-            )  # fmt: skip
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(repeat):  # the variants in turn, every pass: drift spreads evenly
+            for name in [*variants, *changes]:
+                runs.setdefault(name, []).append(
+                    _measure(
+                        es,
+                        bodies,
+                        name,
+                        changes=changes,
+                        exact=exact,
+                        es_seconds=es_seconds,
+                        idle_cores=idle_cores,
+                    )
+                )
+        out = {name: median_run(rows) for name, rows in runs.items()}
     finally:
         for info in built.values():
             if "index" in info:
@@ -313,6 +354,56 @@ def measure_es_cost(
         "profile": _mean(rows),
         "variants": out,
     }
+
+
+def median_run(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One variant's passes: each figure the median of the passes' (``statistics.median``),
+    and ``es_core_ms_range``, the lowest and highest ES core-ms of a pass (the run's noise)."""
+    import statistics
+
+    out: dict[str, Any] = {}
+    for key in rows[0]:
+        values = [r[key] for r in rows if r[key] is not None]
+        out[key] = round(statistics.median(values), 4) if values else None
+    es = [r["es_core_ms"] for r in rows]
+    out["es_core_ms_range"] = [min(es), max(es)]
+    out["passes"] = len(rows)
+    return out
+
+
+def pool_bodies(embedder: Any, retriever: Any, questions: Sequence[str], tenant: str) -> list[Body]:
+    """Each question's ``_msearch`` lines as the retrieval pool builds them (header, BM25 body,
+    header, kNN body), its embedding made once by the pool's embedder."""
+    import datetime as dt
+
+    from topics.queries import QueryRequest
+
+    now = dt.datetime.now(dt.UTC)
+    requests = [
+        QueryRequest(tenant=tenant, query=q, deadline=now + dt.timedelta(hours=1), created_at=now)
+        for q in questions
+    ]
+    vectors = embedder.embed([r.query for r in requests])
+    return [retriever._searches([r], vectors[i : i + 1]) for i, r in enumerate(requests)]
+
+
+def knn_recall_by_set(
+    settings: Settings, sets: Mapping[str, Sequence[str]], tenant: str = "default"
+) -> dict[str, float | None]:
+    """Recall@k of the retrieval pool's kNN search (``retrieval.knn_k``, 30 by default, at
+    ``retrieval.knn_num_candidates``) against :func:`exact_knn_ids`, over every question of
+    each set: ``{set name: mean recall}`` (``None`` for a set without questions)."""
+    from workers.pools.components import build_retrieval_components
+
+    embedder, retriever, *_ = build_retrieval_components(settings)
+    out: dict[str, float | None] = {}
+    for name, questions in sets.items():
+        bodies = pool_bodies(embedder, retriever, questions, tenant) if questions else []
+        knn_only = [b[2:] for b in bodies]
+        answers = [retriever.es.msearch(searches=b).body["responses"] for b in knn_only]
+        exact = [exact_knn_ids(retriever.es, b) for b in bodies]
+        out[name] = knn_recall(name, knn_only, answers, exact)
+    return out
 
 
 def _build_copies(
@@ -345,6 +436,19 @@ def _profile(es: Any, bodies: Sequence[Body]) -> list[dict[str, float]]:
     return rows
 
 
+def first_ids(responses: Sequence[Mapping[str, Any]], n: int) -> list[str]:
+    """The first ``n`` distinct hit ids of ``responses`` (one question's BM25 and kNN lists),
+    taken from the lists in turn (a stand-in for the fused order: RRF ranks a hit by its ranks
+    in both lists)."""
+    lists = [[h["_id"] for h in r.get("hits", {}).get("hits", [])] for r in responses]
+    out: list[str] = []
+    for rank in range(max((len(ids) for ids in lists), default=0)):
+        for ids in lists:
+            if rank < len(ids) and ids[rank] not in out:
+                out.append(ids[rank])
+    return out[:n]
+
+
 def _measure(
     es: Any,
     bodies: Sequence[Body],
@@ -355,22 +459,37 @@ def _measure(
     es_seconds: Callable[[], float],
     idle_cores: float,
 ) -> dict[str, Any]:
-    """One variant of (2): ``name`` of :data:`VARIANTS`, ``batch-8``, or a copy's index type
-    (``changes``)."""
+    """One variant of (2): ``name`` of :data:`VARIANTS` or :data:`CALL_SHAPES`, or a copy's
+    index type (``changes``)."""
+    from workers.retrieval.query import CANDIDATE_EXCLUDES
+
+    mget = name == "no-source-mget"
     if name == "batch-8":
         calls = [[line for b in bodies[i : i + 8] for line in b] for i in range(0, len(bodies), 8)]
     else:
-        change = changes.get(name) or VARIANTS[name]
+        change = changes.get(name) or VARIANTS["no-source" if mget else name]
         calls = [change(b) for b in bodies]
+
+    def send(call: Body) -> tuple[list[Any], int]:
+        body = es.msearch(searches=call).body
+        size = len(json.dumps(body))
+        if mget:
+            ids = first_ids(body["responses"], MGET_IDS)
+            found = es.mget(
+                index=call[0]["index"], ids=ids, source_excludes=CANDIDATE_EXCLUDES
+            ).body
+            size += len(json.dumps(found))
+        return body["responses"], size
+
     for call in calls[:10]:
-        es.msearch(searches=call)
+        send(call)
     size = 0
     answers = []
     e0, c0, w0 = es_seconds(), time.process_time(), time.perf_counter()
     for call in calls:
-        body = es.msearch(searches=call).body
-        size += len(json.dumps(body))
-        answers.append(body["responses"])
+        responses, n_bytes = send(call)
+        size += n_bytes
+        answers.append(responses)
     wall = time.perf_counter() - w0
     es_used = max(0.0, es_seconds() - e0 - idle_cores * wall)
     n = len(bodies)
@@ -379,7 +498,7 @@ def _measure(
         "client_core_ms": round(1000 * (time.process_time() - c0) / n, 2),
         "wall_ms": round(1000 * wall / len(calls), 2),
         "response_kb": round(size / 1024 / n, 1),
-        "knn_recall": knn_recall(name, calls, answers, exact),
+        "knn_recall": None if name == "one-search" else knn_recall(name, calls, answers, exact),
     }
 
 
@@ -390,23 +509,30 @@ def render(payload: Mapping[str, Any]) -> list[Table]:
     prof.add_column("ms")
     for phase, ms in payload["profile"].items():
         prof.add_row(phase, f"{ms:g}")
-    var = Table(title="one question per _msearch (batch-8: eight), per question")
-    for col in ("variant", "ES core-ms", "client core-ms", "wall ms per call", "response KB",
-                "kNN recall@k"):  # fmt: skip
+    var = Table(title="one question per _msearch (batch-8: eight), per question, median of passes")
+    for col in ("variant", "ES core-ms", "ES low-high", "client core-ms", "wall ms per call",
+                "response KB", "kNN recall@k"):  # fmt: skip
         var.add_column(col)
     for name, v in payload["variants"].items():
-        var.add_row(name, *(f"{v[k]:g}" for k in ("es_core_ms", "client_core_ms", "wall_ms",
-                                                  "response_kb")),
+        low, high = v.get("es_core_ms_range") or (v["es_core_ms"], v["es_core_ms"])
+        var.add_row(name, f"{v['es_core_ms']:g}", f"{low:g}-{high:g}",
+                    *(f"{v[k]:g}" for k in ("client_core_ms", "wall_ms", "response_kb")),
                     "-" if v["knn_recall"] is None else f"{v['knn_recall']:g}")  # fmt: skip
     return [prof, var]
 
 
 def es_cost_command(
-    question_files: Sequence[Path], limit: int, out: Path, copies: Sequence[str] = ()
+    question_files: Sequence[Path],
+    limit: int,
+    out: Path,
+    copies: Sequence[str] = (),
+    repeat: int = 3,
 ) -> dict[str, Any]:
     """``ragstream bench es-cost``: the questions of ``question_files`` (JSONL with
     ``question``; at most ``limit``), measured (with index ``copies`` of
-    :data:`COPY_TYPES`), written to ``out`` as JSON.
+    :data:`COPY_TYPES`), written to ``out`` as JSON, with ``knn_recall_by_set``
+    (:func:`knn_recall_by_set` over every question of each file, named by the file's stem
+    without ``questions.``; ``shared`` for ``questions.jsonl``).
 
     Raises:
         ValueError: a copy type not in :data:`COPY_TYPES`.
@@ -416,12 +542,16 @@ def es_cost_command(
         raise ValueError(f"unknown index copy types {unknown}; choose from {COPY_TYPES}")
     from ragstream.settings import get_settings
 
-    questions: list[str] = []
+    sets: dict[str, list[str]] = {}
     for path in question_files:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                questions.append(json.loads(line)["question"])
-    payload = measure_es_cost(get_settings(), questions[:limit], copies=copies)
+        lines = path.read_text(encoding="utf-8").splitlines()
+        name = path.stem.removeprefix("questions.")
+        name = "shared" if name == "questions" else name  # ../shared/eval/questions.jsonl
+        sets[name] = [json.loads(line)["question"] for line in lines if line.strip()]
+    questions = [q for qs in sets.values() for q in qs]
+    settings = get_settings()
+    payload = measure_es_cost(settings, questions[:limit], copies=copies, repeat=repeat)
+    payload["knn_recall_by_set"] = knn_recall_by_set(settings, sets)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2) + "\n")
     return payload

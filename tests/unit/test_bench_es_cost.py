@@ -72,3 +72,42 @@ def test_knn_recall_compares_each_knn_list_with_the_reference() -> None:
     batch = [[*one, *one]]  # two questions in one _msearch
     both = [[response("x"), response("a", "b"), response("y"), response("c", "d")]]
     assert knn_recall("batch-8", batch, both, [["a", "b"], ["c", "d"]]) == 1.0
+
+
+def test_stop_words_and_one_search_variants() -> None:
+    should = [{"match": {"text": {"query": "What is a tuple"}}},
+              {"match": {"text_stemmed": {"query": "what tupl"}}}]  # fmt: skip
+    body = [{"index": "a"}, {"query": {"bool": {"should": should}}, "size": 30},
+            {"index": "a"}, {"knn": {"k": 30, "num_candidates": 200}, "size": 30}]  # fmt: skip
+    before = repr(body)
+    changed = VARIANTS["no-stop-words"](body)[1]["query"]["bool"]["should"]
+    assert [m for c in changed for m in c["match"].values()] == [
+        {"query": "What tuple"},
+        {"query": "what tupl"},
+    ]
+    one = VARIANTS["one-search"](body)
+    assert len(one) == 2 and one[1]["knn"] == body[3]["knn"] and one[1]["query"] == body[1]["query"]
+    assert repr(body) == before
+
+
+def test_first_ids_take_the_two_lists_in_turn_without_repeats() -> None:
+    from bench.query.es_cost import first_ids
+
+    def hits(*ids: str) -> dict[str, Any]:
+        return {"hits": {"hits": [{"_id": i} for i in ids]}}
+
+    assert first_ids([hits("a", "b", "c"), hits("b", "d")], 10) == ["a", "b", "d", "c"]
+    assert first_ids([hits("a", "b", "c"), hits("b", "d")], 2) == ["a", "b"]
+    assert first_ids([{}, hits("x")], 5) == ["x"]
+
+
+def test_a_variants_passes_give_their_median_and_the_spread() -> None:
+    from bench.query.es_cost import median_run, render
+
+    rows = [{"es_core_ms": ms, "client_core_ms": 2.0, "wall_ms": 20.0, "response_kb": 89.5,
+             "knn_recall": r} for ms, r in ((23.0, 0.99), (19.0, 0.99), (30.0, None))]  # fmt: skip
+    run = median_run(rows)
+    assert run["es_core_ms"] == 23.0 and run["es_core_ms_range"] == [19.0, 30.0]
+    assert run["knn_recall"] == 0.99 and run["passes"] == 3
+    payload = {"questions": 3, "profile": {"bm25_query": 30.0}, "variants": {"today": run}}
+    assert render(payload)[1].row_count == 1

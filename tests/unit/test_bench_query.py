@@ -486,3 +486,19 @@ def test_the_summary_carries_the_search_keys_beside_the_query_api_keys(tmp_path:
     }
     assert not any(n.startswith("search.api_") for n in s["notes"])
     assert "`search.api_p50_ms_at_1` | 38.5" in render_summary(s)
+
+
+def test_the_summary_carries_elasticsearch_core_ms_and_knn_recall_per_set(tmp_path: Path) -> None:
+    s = build_summary(tmp_path)
+    assert s["query"]["es_core_ms_per_answer"] is None
+    assert any("es_cost.json missing" in n for n in s["notes"])
+    variants = {"today": {"es_core_ms": 23.4}, "no-stop-words": {"es_core_ms": 16.3}}
+    recall = {"shared": 0.99, "blind-2026-12-05": 0.98}
+    es_cost = {"variants": variants, "knn_recall_by_set": recall}
+    (tmp_path / "es_cost.json").write_text(json.dumps(es_cost))
+    s = build_summary(tmp_path)
+    assert s["query"]["es_core_ms_per_answer"] == 23.4
+    assert s["query"]["es_core_ms_by_variant"] == {"today": 23.4, "no-stop-words": 16.3}
+    assert s["eval"]["shared"]["knn_recall_at_30"] == 0.99
+    assert s["eval"]["blind-2026-12-05"]["knn_recall_at_30"] == 0.98
+    assert s["eval"]["hit_at_5"] is None  # the shared set's other keys stay where they were

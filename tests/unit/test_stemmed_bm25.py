@@ -5,7 +5,7 @@ from __future__ import annotations
 from index.schema import CHUNKS_ONLY
 from index.stemming import stem_text, stemmed_fields
 from ragstream.settings import RetrievalSettings
-from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters
+from workers.retrieval.query import Bm25Boosts, bm25_query, es_filters, without_stop_words
 from workers.retrieval.rrf import reciprocal_rank_fusion
 
 
@@ -70,3 +70,24 @@ def test_weighted_rrf_scales_each_list() -> None:
     assert reciprocal_rank_fusion([["a"], ["b"]], k=60) == reciprocal_rank_fusion(
         [["a"], ["b"]], k=60, weights=[1.0, 1.0]
     )
+
+
+def test_stop_words_can_be_left_out_of_the_unstemmed_clauses() -> None:
+    question = "What is the (default) value of os.path.sep?"
+    body = bm25_query(question, [], 10, Bm25Boosts(stop_words=False), "it's a dir")
+    clauses = [(field, m["query"]) for c in _should(body) for field, m in c["match"].items()]  # type: ignore[attr-defined]
+    assert clauses == [
+        ("text", "What (default) value os.path.sep?"),
+        ("title", "What (default) value os.path.sep?"),
+        ("text_stemmed", "what default valu os path sep"),
+        ("text", "it's dir"),
+        ("text_stemmed", "s dir"),
+    ]
+    kept = bm25_query(question, [], 10)
+    assert _should(kept)[0] == {"match": {"text": {"query": question}}}
+
+
+def test_a_question_of_stop_words_only_keeps_its_words() -> None:
+    assert without_stop_words("To be, or not") == "To be, or not"
+    assert without_stop_words("  Is   it  THE one ") == "one"
+    assert Bm25Boosts.from_settings(RetrievalSettings(bm25_stop_words=False)).stop_words is False

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from index.schema import CHUNKS_ONLY, DEFINITIONS_ONLY
-from index.stemming import stem_text
+from index.stemming import STOP_WORDS, stem_text
 from ragstream.errors import PermanentError
 from ragstream.settings import RetrievalSettings
 from topics.metadata import metadata_range, metadata_terms
@@ -133,12 +133,16 @@ class Bm25Boosts:
         stemmed_title: ``title_stemmed``; 0 leaves it out.
         context: a follow-up's context against its question (``text`` and, stemmed,
             ``text_stemmed`` at ``context`` times their own boosts; 0 leaves it out).
+        stop_words: keep stop words in the unstemmed clauses' text (``text``, ``title``, the
+            context's ``text``); ``False`` leaves out :func:`without_stop_words` of it (the
+            stemmed clauses never have them).
     """
 
     title: float = TITLE_BOOST
     stemmed: float = STEMMED_BOOST
     stemmed_title: float = 0.0
     context: float = CONTEXT_BOOST
+    stop_words: bool = True
 
     @classmethod
     def from_settings(cls, settings: RetrievalSettings) -> Bm25Boosts:
@@ -148,7 +152,29 @@ class Bm25Boosts:
             settings.stemmed_boost,
             settings.stemmed_title_boost,
             settings.context_boost,
+            settings.bm25_stop_words,
         )
+
+
+#: A word of a question as Elasticsearch's standard tokenizer would roughly see it: a run of
+#: non-space characters, compared to :data:`index.stemming.STOP_WORDS` without the punctuation
+#: around it (``"the"``, ``"(or"``), never inside it (``os.path``, ``it's`` stay).
+_TOKEN = re.compile(r"\S+")
+_EDGE = re.compile(r"^[^\w]+|[^\w]+$")
+
+
+def without_stop_words(text: str) -> str:
+    """``text`` without the words that are, once stripped of leading and trailing punctuation
+    and lower-cased, Lucene's English stop words (:data:`index.stemming.STOP_WORDS`); the other
+    words kept as written, joined by single spaces. ``text`` itself when every word is one
+    (``"to be or not"``), so a question of stop words still matches what it did.
+
+    Why: a stop word's posting list holds nearly every chunk, and a ``match`` query scores
+    every document of every term's list that block-max WAND cannot skip, while the word's
+    IDF (about 0.01-0.1 here) moves no ranking much (docs/benchmarks, "Elasticsearch's share").
+    """
+    kept = [w for w in _TOKEN.findall(text) if _EDGE.sub("", w).lower() not in STOP_WORDS]
+    return " ".join(kept) if kept else text
 
 
 def bm25_query(
@@ -178,9 +204,10 @@ def bm25_query(
         documents that cannot reach the top ``size``).
     """
     b = boosts or Bm25Boosts()
+    plain = text if b.stop_words else without_stop_words(text)
     should: list[dict[str, Any]] = [
-        {"match": {"text": {"query": text}}},
-        {"match": {"title": {"query": text, "boost": b.title}}},
+        {"match": {"text": {"query": plain}}},
+        {"match": {"title": {"query": plain, "boost": b.title}}},
     ]
     if b.stemmed or b.stemmed_title:
         stemmed = stem_text(text)
@@ -189,7 +216,8 @@ def bm25_query(
                 if boost:
                     should.append({"match": {field: {"query": stemmed, "boost": boost}}})
     if context.strip() and b.context:
-        should.append({"match": {"text": {"query": context, "boost": b.context}}})
+        words = context if b.stop_words else without_stop_words(context)
+        should.append({"match": {"text": {"query": words, "boost": b.context}}})
         stemmed = stem_text(context) if b.stemmed else ""
         if stemmed:
             boost = b.context * b.stemmed
