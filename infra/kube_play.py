@@ -47,6 +47,9 @@ DEFAULT_DEPLOYMENTS = (
     "worker-generation-small",
     "worker-delivery",
 )
+#: Seconds ``podman pod stop`` gives a played process to shut down (the manifest's
+#: ``terminationGracePeriodSeconds``, which podman 4.3 does not apply: its stop timeout is 10).
+STOP_TIMEOUT_S = 60
 POOLS = ("ingest", "retrieval", "rerank", "generation_small", "generation_large", "delivery")
 
 
@@ -299,7 +302,12 @@ def down(play: Play, host: Host) -> str:
     from redis import Redis
 
     settings = host.settings
-    lines = [host.podman("kube", "down", str(manifest_path(settings)), check=False).stdout]
+    # `podman pod stop` first: each pool gets SIGTERM and leaves its consumer group (exit 0,
+    # "pool.stopped"); after `podman kube down` alone (podman 4.3) the members stayed in their
+    # groups until the session timeout, as if killed.
+    pods = [f"{name}-pod-0" for name in play.deployments]
+    lines = [host.podman("pod", "stop", "--time", str(STOP_TIMEOUT_S), *pods, check=False).stdout]
+    lines.append(host.podman("kube", "down", str(manifest_path(settings)), check=False).stdout)
     lines.append(host.podman("secret", "rm", "ragstream-db", check=False).stdout.strip())
     admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     try:
