@@ -211,6 +211,19 @@ compose-up: install
 compose-down: install
 	$(BIN)/python -m infra.compose down --project $(PROJECT)
 
+# infra/k8s/ragstream.yaml's API and pools under `podman kube play` (python -m infra.kube_play;
+# docs/operations/containers.md), on the host's network against the services already running here,
+# under a topic and consumer-group prefix of its own (KUBE_PREFIX), the API on KUBE_API_PORT.
+# kube-down stops and removes the pods and all the play created: topics, groups, index, database.
+KUBE_PREFIX ?= kubeplay.
+KUBE_API_PORT ?= 8010
+.PHONY: kube-play kube-down
+kube-play: install
+	$(BIN)/python -m infra.kube_play up --prefix $(KUBE_PREFIX) --api-port $(KUBE_API_PORT)
+
+kube-down: install
+	$(BIN)/python -m infra.kube_play down --prefix $(KUBE_PREFIX)
+
 # The container path end to end (tests/deploy/, not part of `make test`, ~15 min on 2 cores): the
 # images, the stack up under a project of its own, a small corpus ingested, the demo's questions
 # answered through the API and the openai client, a pool's container killed and restarted with no
