@@ -196,7 +196,8 @@ def run_bus_bench(
 ) -> list[RunResult]:
     """Run every rate and the burst in three modes; return the results.
 
-    - ``batched``: ``max_batch`` events or 5 ms after the first (the pools' policy);
+    - ``batched``: ``max_batch`` events or 5 ms after the first, no wait when fewer than one
+      more event is expected in it (the pools' policy, ``wait_min_arrivals`` 1);
     - ``greedy``: ``max_batch`` with ``max_wait_ms=0``: a batch is whatever the consumer has
       buffered, so an event never waits for companions; its hop latency is the bus's own
       overhead (produce with the pools' ``linger_ms``, broker, fetch, decode, commit);

@@ -170,12 +170,17 @@ class CelerySettings(BaseModel):
 class PoolSettings(BaseModel):
     """One worker pool's batching, retry and metrics settings.
 
-    ``max_batch`` events or ``max_wait_ms`` after the first, whichever comes first; a batch's
+    ``max_batch`` events or ``max_wait_ms`` after the first, whichever comes first, and no
+    waiting once fewer than ``wait_min_arrivals`` more events are expected in it; a batch's
     processing (retries included) is budgeted to ``max_batch_duration_ms``.
     """
 
     max_batch: int = Field(default=32, ge=1)
     max_wait_ms: int = Field(default=10, ge=0)
+    #: A batch waits on only while at least this many more events are expected in the rest of
+    #: ``max_wait_ms`` at the member's recent arrival rate; 0 always waits it all
+    #: (``workers/runtime/policy.py``, docs/benchmarks).
+    wait_min_arrivals: float = Field(default=1.0, ge=0)
     max_batch_duration_ms: int = Field(default=120_000, ge=1)
     retry_max_attempts: int = Field(default=4, ge=1)
     retry_base_ms: float = 100.0

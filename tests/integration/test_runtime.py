@@ -122,7 +122,8 @@ def test_burst_closes_batches_at_max_batch(settings: Settings, pipe: Pipe) -> No
 
 
 def test_slow_arrivals_close_batches_at_max_wait(settings: Settings, pipe: Pipe) -> None:
-    runner, thread = _start(settings, _handler(pipe, BatchPolicy(max_batch=1000, max_wait_ms=400)))
+    policy = BatchPolicy(max_batch=1000, max_wait_ms=400, wait_min_arrivals=0)  # always wait
+    runner, thread = _start(settings, _handler(pipe, policy))
     time.sleep(3)  # let the consumer join the group
     sent_at = []
     for i in range(12):  # one event every 100 ms for 1.2 s
@@ -140,6 +141,24 @@ def test_slow_arrivals_close_batches_at_max_wait(settings: Settings, pipe: Pipe)
     first_call = pipe.calls[0][0]
     assert first_call - sent_at[0] >= 0.35  # the batch waited ~max_wait_ms for company
     assert first_call - sent_at[0] < 2.0
+
+
+def test_sparse_arrivals_are_not_held_for_company(settings: Settings, pipe: Pipe) -> None:
+    # One event every 600 ms with a 400 ms wait: about 0.7 more expected in a wait, under the
+    # default wait_min_arrivals of 1, so no batch waits for company (issue 37: at one question
+    # at a time each pool's wait was pure latency).
+    runner, thread = _start(settings, _handler(pipe, BatchPolicy(max_batch=1000, max_wait_ms=400)))
+    time.sleep(3)  # let the consumer join the group
+    sent_at = []
+    for i in range(6):
+        sent_at.append(time.time())
+        produce_echo(settings, pipe.src, [f"sparse{i}"])
+        time.sleep(0.6)
+    assert wait_for(lambda: sum(n for _, n in pipe.calls) >= 6, 30)
+    _stop(runner, thread)
+    assert [n for _, n in pipe.calls] == [1] * 6
+    waits = sorted(call - sent for (call, _), sent in zip(pipe.calls, sent_at, strict=True))
+    assert waits[len(waits) // 2] < 0.3, waits  # the median event was not held the 400 ms
 
 
 def test_offset_not_committed_when_handler_fails(settings: Settings, pipe: Pipe) -> None:

@@ -28,7 +28,9 @@ E = TypeVar("E", bound=Event)
 
 def batch_policy(pool: PoolSettings) -> BatchPolicy:
     """The :class:`BatchPolicy` a pool's settings describe."""
-    return BatchPolicy(pool.max_batch, pool.max_wait_ms, pool.max_batch_duration_ms)
+    return BatchPolicy(
+        pool.max_batch, pool.max_wait_ms, pool.max_batch_duration_ms, pool.wait_min_arrivals
+    )
 
 
 def retry_policy(pool: PoolSettings) -> RetryPolicy:

@@ -48,6 +48,7 @@ from topics.producer import EventProducer
 from topics.registry import TopicRegistry
 from workers.runtime import metrics
 from workers.runtime.handler import Emit, Handler
+from workers.runtime.policy import ArrivalRate
 from workers.runtime.pressure import PressureReporter
 from workers.runtime.process import (
     BatchProcessor,
@@ -138,6 +139,7 @@ class PoolRunner(Generic[E]):
         self._failures = 0
         self._streamed: dict[str, int] = {}
         self._idle_wait_ms = IDLE_POLL_MIN_MS
+        self._arrivals = ArrivalRate()
         self._picked_at = dt.datetime.now(dt.UTC)
         self._trace: BatchTrace | None = None
         self.batches = 0
@@ -185,7 +187,9 @@ class PoolRunner(Generic[E]):
     # -- fetch -------------------------------------------------------------------------------
 
     def _fetch(self) -> list[Any]:
-        """Collect up to ``max_batch`` records, waiting at most ``max_wait_ms`` after the first."""
+        """Collect up to ``max_batch`` records, waiting at most ``max_wait_ms`` after the first,
+        and no longer once fewer than ``wait_min_arrivals`` more are expected in the rest of the
+        wait (:meth:`BatchPolicy.keeps_waiting` at the member's :class:`ArrivalRate`)."""
         policy = self.handler.batch
         self._fetched = []
         first_at: float | None = None
@@ -195,14 +199,21 @@ class PoolRunner(Generic[E]):
                     break
                 timeout_ms = self._idle_wait_ms
             else:
-                timeout_ms = int(policy.max_wait_ms - (time.monotonic() - first_at) * 1000)
-                if timeout_ms <= 0 or self._stopping.is_set():
+                now = time.monotonic()
+                remaining_ms = policy.max_wait_ms - (now - first_at) * 1000
+                if self._stopping.is_set() or not policy.keeps_waiting(
+                    self._arrivals, remaining_ms, now
+                ):
                     break
+                timeout_ms = max(1, int(remaining_ms))
             polled = self._consumer.poll(
                 timeout_ms=timeout_ms, max_records=policy.max_batch - len(self._fetched)
             )
+            got = sum(len(records) for records in polled.values())
             for records in polled.values():
                 self._fetched.extend(records)
+            if got:
+                self._arrivals.observe(got, time.monotonic())
             if first_at is None:
                 self._idle_wait_ms = next_idle_wait_ms(timeout_ms, bool(self._fetched))
                 if not self._fetched:
