@@ -202,14 +202,17 @@ image: install
 PROJECT ?= ragstream
 API_HOST_PORT ?= 127.0.0.1:18000
 FLOWER_HOST_PORT ?= 127.0.0.1:15555
+# More override files, e.g. COMPOSE_EXTRA=infra/compose.manuals.yaml (the host's manuals bound in).
+COMPOSE_EXTRA ?=
+COMPOSE_FILES = $(foreach f,$(COMPOSE_EXTRA),--file $(f))
 compose-up: install
 	@command -v podman-compose > /dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman-compose runc; }
 	API_HOST_PORT=$(API_HOST_PORT) FLOWER_HOST_PORT=$(FLOWER_HOST_PORT) \
-	  $(BIN)/python -m infra.compose up --project $(PROJECT)
+	  $(BIN)/python -m infra.compose up --project $(PROJECT) $(COMPOSE_FILES)
 
 compose-down: install
-	$(BIN)/python -m infra.compose down --project $(PROJECT)
+	$(BIN)/python -m infra.compose down --project $(PROJECT) $(COMPOSE_FILES)
 
 # infra/k8s/ragstream.yaml's API and pools under `podman kube play` (python -m infra.kube_play;
 # docs/operations/containers.md), on the host's network against the services already running here,

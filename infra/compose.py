@@ -23,6 +23,7 @@ process restarts a container that exits.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import secrets
 import shlex
@@ -293,8 +294,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infra.compose", description=__doc__)
     parser.add_argument("command", choices=["up", "down", "ps"])
     parser.add_argument("--project", default=DEFAULT_PROJECT)
+    parser.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        default=[],
+        type=Path,
+        help="another override after compose.local.yaml (e.g. infra/compose.manuals.yaml)",
+    )
     args = parser.parse_args(argv)
     stack = Stack.create(get_settings(), args.project)
+    if args.file:
+        stack = dataclasses.replace(stack, files=(*FILES, *(p.resolve() for p in args.file)))
     try:
         if args.command == "up":
             seconds = up(stack)

@@ -175,9 +175,19 @@ def render(
         deployment["spec"]["replicas"] = 1
         pod = deployment["spec"]["template"]["spec"]
         pod["hostNetwork"] = True
+        # The uploads PVC (ingest.upload_root) is not played: podman would make a named volume
+        # that `kube down` leaves, and the play's ConfigMap sets no upload root.
+        claims = {v["name"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
+        pod["volumes"] = [v for v in pod.get("volumes", []) if v["name"] not in claims]
+        if not pod["volumes"]:
+            del pod["volumes"]
         for container in pod["containers"]:
             # podman 4.3: "PortMappings can only be used with Bridge or slirp4netns networking"
             container.pop("ports", None)
+            mounts = [m for m in container.get("volumeMounts", []) if m["name"] not in claims]
+            container.pop("volumeMounts", None)
+            if mounts:
+                container["volumeMounts"] = mounts
         if name == "api":
             _api(pod["containers"][0], settings.infra.host, play.api_port)
         played.append(deployment)

@@ -4,8 +4,10 @@
 project of its own on a bridge network of its own: health-gated start of the whole stack, a
 small corpus (the first expected page of each of the demo's sample questions, from the Debian
 manuals) ingested through ``POST /v1/documents``, the demo's questions answered through the API
-and one through the ``openai`` client, one pool's container killed with questions in flight and
-restarted by its restart policy with none of them lost, then ``down -v`` leaving nothing.
+and one through the ``openai`` client, a file uploaded (multipart) into the API's container and
+ingested by the ingest pool's (the shared ``uploads`` volume), one pool's container killed with
+questions in flight and restarted by its restart policy with none of them lost, then ``down -v``
+leaving nothing.
 
 Each step's seconds go to ``<infra.local_dir>/compose/deploy-report.json`` (and are printed);
 docs/operations/containers.md quotes them. Needs the images of ``make image`` and
@@ -216,6 +218,51 @@ def test_the_openai_client_gets_an_answer(deployed: Deployed) -> None:
     citations = (completion.model_extra or {}).get("citations", [])
     assert "python-3.11/library/csv.html" in {c["doc_id"] for c in citations}, citations
     deployed.seconds["one question through the openai client"] = time.monotonic() - started
+
+
+#: The uploaded file: one fact no manual holds, so only the upload can answer the question.
+UPLOAD_NAME = "deploy-upload.md"
+UPLOAD_TEXT = (
+    "# The harbour lantern of Quillon Bay\n\n"
+    "The harbour master of Quillon Bay lights the green lantern at 21:40 every evening, "
+    "and puts it out at dawn.\n"
+)
+UPLOAD_QUESTION = "When does the harbour master of Quillon Bay light the green lantern?"
+
+
+def test_a_multipart_upload_is_ingested_by_the_pool_and_answerable(deployed: Deployed) -> None:
+    """The API keeps the file under ingest.upload_root and the ingest pool, another container,
+    reads it from there: the `uploads` volume both mount (infra/compose.yaml)."""
+    started = time.monotonic()
+    headers = {"Authorization": f"Bearer {deployed.key}"}
+    r = httpx.post(
+        f"{deployed.url}/v1/documents",
+        files={"file": (UPLOAD_NAME, UPLOAD_TEXT.encode(), "text/markdown")},
+        headers=headers,
+        timeout=30,
+    )
+    assert r.status_code == 202, r.text
+    doc_id = r.json()["doc_id"]
+
+    def indexed() -> bool:
+        doc = httpx.get(f"{deployed.url}/v1/documents/{doc_id}", headers=headers, timeout=10)
+        assert doc.json().get("status") != "failed", doc.text
+        return bool(doc.json().get("status") == "indexed")
+
+    _wait_for(indexed, 300, f"the upload {doc_id} indexed")
+    deployed.seconds["one multipart upload (POST /v1/documents until indexed)"] = (
+        time.monotonic() - started
+    )
+    # The file the API wrote is the one the ingest pool's container sees.
+    listed = deployed.stack.podman(
+        "exec", deployed.container("worker-ingest"), "find", "/var/lib/ragstream/uploads",
+        "-name", UPLOAD_NAME,
+    ).stdout  # fmt: skip
+    assert UPLOAD_NAME in listed, listed
+    result = _ask(deployed, UPLOAD_QUESTION)
+    assert result["status"] == "answered", result
+    assert "21:40" in result["answer"], result
+    assert doc_id in {c["doc_id"] for c in result["citations"]}, result["citations"]
 
 
 def _restarts(deployed: Deployed, container: str) -> tuple[int, str, int]:

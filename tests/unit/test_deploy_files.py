@@ -436,3 +436,65 @@ def test_the_local_override_names_the_built_images_and_binds_no_fixed_port() -> 
     for name in ("api", "flower"):
         (port,) = _compose_doc()["services"][name]["ports"]
         assert port.startswith("${") and _interpolate(port).endswith(":" + port.rsplit(":", 1)[1])
+
+
+UPLOADS = "/var/lib/ragstream/uploads"
+#: The services that write uploads (the API) or read them (the ingest pool: path events of
+#: multipart documents; the Celery worker: extracted archives of bulk jobs).
+UPLOAD_SERVICES = {"api", "worker-ingest", "celery-worker"}
+
+
+def test_compose_shares_one_uploads_volume_at_the_upload_root() -> None:
+    from ragstream.settings import IngestSettings
+
+    services = _compose_doc()["services"]
+    mounting = {
+        name for name, svc in services.items() if f"uploads:{UPLOADS}" in svc.get("volumes", [])
+    }
+    assert mounting == UPLOAD_SERVICES
+    assert "uploads" in _compose_doc()["volumes"]
+    env = _env(services["api"])
+    ingest = IngestSettings(
+        upload_root=env["RAGSTREAM_INGEST__UPLOAD_ROOT"],
+        allowed_roots=yaml.safe_load(env["RAGSTREAM_INGEST__ALLOWED_ROOTS"]),
+    )  # the settings' own check: the upload root is an allowed root
+    assert str(ingest.upload_root) == UPLOADS
+    assert all(_env(services[name]) == env for name in UPLOAD_SERVICES)
+
+
+def test_k8s_mounts_one_read_write_many_claim_at_the_upload_root() -> None:
+    docs = _kustomize(K8S_DIR)
+    [claim] = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    [config] = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert config["data"]["RAGSTREAM_INGEST__UPLOAD_ROOT"] == UPLOADS
+    assert UPLOADS in yaml.safe_load(config["data"]["RAGSTREAM_INGEST__ALLOWED_ROOTS"])
+    mounting = set()
+    for name, template in _pods(docs).items():
+        pod = template["spec"]
+        claims = {
+            v["name"]
+            for v in pod.get("volumes", [])
+            if v.get("persistentVolumeClaim", {}).get("claimName") == claim["metadata"]["name"]
+        }
+        mounts = [m for c in pod["containers"] for m in c.get("volumeMounts", [])]
+        if any(m["name"] in claims and m["mountPath"] == UPLOADS for m in mounts):
+            mounting.add(name)
+    assert mounting == UPLOAD_SERVICES
+
+
+def test_the_manuals_override_binds_the_allowed_manuals_read_only() -> None:
+    from ragstream.settings import IngestSettings
+
+    manuals = yaml.safe_load((PROJECT_ROOT / "infra" / "compose.manuals.yaml").read_text())
+    allowed = {str(p) for p in IngestSettings().allowed_roots}
+    assert set(manuals["services"]) == {"worker-ingest", "celery-worker"}
+    for svc in manuals["services"].values():
+        binds = [v.split(":") for v in svc["volumes"]]
+        assert {host for host, _, _ in binds} == {
+            "/usr/share/doc/python3.11/html",
+            "/usr/share/doc/postgresql-doc-15/html",
+        }
+        assert all(
+            host == inside and host in allowed and mode == "ro" for host, inside, mode in binds
+        )

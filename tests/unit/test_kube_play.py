@@ -48,6 +48,25 @@ def test_every_played_deployment_runs_once_on_the_host_network_without_ports() -
     assert container["readinessProbe"]["httpGet"]["port"] == 8010
 
 
+def test_the_uploads_claim_is_not_played() -> None:
+    """The manifest mounts the PVC ragstream-uploads into api, worker-ingest and celery-worker;
+    the play mounts no claim (podman would make a volume that `kube down` leaves)."""
+    manifest = [d for d in yaml.safe_load_all(MANIFEST.read_text("utf-8")) if d]
+    claimed = {
+        d["metadata"]["name"]
+        for d in manifest
+        if d["kind"] == "Deployment"
+        and any(
+            "persistentVolumeClaim" in v for v in d["spec"]["template"]["spec"].get("volumes", [])
+        )
+    }
+    assert claimed == {"api", "worker-ingest", "celery-worker"}
+    for deployment in (d for d in _render() if d["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert "volumes" not in pod
+        assert all("volumeMounts" not in c for c in pod["containers"])
+
+
 def test_the_secret_holds_the_plays_own_database_and_is_written_as_json() -> None:
     objects = _render(Play(prefix="kp2.", api_port=8011, deployments=("api",)))
     [secret] = [o for o in objects if o["kind"] == "Secret"]
