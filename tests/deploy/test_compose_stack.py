@@ -16,6 +16,7 @@ docs/operations/containers.md quotes them. Needs the images of ``make image`` an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -253,12 +254,14 @@ def test_a_multipart_upload_is_ingested_by_the_pool_and_answerable(deployed: Dep
     deployed.seconds["one multipart upload (POST /v1/documents until indexed)"] = (
         time.monotonic() - started
     )
-    # The file the API wrote is the one the ingest pool's container sees.
+    # The file the API wrote (<upload_root>/<tenant>/_uploads/documents/<sha256>.<kind>) is
+    # one the ingest pool's container sees.
+    digest = hashlib.sha256(UPLOAD_TEXT.encode()).hexdigest()
     listed = deployed.stack.podman(
         "exec", deployed.container("worker-ingest"), "find", "/var/lib/ragstream/uploads",
-        "-name", UPLOAD_NAME,
+        "-path", f"*/_uploads/documents/{digest}.*",
     ).stdout  # fmt: skip
-    assert UPLOAD_NAME in listed, listed
+    assert digest in listed, listed
     result = _ask(deployed, UPLOAD_QUESTION)
     assert result["status"] == "answered", result
     assert "21:40" in result["answer"], result
