@@ -328,17 +328,18 @@ class IngestPipeline:
         timings["parse"] = _ms(t0)
         touched: set[str] = set()
         acl_rows: list[Row] = []
+        tombstones: list[Row] = []  # a deleted document's row, written with its change below
         indexed = self._upsert([d for _, d in docs], timings, touched, acl_rows)
         for i, doc in docs:
             assert doc.outcome is not None
             per_op[i].append(doc.outcome)
-        self._drop_stale_records(ops, docs, per_op, touched)
+        self._drop_stale_records(ops, docs, per_op, touched, tombstones)
         for i, op in enumerate(ops):
             if op.op == "delete":
-                per_op[i].append(self._delete(op, touched))
+                per_op[i].append(self._delete(op, touched, tombstones))
                 for child in self.registry.children(op.tenant, op.doc_id):
                     record = IngestOp(op.tenant, child.doc_id, "delete", sent_at=op.sent_at)
-                    per_op[i].append(self._delete(record, touched))
+                    per_op[i].append(self._delete(record, touched, tombstones))
             elif op.op == "acl":
                 per_op[i].extend(set_readers(self.index, self.registry, op, touched, acl_rows))
         if touched:
@@ -350,9 +351,11 @@ class IngestPipeline:
                     self.versions.bump(tenant)
         # Only now, once a search can find them, are the documents recorded as indexed; each
         # change an op made or confirmed counts in its document's sequence (ingest/order.py).
+        # A tombstone is written in the same transaction as its change, so that no reader sees
+        # a document deleted under its previous sequence and event id.
         _report_repairs(indexed)
         self.registry.record_many(
-            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows,
+            [(d.op.tenant, d.doc_id, _row_fields(d)) for d in indexed] + acl_rows + tombstones,
             [
                 Change(o.tenant, o.doc_id, o.status, op.event_id)
                 for op, outs in zip(ops, per_op, strict=True)
@@ -378,6 +381,7 @@ class IngestPipeline:
         docs: list[tuple[int, _Doc]],
         per_op: list[list[IngestOutcome]],
         touched: set[str],
+        tombstones: list[Row],
     ) -> None:
         """A records file re-sent without some records: delete the records it no longer has."""
         kept: dict[int, set[str]] = {}
@@ -393,7 +397,9 @@ class IngestPipeline:
             for child in self.registry.children(op.tenant, op.doc_id):
                 if child.doc_id not in ids:
                     per_op[i].append(
-                        self._delete(IngestOp(op.tenant, child.doc_id, "delete"), touched)
+                        self._delete(
+                            IngestOp(op.tenant, child.doc_id, "delete"), touched, tombstones
+                        )
                     )
 
     def _parse(
@@ -568,7 +574,9 @@ class IngestPipeline:
                 # The new version is in but an old chunk lingers: report it, keep the ids.
                 stale[cid].finish("failed", f"old chunk {cid} not deleted: {reason}")
 
-    def _delete(self, op: IngestOp, touched: set[str]) -> IngestOutcome:
+    def _delete(self, op: IngestOp, touched: set[str], tombstones: list[Row]) -> IngestOutcome:
+        """Delete ``op``'s chunks from the index; its registry row (status ``deleted``) goes to
+        ``tombstones``, for the wave to write with the op's change in one transaction."""
         prev = self.registry.get_many([(op.tenant, op.doc_id)]).get((op.tenant, op.doc_id))
         ids = set(prev.chunk_ids if prev else []) | set(
             self.index.chunk_ids_of(op.tenant, op.doc_id)
@@ -577,17 +585,16 @@ class IngestPipeline:
         if report.failed:
             reason = next(iter(report.failed.values()))
             return IngestOutcome(op.tenant, op.doc_id, "failed", error=f"delete failed: {reason}")
-        self.registry.record(
-            op.tenant,
-            op.doc_id,
-            status="deleted",
-            chunk_ids=[],
-            chunk_count=0,
-            content_hash=None,
-            version=prev.version if prev else 0,
-            error=None,
-            warnings=None,
-        )
+        tombstone = {
+            "status": "deleted",
+            "chunk_ids": [],
+            "chunk_count": 0,
+            "content_hash": None,
+            "version": prev.version if prev else 0,
+            "error": None,
+            "warnings": None,
+        }
+        tombstones.append((op.tenant, op.doc_id, tombstone))
         touched.add(op.tenant)
         return IngestOutcome(op.tenant, op.doc_id, "deleted", prev.version if prev else 0, 0)
 

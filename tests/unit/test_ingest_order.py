@@ -189,3 +189,29 @@ def test_a_refused_first_event_makes_no_row() -> None:
     ahead = _upsert("from the future", "e1", sent_at=dt.datetime.now(dt.UTC) + dt.timedelta(1))
     assert _statuses(pipeline, ahead) == ["refused"]
     assert registry.get_many([("t", "a")]) == {}
+
+
+def test_a_delete_is_committed_with_its_change_never_before_it() -> None:
+    """A reader between two commits must not see a tombstone under the previous sequence and
+    event id (the API's ``GET /v1/documents/{id}`` answered 404 with sequence 2 after a third
+    change, once in CI): the deleted row and its change are one transaction."""
+    pipeline, registry = _pipeline()
+    assert _statuses(pipeline, _upsert("first version", "e1")) == ["indexed"]
+    seen: list[tuple[str | None, int | None, str | None]] = []
+    commits = [registry.record, registry.record_many]
+
+    def watch(fn):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            out = fn(*args, **kwargs)
+            row = registry.get_many([("t", "a")]).get(("t", "a"))
+            seen.append(
+                (row.status, row.sequence, row.last_event_id) if row else (None, None, None)
+            )
+            return out
+
+        return call
+
+    registry.record, registry.record_many = (watch(f) for f in commits)  # type: ignore[method-assign]
+    assert _statuses(pipeline, IngestOp("t", "a", "delete", event_id="e2")) == ["deleted"]
+    assert seen and all(s == ("deleted", 2, "e2") or s[0] != "deleted" for s in seen), seen
+    assert seen[-1] == ("deleted", 2, "e2")
