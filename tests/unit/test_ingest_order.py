@@ -5,6 +5,8 @@ document's sequence. Pipeline over a SQLite registry and an in-memory index."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
@@ -200,8 +202,8 @@ def test_a_delete_is_committed_with_its_change_never_before_it() -> None:
     seen: list[tuple[str | None, int | None, str | None]] = []
     commits = [registry.record, registry.record_many]
 
-    def watch(fn):  # type: ignore[no-untyped-def]
-        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def watch(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
             out = fn(*args, **kwargs)
             row = registry.get_many([("t", "a")]).get(("t", "a"))
             seen.append(
