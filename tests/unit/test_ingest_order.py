@@ -200,7 +200,7 @@ def test_a_delete_is_committed_with_its_change_never_before_it() -> None:
     pipeline, registry = _pipeline()
     assert _statuses(pipeline, _upsert("first version", "e1")) == ["indexed"]
     seen: list[tuple[str | None, int | None, str | None]] = []
-    commits = [registry.record, registry.record_many]
+    commits: list[Callable[..., Any]] = [registry.record, registry.record_many]
 
     def watch(fn: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
