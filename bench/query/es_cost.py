@@ -281,9 +281,11 @@ def measure_es_cost(
     tenant: str = "default",
     idle_s: float = 3.0,
     repeat: int = 3,
+    pool: tuple[Any, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (1) and (2) of the module docstring over ``questions``, (2) ``repeat`` times with
-    the variants in turn (:func:`median_run` of each).
+    the variants in turn (:func:`median_run` of each), with the retrieval pool's ``(embedder,
+    retriever)`` (``pool``; default: built from ``settings``).
 
     Returns:
         ``{"questions", "index_alias", "profile": {phase: mean ms}, "variants": {name:
@@ -303,7 +305,7 @@ def measure_es_cost(
     es_pid = listening_pids(service_ports(settings)).get("elasticsearch")
     if es_pid is None:
         raise RuntimeError("Elasticsearch's process is not on this machine (or not readable)")
-    embedder, retriever, *_ = build_retrieval_components(settings)
+    embedder, retriever = pool or build_retrieval_components(settings)[:2]
     bodies = pool_bodies(embedder, retriever, questions, tenant)
     es = retriever.es
 
@@ -388,14 +390,12 @@ def pool_bodies(embedder: Any, retriever: Any, questions: Sequence[str], tenant:
 
 
 def knn_recall_by_set(
-    settings: Settings, sets: Mapping[str, Sequence[str]], tenant: str = "default"
+    embedder: Any, retriever: Any, sets: Mapping[str, Sequence[str]], tenant: str = "default"
 ) -> dict[str, float | None]:
     """Recall@k of the retrieval pool's kNN search (``retrieval.knn_k``, 30 by default, at
     ``retrieval.knn_num_candidates``) against :func:`exact_knn_ids`, over every question of
-    each set: ``{set name: mean recall}`` (``None`` for a set without questions)."""
-    from workers.pools.components import build_retrieval_components
-
-    embedder, retriever, *_ = build_retrieval_components(settings)
+    each set, with the pool's ``embedder`` and ``retriever``: ``{set name: mean recall}``
+    (``None`` for a set without questions)."""
     out: dict[str, float | None] = {}
     for name, questions in sets.items():
         bodies = pool_bodies(embedder, retriever, questions, tenant) if questions else []
@@ -550,8 +550,13 @@ def es_cost_command(
         sets[name] = [json.loads(line)["question"] for line in lines if line.strip()]
     questions = [q for qs in sets.values() for q in qs]
     settings = get_settings()
-    payload = measure_es_cost(settings, questions[:limit], copies=copies, repeat=repeat)
-    payload["knn_recall_by_set"] = knn_recall_by_set(settings, sets)
+    from workers.pools.components import build_retrieval_components
+
+    embedder, retriever = build_retrieval_components(settings)[:2]
+    payload = measure_es_cost(
+        settings, questions[:limit], copies=copies, repeat=repeat, pool=(embedder, retriever)
+    )
+    payload["knn_recall_by_set"] = knn_recall_by_set(embedder, retriever, sets)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2) + "\n")
     return payload
